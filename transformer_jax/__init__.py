@@ -1,0 +1,9 @@
+"""transformer-jax: the Transformer and the ideas that grew out of it, in JAX and Flax NNX.
+
+Layers (imports point downwards only):
+  cli -> train, decode, eval -> data, parallel -> models -> nn -> ops.
+
+``import transformer_jax.ops`` needs only jax and numpy; the rest needs flax as well.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,57 @@
+"""A tiny name -> object registry, so variants are chosen by string in configs.
+
+Adding a variant is one function plus one ``@REGISTRY.register("name")`` line; lookups of an
+unknown name raise an error that lists the valid names and the closest match.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to objects (functions, classes, specs) of one kind, e.g. "norm placement"."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
+        """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted."""
+
+        def add(o: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = o
+            return o
+
+        return add if obj is None else add(obj)
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise KeyError(unknown_name_message(self.kind, name, self.names())) from None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {list(self._items)})"
+
+
+def unknown_name_message(kind: str, name: object, valid: tuple[str, ...] | list[str]) -> str:
+    """"unknown norm placement 'psot' (did you mean 'post'?); choose one of: post, pre, deepnorm"."""
+    close = difflib.get_close_matches(str(name), list(valid), n=3, cutoff=0.5)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    return f"unknown {kind} {name!r}{hint}; choose one of: {', '.join(valid)}"
