@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+_MISSING = object()
 
 
 class Registry(Generic[T]):
@@ -20,8 +21,8 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
 
-    def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
-        """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted."""
+    def register(self, name: str, obj: T = _MISSING) -> Callable[[T], T] | T:
+        """Register ``obj`` (any value, None included) under ``name``; a decorator when omitted."""
 
         def add(o: T) -> T:
             if name in self._items:
@@ -29,7 +30,7 @@ class Registry(Generic[T]):
             self._items[name] = o
             return o
 
-        return add if obj is None else add(obj)
+        return add if obj is _MISSING else add(obj)
 
     def get(self, name: str) -> T:
         try:

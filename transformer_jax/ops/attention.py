@@ -1,0 +1,176 @@
+"""Multi-head attention entry point: `attention(q, k, v, mask=..., kind=..., impl=...)`.
+
+softmax attention (Vaswani et al. 2017): out = softmax(Q K^T * scale + bias, masked) V, with
+K key/value heads shared by groups of G = H // K query heads (GQA, Ainslie et al. 2023; MQA when
+K = 1). Query rows with no visible key give 0 (and zero gradients) in every implementation.
+
+Variants are looked up by name:
+  ATTENTION_KINDS: what is computed   -- softmax | sliding_window | linear
+  ATTENTION_IMPLS: how softmax is run -- xla | cudnn | chunked
+A new variant is one function with the same keyword signature plus one `register` line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from transformer_jax.ops.chunked_attention import _check_qkv, chunked_attention
+from transformer_jax.ops.linear_attention import linear_attention
+from transformer_jax.ops.masks import AttentionMask
+from transformer_jax.registry import Registry
+
+# impl(q, k, v, *, mask, bias, scale, block_size) -> out
+ATTENTION_IMPLS: Registry[Callable[..., Array]] = Registry("attention implementation")
+# kind(q, k, v, *, mask, bias, scale, impl, window, block_size) -> out
+ATTENTION_KINDS: Registry[Callable[..., Array]] = Registry("attention kind")
+
+
+def attention(
+    q_BTHD: Float[Array, "B T H D"],
+    k_BSKD: Float[Array, "B S K D"],
+    v_BSKD: Float[Array, "B S K D"],
+    *,
+    mask: AttentionMask | None = None,
+    bias: Float[Array, "B|1 H|1 T S"] | None = None,
+    scale: float | None = None,
+    kind: str = "softmax",
+    impl: str = "xla",
+    window: int | None = None,
+    block_size: int = 512,
+) -> Float[Array, "B T H D"]:
+    """Attention of T queries over S keys; returns [B, T, H, D].
+
+    mask: which keys each query sees (None = all). bias: additive, added to the scaled logits
+    (differentiable). scale defaults to 1/sqrt(D). kind: ATTENTION_KINDS name; impl:
+    ATTENTION_IMPLS name (ignored by kind="linear"); window: required by kind="sliding_window";
+    block_size: query/key tile size of impl="chunked".
+    """
+    _check_qkv(q_BTHD, k_BSKD, v_BSKD)
+    B, T, H, _ = q_BTHD.shape
+    if mask is not None:
+        mask.validate(T, k_BSKD.shape[1], B, H)
+    kind_fn = ATTENTION_KINDS.get(kind)
+    ATTENTION_IMPLS.get(impl)
+    return kind_fn(q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, impl=impl,
+                   window=window, block_size=block_size)
+
+
+def _zero_empty_rows(out_BTHD: Array, mask_BHTS: Bool[Array, "B H T S"] | None) -> Array:
+    """Set rows with no visible key to 0 (jax's xla path would average all values there)."""
+    if mask_BHTS is None:
+        return out_BTHD
+    seen = jnp.any(mask_BHTS, axis=-1)  # [B|1, H|1, T]
+    return out_BTHD * jnp.swapaxes(seen, 1, 2)[..., None].astype(out_BTHD.dtype)
+
+
+def _dense_bias(bias: Array | None) -> Array | None:
+    if bias is None:
+        return None
+    return jnp.reshape(bias, (1,) * (4 - jnp.ndim(bias)) + jnp.shape(bias))
+
+
+_MASK_ARRAYS = ("q_positions", "kv_positions", "q_segment_ids", "kv_segment_ids", "kv_valid", "dense")
+
+
+def _plain_causal(mask: AttentionMask | None) -> bool:
+    """True for AttentionMask(causal=True) with nothing else set."""
+    return (mask is not None and mask.causal and mask.window is None
+            and all(getattr(mask, f) is None for f in _MASK_ARRAYS))
+
+
+def _jax_dpa(q, k, v, *, mask, bias, scale, implementation: str):
+    if implementation == "cudnn" and _plain_causal(mask) and q.shape[1] == k.shape[1]:
+        return jax.nn.dot_product_attention(  # cuDNN's own causal mask: no T x S mask in memory
+            q, k, v, bias=_dense_bias(bias), scale=scale, is_causal=True, implementation=implementation
+        )
+    dense = None if mask is None else mask.materialize(q.shape[1], k.shape[1])
+    out = jax.nn.dot_product_attention(
+        q, k, v, bias=_dense_bias(bias), mask=dense, scale=scale, implementation=implementation
+    )
+    return _zero_empty_rows(out, dense)
+
+
+@ATTENTION_IMPLS.register("xla")
+def xla_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+    """jax.nn.dot_product_attention(implementation='xla') on the materialised T x S mask."""
+    return _jax_dpa(q, k, v, mask=mask, bias=bias, scale=scale, implementation="xla")
+
+
+@ATTENTION_IMPLS.register("cudnn")
+def cudnn_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+    """jax.nn.dot_product_attention(implementation='cudnn'): cuDNN flash attention, GPU only."""
+    if jax.default_backend() != "gpu":
+        raise ValueError(
+            f"impl='cudnn' needs a GPU, but the default JAX backend is {jax.default_backend()!r}; "
+            "use impl='xla' or impl='chunked'"
+        )
+    return _jax_dpa(q, k, v, mask=mask, bias=bias, scale=scale, implementation="cudnn")
+
+
+@ATTENTION_IMPLS.register("chunked")
+def _chunked_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+    return chunked_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+
+
+@ATTENTION_KINDS.register("softmax")
+def softmax_attention(
+    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512
+):
+    """Full softmax attention run by ATTENTION_IMPLS[impl]."""
+    if window is not None:
+        raise ValueError(
+            f"window={window} is only used by kind='sliding_window'; pass kind='sliding_window' "
+            "or window=None"
+        )
+    return ATTENTION_IMPLS.get(impl)(
+        q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size
+    )
+
+
+@ATTENTION_KINDS.register("sliding_window")
+def sliding_window_attention(
+    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512
+):
+    """Softmax attention restricted to `mask.with_window(window)` (Beltagy et al. 2020, Longformer;
+    Mistral). Without a mask the window is two-sided: |q_pos - kv_pos| < window."""
+    if window is None:
+        raise ValueError(
+            "kind='sliding_window' needs window=<int>, the number of visible positions"
+        )
+    mask = (AttentionMask() if mask is None else mask).with_window(window)
+    return ATTENTION_IMPLS.get(impl)(
+        q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size
+    )
+
+
+@ATTENTION_KINDS.register("linear")
+def _linear_kind(
+    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512
+):
+    """Linear attention (ops.linear_attention); honours mask.causal and mask.kv_valid only.
+    scale, impl and block_size do not apply and are ignored."""
+    unsupported = [] if bias is None else ["bias"]
+    if window is not None:
+        unsupported.append("window")
+    if mask is not None:
+        unsupported += [
+            f"mask.{f}"
+            for f in ("window", "q_segment_ids", "kv_segment_ids", "dense")
+            if getattr(mask, f) is not None
+        ]
+        if mask.causal:
+            unsupported += [
+                f"mask.{f}" for f in ("q_positions", "kv_positions") if getattr(mask, f) is not None
+            ]
+    if unsupported:
+        raise ValueError(
+            f"kind='linear' cannot honour {', '.join(unsupported)}; it supports only "
+            "mask.causal and mask.kv_valid. Use kind='softmax' for these"
+        )
+    causal = mask is not None and mask.causal
+    kv_valid = None if mask is None else mask.kv_valid
+    return linear_attention(q, k, v, causal=causal, kv_valid=kv_valid)

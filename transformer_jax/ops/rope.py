@@ -1,0 +1,164 @@
+"""Rotary position embedding (RoPE, Su et al. 2021) and its context-extension scalings.
+
+``apply_rope`` rotates each pair of head dimensions ``i`` by the angle ``pos * inv_freq[i]`` with
+``inv_freq[i] = theta^(-2i/D)``. A scaling (``linear``, ``ntk``, ``yarn``) changes ``inv_freq``
+and may return an attention factor that multiplies cos and sin. Adding a scaling is one function
+``(head_dim, theta, RopeScaling) -> (inv_freq [D/2], attention_factor)`` plus one registry line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from transformer_jax.registry import Registry, unknown_name_message
+
+ScalingFn = Callable[[int, float, "RopeScaling"], tuple[np.ndarray, float]]
+ROPE_SCALINGS: Registry[ScalingFn] = Registry("rope scaling")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """How RoPE frequencies are stretched beyond the training length.
+
+    ``factor``: context extension ratio s >= 1. ``original_max_len``: the pre-training length
+    (YaRN only). ``beta_fast`` / ``beta_slow``: YaRN's rotation counts bounding the ramp.
+    """
+
+    kind: str = "none"
+    factor: float = 1.0
+    original_max_len: int = 2048
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+    def __post_init__(self):
+        if self.kind not in ROPE_SCALINGS:
+            names = ROPE_SCALINGS.names()
+            raise ValueError(unknown_name_message("rope scaling kind", self.kind, names))
+        if not self.factor >= 1.0:
+            raise ValueError(f"factor={self.factor} must be >= 1 (1 means no scaling)")
+        if self.kind == "none" and self.factor != 1.0:
+            raise ValueError(
+                f"factor={self.factor} has no effect with kind='none'; "
+                "choose kind='linear', 'ntk' or 'yarn', or set factor=1"
+            )
+        if self.original_max_len < 1:
+            raise ValueError(f"original_max_len={self.original_max_len} must be >= 1")
+        if not self.beta_fast > self.beta_slow > 0:
+            raise ValueError(
+                f"beta_fast={self.beta_fast} and beta_slow={self.beta_slow} must satisfy "
+                "beta_fast > beta_slow > 0 (YaRN defaults: 32 and 1)"
+            )
+
+
+def _base_inv_freq(head_dim: int, theta: float) -> np.ndarray:
+    return 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+@ROPE_SCALINGS.register("none")
+def _none(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
+    return _base_inv_freq(head_dim, theta), 1.0
+
+
+@ROPE_SCALINGS.register("linear")
+def _linear(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
+    """Position interpolation (Chen et al. 2023): angle = (pos / s) * inv_freq."""
+    return _base_inv_freq(head_dim, theta) / scaling.factor, 1.0
+
+
+@ROPE_SCALINGS.register("ntk")
+def _ntk(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
+    """NTK-aware base scaling: theta' = theta * s^(D / (D - 2))."""
+    if head_dim <= 2:
+        raise ValueError(f"head_dim={head_dim} must be > 2 for NTK-aware scaling")
+    new_theta = theta * scaling.factor ** (head_dim / (head_dim - 2))
+    return _base_inv_freq(head_dim, new_theta), 1.0
+
+
+def _yarn_correction_dim(num_rotations: float, head_dim: int, theta: float, max_len: int) -> float:
+    """Frequency index i whose wavelength 2 pi theta^(2i/D) fits num_rotations times in max_len."""
+    return head_dim * math.log(max_len / (num_rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+
+@ROPE_SCALINGS.register("yarn")
+def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
+    """YaRN (Peng et al. 2023), as Hugging Face ``_compute_yarn_parameters`` (truncate=True).
+
+    Frequencies rotating more than ``beta_fast`` times over ``original_max_len`` are kept
+    (extrapolation), those rotating fewer than ``beta_slow`` times are divided by s
+    (interpolation), with a linear ramp over the frequency index in between. Attention factor
+    ``0.1 * ln(s) + 1``.
+    """
+    s = scaling.factor
+    extrapolation = _base_inv_freq(head_dim, theta)
+    interpolation = extrapolation / s
+    low = _yarn_correction_dim(scaling.beta_fast, head_dim, theta, scaling.original_max_len)
+    high = _yarn_correction_dim(scaling.beta_slow, head_dim, theta, scaling.original_max_len)
+    low, high = max(math.floor(low), 0), min(math.ceil(high), head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    inv_freq = interpolation * ramp + extrapolation * (1.0 - ramp)
+    attention_factor = 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
+    return inv_freq, attention_factor
+
+
+def rope_frequencies(
+    head_dim: int, *, theta: float = 10000.0, scaling: RopeScaling | None = None
+) -> tuple[Float[Array, "D/2"], float]:
+    """``(inv_freq [head_dim // 2] float32, attention_factor)`` for RoPE with optional scaling."""
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"head_dim={head_dim} must be a positive even number for RoPE")
+    if theta <= 1.0:
+        raise ValueError(f"theta={theta} must be > 1 (10000 is the usual base)")
+    scaling = scaling or RopeScaling()
+    inv_freq, attention_factor = ROPE_SCALINGS.get(scaling.kind)(head_dim, theta, scaling)
+    return jnp.asarray(inv_freq, jnp.float32), float(attention_factor)
+
+
+def _rotate_split(x, cos, sin):
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _rotate_adjacent(x, cos, sin):
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = jnp.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.reshape(x.shape)
+
+
+_PAIRINGS: dict[str, Callable] = {"split": _rotate_split, "adjacent": _rotate_adjacent}
+
+
+def apply_rope(
+    x_BTHD: Float[Array, "B T H D"],
+    positions_BT: Int[ArrayLike, "B T"],
+    *,
+    theta: float = 10000.0,
+    pairing: str = "split",
+    scaling: RopeScaling | None = None,
+) -> Float[Array, "B T H D"]:
+    """Rotate pairs of head dims of ``x_BTHD`` by ``positions_BT * inv_freq`` (Su et al. 2021).
+
+    ``pairing="split"`` pairs ``(x[i], x[i + D/2])`` (GPT-NeoX / HF LLaMA ``rotate_half``);
+    ``pairing="adjacent"`` pairs ``(x[2i], x[2i+1])`` (RoFormer / Meta's original LLaMA). Pair
+    ``(a, b)`` becomes ``(a cos - b sin, b cos + a sin)`` times the scaling's attention factor
+    (1 except YaRN). Positions may be any integers, e.g. decoding offsets; a ``[T]`` vector
+    broadcasts over the batch. Computed in float32, returned in ``x``'s dtype.
+    """
+    if pairing not in _PAIRINGS:
+        raise ValueError(unknown_name_message("rope pairing", pairing, tuple(_PAIRINGS)))
+    head_dim = x_BTHD.shape[-1]
+    if head_dim % 2:
+        raise ValueError(f"head_dim={head_dim} (last axis of x_BTHD) must be even for RoPE")
+    inv_freq, attention_factor = rope_frequencies(head_dim, theta=theta, scaling=scaling)
+    angles_BT1F = jnp.asarray(positions_BT, jnp.float32)[..., None, None] * inv_freq
+    cos = jnp.cos(angles_BT1F) * attention_factor
+    sin = jnp.sin(angles_BT1F) * attention_factor
+    out = _PAIRINGS[pairing](x_BTHD.astype(jnp.float32), cos, sin)
+    return out.astype(x_BTHD.dtype)
