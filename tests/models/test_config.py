@@ -1,0 +1,67 @@
+"""Invalid model configurations raise errors that name the field."""
+
+import dataclasses
+
+import pytest
+
+from transformer_jax.configlib import ConfigError, apply_overrides
+from transformer_jax.models import ModelConfig, get_preset
+
+INVALID = [
+    (dict(d_model=100, n_heads=8), "model.d_model", "divisible"),
+    (dict(n_heads=8, n_kv_heads=3, d_model=64), "model.n_kv_heads", "divide"),
+    (dict(position="rope", d_model=36, n_heads=4), "model.head_dim", "even"),
+    (dict(placement="psot"), "model.placement", "post"),
+    (dict(position="sinusodal"), "model.position", "sinusoidal"),
+    (dict(norm="batchnorm"), "model.norm", "layernorm"),
+    (dict(ffn="swish"), "model.ffn", "swiglu"),
+    (dict(attention_impl="flash"), "model.attention_impl", "chunked"),
+    (dict(attention_kind="sliding_window"), "model.attention_window", "window"),
+    (dict(kind="encoder_decoder", n_encoder_layers=0), "model.n_encoder_layers", "encoder"),
+    (dict(n_encoder_layers=2), "model.n_encoder_layers", "encoder_decoder"),
+    (dict(dropout=1.5), "model.dropout", "[0.0, 1.0)"),
+    (dict(vocab_size=0), "model.vocab_size", "positive"),
+    (dict(n_layers=0), "model.n_layers", "positive"),
+    (dict(rope_scaling="yarnn", position="rope"), "model.rope_scaling", "yarn"),
+    (dict(position="rope", rope_scaling="linear", rope_scaling_factor=0.5), "model.rope_scaling_factor", ">= 1"),
+    (dict(attention_kind="linear", position="alibi"), "model.position", "linear attention"),
+    (dict(dtype="float64"), "model.dtype", "bfloat16"),
+    (dict(remat="sometimes"), "model.remat", "save_dots"),
+    (dict(kind="encoder_only"), "model.kind", "decoder_lm"),
+    (dict(norm_eps=0.0), "model.norm_eps", "positive"),
+]
+
+
+@pytest.mark.parametrize("kwargs,field,hint", INVALID, ids=[f[1] + ":" + str(i) for i, f in enumerate(INVALID)])
+def test_invalid_config_names_field(kwargs, field, hint):
+    with pytest.raises(ConfigError) as err:
+        ModelConfig(**kwargs)
+    message = str(err.value)
+    assert message.startswith(field + "="), message
+    assert hint in message, message
+
+
+def test_presets_are_valid_and_overridable():
+    cfg = get_preset("llama_tiny", n_layers=3)
+    assert cfg.n_layers == 3 and cfg.position == "rope"
+    with pytest.raises(ConfigError, match="model.n_kv_heads"):
+        get_preset("llama_tiny", n_kv_heads=3)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+    model: ModelConfig = ModelConfig()
+    steps: int = 10
+
+
+def test_overrides_parse_types_and_suggest_names():
+    cfg = apply_overrides(_Outer(), ["model.n_layers=8", "model.attention_window=None", "steps=1_000",
+                                     "model.use_bias=false", "model.dropout=0.25"])
+    assert cfg.model.n_layers == 8 and cfg.steps == 1000 and cfg.model.use_bias is False
+    assert cfg.model.dropout == 0.25
+    with pytest.raises(ConfigError, match="model.n_layers"):
+        apply_overrides(_Outer(), ["model.n_layer=8"])
+    with pytest.raises(ConfigError, match="expected an integer"):
+        apply_overrides(_Outer(), ["model.n_layers=eight"])
+    with pytest.raises(ConfigError, match="model.d_model"):
+        apply_overrides(_Outer(), ["model.d_model=100", "model.n_heads=8"])

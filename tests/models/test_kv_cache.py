@@ -1,0 +1,49 @@
+"""Decoding with a KV cache gives the logits of a full recompute at every step."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer_jax.models import build_model
+
+from .helpers import random_tokens, tiny
+
+CASES = {
+    "learned": dict(preset="gpt2_tiny"),
+    "rope_gqa": dict(preset="llama_tiny"),
+    "rope_scan": dict(preset="llama_tiny", scan_layers=True),
+    "alibi": dict(preset="gpt2_tiny", position="alibi"),
+    "window": dict(preset="llama_tiny", attention_kind="sliding_window", attention_window=3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_decoder_lm_cache_equals_recompute(case):
+    kw = dict(CASES[case])
+    model = build_model(tiny(kw.pop("preset"), **kw))
+    tokens = random_tokens(jax.random.key(0), (2, 9), 200)
+    full, _ = model(tokens)
+    cache = model.init_cache(2, 16)
+    logits, aux = model(tokens[:, :4], cache=cache)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(full[:, :4]), atol=1e-5, rtol=1e-5)
+    cache = aux["cache"]
+    for t in range(4, 9):
+        logits, aux = model(tokens[:, t:t + 1], cache=cache)
+        cache = aux["cache"]
+        np.testing.assert_allclose(np.asarray(logits[:, 0]), np.asarray(full[:, t]), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_encoder_decoder_cache_equals_recompute(scan):
+    model = build_model(tiny("original_tiny", dropout=0.0, scan_layers=scan))
+    src = random_tokens(jax.random.key(0), (2, 7), 100)
+    src_seg = jnp.array([[1] * 7, [1] * 5 + [0] * 2])
+    tgt = random_tokens(jax.random.key(1), (2, 6), 100)
+    full, _ = model(src, tgt, src_segment_ids_BS=src_seg)
+    memory, _ = model.encode(src, src_segment_ids_BS=src_seg)
+    cache = model.init_cache(memory, 8)
+    for t in range(6):
+        logits, aux = model.decode(tgt[:, t:t + 1], None, src_segment_ids_BS=src_seg, cache=cache)
+        cache = aux["cache"]
+        np.testing.assert_allclose(np.asarray(logits[:, 0]), np.asarray(full[:, t]), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,61 @@
+"""Pieces shared by the model families: token embedding, output head, caches."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.nn.embed import Embed
+from transformer_jax.nn.linear import DenseGeneral
+from transformer_jax.nn.norm import Norm
+from transformer_jax.ops import residual
+from transformer_jax.ops.kv_cache import init_kv_cache
+
+
+def make_embed(cfg: ModelConfig, rngs: nnx.Rngs) -> Embed:
+    init = cfg.init_scheme().embedding(cfg.d_model, scaled=cfg.scale_embeddings)
+    return Embed(cfg.vocab_size, cfg.d_model, init=init, scale=cfg.scale_embeddings, dtype=cfg.compute_dtype,
+                 param_dtype=cfg.params_dtype, rngs=rngs)
+
+
+def make_final_norm(cfg: ModelConfig, rngs: nnx.Rngs) -> Norm | None:
+    """Pre-LN stacks end with a norm (the stream is never normalised otherwise); Post-LN ones do not."""
+    if not residual.PLACEMENTS.get(cfg.placement).final_norm:
+        return None
+    return Norm(cfg.d_model, kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias,
+                param_dtype=cfg.params_dtype, rngs=rngs)
+
+
+def make_lm_head(cfg: ModelConfig, rngs: nnx.Rngs) -> DenseGeneral | None:
+    if cfg.tie_embeddings:
+        return None
+    return DenseGeneral(cfg.d_model, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False,
+                        kernel_init=cfg.init_scheme().kernel(0, 1), dtype=cfg.compute_dtype,
+                        param_dtype=cfg.params_dtype, rngs=rngs)
+
+
+def output_logits(x_BTD: Float[Array, "B T D"], final_norm: Norm | None, lm_head: DenseGeneral | None,
+                  embed: Embed) -> Float[Array, "B T V"]:
+    """Final norm (if any), then the untied head or x E^T; logits in float32."""
+    if final_norm is not None:
+        x_BTD = final_norm(x_BTD)
+    logits = embed.attend(x_BTD) if lm_head is None else lm_head(x_BTD)
+    return logits.astype(jnp.float32)
+
+
+def make_self_caches(cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype=None):
+    """Empty per-layer self-attention caches: a list, or one stacked pytree for scanned stacks."""
+    dtype = dtype or cfg.compute_dtype
+    one = lambda: {"self": init_kv_cache(batch, max_len, cfg.resolved_kv_heads, cfg.resolved_head_dim, dtype)}
+    if cfg.scan_layers:
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *[one() for _ in range(n_layers)])
+    return [one() for _ in range(n_layers)]
+
+
+def cache_index(caches) -> jax.Array:
+    """Number of positions already written (the same in every layer)."""
+    first = caches[0] if isinstance(caches, list) else jax.tree.map(lambda x: x[0], caches)
+    return first["self"].index

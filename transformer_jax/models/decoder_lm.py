@@ -1,0 +1,87 @@
+"""Decoder-only language model (GPT-2, LLaMA and relatives)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from transformer_jax.models.common import (cache_index, make_embed, make_final_norm, make_lm_head,
+                                           make_self_caches, output_logits)
+from transformer_jax.models.config import MODELS, ModelConfig
+from transformer_jax.nn.block import BlockInputs
+from transformer_jax.nn.positions import POSITIONS
+from transformer_jax.nn.stack import Stack
+from transformer_jax.ops.dropout import dropout
+from transformer_jax.ops.masks import AttentionMask
+
+
+@MODELS.register("decoder_lm")
+class DecoderLM(nnx.Module):
+    """tokens -> embed (+ positions) -> N causal blocks -> [final norm] -> logits.
+
+    ``__call__`` returns ``(logits_BTV, aux)``; aux may hold ``hidden`` [L+1, B, T, D] and
+    ``cache`` (when a cache was given).
+    """
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        if cfg.kind != "decoder_lm":
+            raise ValueError(f"DecoderLM needs model.kind='decoder_lm', got {cfg.kind!r}")
+        self.cfg = cfg
+        self.embed = make_embed(cfg, rngs)
+        self.positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=False), rngs=rngs)
+        self.layers = Stack(cfg.block_config(side="decoder", rope=self.positions.rope), cfg.n_layers,
+                            scan=cfg.scan_layers, remat=cfg.remat, rngs=rngs)
+        self.final_norm = make_final_norm(cfg, rngs)
+        self.lm_head = make_lm_head(cfg, rngs)
+
+    def init_cache(self, batch: int, max_len: int, dtype=None):
+        """Empty KV caches for decoding up to ``max_len`` positions."""
+        return make_self_caches(self.cfg, self.cfg.n_layers, batch, max_len, dtype)
+
+    def __call__(
+        self,
+        tokens_BT: Int[Array, "B T"],
+        *,
+        positions_BT: Int[Array, "B T"] | None = None,
+        segment_ids_BT: Int[Array, "B T"] | None = None,
+        dropout_key: jax.Array | None = None,
+        cache=None,
+        return_hidden: bool = False,
+        embeddings_BTD: Float[Array, "B T D"] | None = None,
+    ) -> tuple[Float[Array, "B T V"], dict]:
+        """Logits for every position.
+
+        ``segment_ids_BT`` (packed sequences, 0 = padding) restrict attention to the same segment;
+        ``positions_BT`` (default: index in the sequence, offset by the cache fill) feed the
+        position encoding. With ``cache`` (from ``init_cache``), the T tokens are appended at the
+        cache index and attend to everything written so far. ``embeddings_BTD`` replaces the
+        token lookup (soft prompts, probing, gradients with respect to inputs).
+        """
+        cfg = self.cfg
+        B, T = tokens_BT.shape
+        start = 0 if cache is None else cache_index(cache)
+        index_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
+        if cache is None:
+            kv_index_BS = index_BT
+        else:
+            if segment_ids_BT is not None:
+                raise ValueError("segment_ids_BT is not supported together with a KV cache")
+            S = cache[0]["self"].max_len if isinstance(cache, list) else cache["self"].k.shape[2]
+            kv_index_BS = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
+        positions_BT = index_BT if positions_BT is None else positions_BT
+        mask = AttentionMask(causal=cfg.causal, q_segment_ids=segment_ids_BT, kv_segment_ids=segment_ids_BT,
+                             **({} if cache is None else dict(q_positions=index_BT, kv_positions=kv_index_BS)))
+        k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
+        tok_BTD = self.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD.astype(cfg.compute_dtype)
+        x_BTD = self.positions.embed(tok_BTD, positions_BT)
+        x_BTD = dropout(x_BTD, cfg.dropout, k_embed)
+        bias = self.positions.attention_bias(positions_BT, kv_index_BS)
+        inputs = BlockInputs(mask=mask, positions=positions_BT, bias=bias)
+        x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers,
+                                        return_hidden=return_hidden)
+        logits_BTV = output_logits(x_BTD, self.final_norm, self.lm_head, self.embed)
+        if cache is not None:
+            aux["cache"] = cache
+        return logits_BTV, aux

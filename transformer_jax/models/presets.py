@@ -1,0 +1,58 @@
+"""Named model configurations. ``get_preset("gpt2_small", n_layers=6)`` returns a ModelConfig."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.registry import Registry
+
+PRESETS: Registry[ModelConfig] = Registry("model preset")
+
+
+def get_preset(name: str, **overrides) -> ModelConfig:
+    """The preset ``name`` with fields replaced by ``overrides`` (validated again)."""
+    return dataclasses.replace(PRESETS.get(name), **overrides)
+
+
+# The original Transformer (Vaswani et al. 2017, Table 3 "base"): 6+6 layers, d_model 512,
+# 8 heads, d_ff 2048, dropout 0.1, Post-LN, sinusoidal positions, ReLU, a shared source/target
+# BPE vocabulary of about 37,000 tokens tied to the output projection, embeddings x sqrt(d).
+PRESETS.register("original_base", ModelConfig(
+    kind="encoder_decoder", vocab_size=37000, d_model=512, n_heads=8, d_ff=2048, n_layers=6,
+    n_encoder_layers=6, max_len=512, placement="post", norm="layernorm", position="sinusoidal", ffn="relu",
+    use_bias=True, tie_embeddings=True, share_embeddings=True, scale_embeddings=True, dropout=0.1,
+    init="xavier"))
+PRESETS.register("original_big", dataclasses.replace(
+    PRESETS.get("original_base"), d_model=1024, n_heads=16, d_ff=4096, dropout=0.3))
+PRESETS.register("original_tiny", dataclasses.replace(
+    PRESETS.get("original_base"), vocab_size=512, d_model=64, n_heads=4, d_ff=128, n_layers=2,
+    n_encoder_layers=2, max_len=128))
+# A CPU-sized translation model (3+3 layers, d 256) for Multi30k.
+PRESETS.register("original_small", dataclasses.replace(
+    PRESETS.get("original_base"), vocab_size=8000, d_model=256, n_heads=8, d_ff=1024, n_layers=3,
+    n_encoder_layers=3, max_len=256))
+
+# GPT-2 small (Radford et al. 2019): exactly Hugging Face's GPT2LMHeadModel layout, 124,439,808
+# parameters with tied embeddings.
+PRESETS.register("gpt2_small", ModelConfig(
+    kind="decoder_lm", vocab_size=50257, d_model=768, n_heads=12, d_ff=3072, n_layers=12, max_len=1024,
+    placement="pre", norm="layernorm", norm_eps=1e-5, position="learned", ffn="gelu_tanh", use_bias=True,
+    tie_embeddings=True, init="normal", init_std=0.02))
+PRESETS.register("gpt2_tiny", dataclasses.replace(
+    PRESETS.get("gpt2_small"), vocab_size=256, d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128))
+# nanoGPT's shakespeare_char model / ../shared/bench/torch_gpt.py: no biases, exact GELU.
+PRESETS.register("nanogpt_char", ModelConfig(
+    kind="decoder_lm", vocab_size=65, d_model=128, n_heads=4, d_ff=512, n_layers=4, max_len=64,
+    placement="pre", norm="layernorm", norm_bias=False, position="learned", ffn="gelu", use_bias=False,
+    tie_embeddings=True, init="normal", init_std=0.02))
+
+# LLaMA-like (Touvron et al. 2023): RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases,
+# untied output head.
+PRESETS.register("llama_like", ModelConfig(
+    kind="decoder_lm", vocab_size=32000, d_model=1024, n_heads=16, n_kv_heads=4, d_ff=2816, n_layers=24,
+    max_len=2048, placement="pre", norm="rmsnorm", norm_eps=1e-5, position="rope", rope_theta=10000.0,
+    ffn="swiglu", use_bias=False, tie_embeddings=False, init="normal", init_std=0.02))
+PRESETS.register("llama_tiny", dataclasses.replace(
+    PRESETS.get("llama_like"), vocab_size=256, d_model=64, n_heads=4, n_kv_heads=2, d_ff=176, n_layers=2,
+    max_len=128))

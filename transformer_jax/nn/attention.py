@@ -1,0 +1,115 @@
+"""Multi-head attention (self or cross, GQA/MQA, RoPE, KV cache) over ``ops.attention``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from transformer_jax.nn.init import InitScheme
+from transformer_jax.nn.linear import DenseGeneral
+from transformer_jax.ops import attention as attention_ops
+from transformer_jax.ops import rope as rope_ops
+from transformer_jax.ops.kv_cache import KVCache, update_kv_cache
+from transformer_jax.ops.masks import AttentionMask
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeSpec:
+    """Static RoPE settings passed to ``ops.rope.apply_rope`` (hashable, so jit caches stay warm)."""
+
+    theta: float = 10000.0
+    pairing: str = "split"
+    scaling: rope_ops.RopeScaling | None = None
+
+    def __call__(self, x_BTHD, positions_BT):
+        return rope_ops.apply_rope(x_BTHD, positions_BT, theta=self.theta, pairing=self.pairing, scaling=self.scaling)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """How attention is computed: ``ops.attention`` kind/impl names and their options."""
+
+    kind: str = "softmax"
+    impl: str = "xla"
+    window: int | None = None
+    block_size: int = 512
+    scale: float | None = None
+
+
+class Attention(nnx.Module):
+    """softmax(Q K^T * scale + bias) V with H query heads and K <= H key/value heads.
+
+    Kernels: q [D, H, Dh], k/v [D, K, Dh] (logical ``embed``, ``heads``/``kv_heads``, ``head_dim``),
+    o [H, Dh, D]. ``value_gain`` multiplies the init of v and o (DeepNorm's beta).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
+                 cross: bool = False, use_bias: bool = False, rope: RopeSpec | None = None,
+                 spec: AttentionSpec = AttentionSpec(),
+                 init: InitScheme = InitScheme(), value_gain: float = 1.0,
+                 dtype: jnp.dtype = jnp.float32, param_dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):
+        if cross and rope is not None:
+            raise ValueError("cross-attention takes no RoPE (query and key positions live in different sequences)")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
+        common = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q = DenseGeneral(d_model, (n_heads, head_dim), axes=("embed", "heads", "head_dim"),
+                              kernel_init=init.kernel(0, (1, 2)), **common)
+        self.k = DenseGeneral(d_model, (n_kv_heads, head_dim), axes=("embed", "kv_heads", "head_dim"),
+                              kernel_init=init.kernel(0, (1, 2)), **common)
+        self.v = DenseGeneral(d_model, (n_kv_heads, head_dim), axes=("embed", "kv_heads", "head_dim"),
+                              kernel_init=init.kernel(0, (1, 2), gain=value_gain), **common)
+        self.o = DenseGeneral((n_heads, head_dim), d_model, axes=("heads", "head_dim", "embed"),
+                              kernel_init=init.kernel((0, 1), 2, residual_out=True, gain=value_gain), **common)
+        self.cross = cross
+        self.rope = rope
+        self.spec = spec
+
+    def project_kv(self, kv_BSD: Float[Array, "B S D"]) -> KVCache:
+        """Keys/values of a fixed memory (cross-attention), computed once and reused every step."""
+        k, v = self.k(kv_BSD), self.v(kv_BSD)
+        return KVCache(k=k, v=v, index=jnp.asarray(k.shape[1], jnp.int32))
+
+    def __call__(
+        self,
+        x_BTD: Float[Array, "B T D"],
+        *,
+        mask: AttentionMask | None,
+        positions_BT: Int[Array, "B T"] | None = None,
+        kv_BSD: Float[Array, "B S D"] | None = None,
+        bias: Float[Array, "B H T S"] | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[Float[Array, "B T D"], KVCache | None]:
+        """Self-attention, or (``cross=True``) attention from x to the memory ``kv_BSD``.
+
+        With a ``cache``: self-attention appends this call's keys/values at ``cache.index`` and
+        attends over all slots (the mask must hide unwritten ones); cross-attention uses the
+        cache's keys/values as they are (see ``project_kv``) and ignores ``kv_BSD``.
+        """
+        q_BTHD = self.q(x_BTD)
+        if self.cross:
+            if cache is None and kv_BSD is None:
+                raise ValueError("cross-attention needs kv_BSD (the encoder output) or a cache from project_kv")
+            if cache is None:
+                cache_kv = self.project_kv(kv_BSD)
+                k_BSKD, v_BSKD = cache_kv.k, cache_kv.v
+            else:
+                k_BSKD, v_BSKD = cache.k.astype(q_BTHD.dtype), cache.v.astype(q_BTHD.dtype)
+        else:
+            k_BSKD, v_BSKD = self.k(x_BTD), self.v(x_BTD)
+            if self.rope is not None:
+                if positions_BT is None:
+                    raise ValueError("RoPE attention needs positions_BT")
+                q_BTHD = self.rope(q_BTHD, positions_BT)
+                k_BSKD = self.rope(k_BSKD, positions_BT)
+            if cache is not None:
+                cache = update_kv_cache(cache, k_BSKD, v_BSKD)
+                k_BSKD, v_BSKD = cache.k.astype(q_BTHD.dtype), cache.v.astype(q_BTHD.dtype)
+        y_BTHD = attention_ops.attention(
+            q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=self.spec.scale, kind=self.spec.kind,
+            impl=self.spec.impl, window=self.spec.window, block_size=self.spec.block_size,
+        )
+        return self.o(y_BTHD), cache

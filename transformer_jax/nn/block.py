@@ -1,0 +1,116 @@
+"""A Transformer layer: self-attention, optional cross-attention, feed-forward, each wrapped
+by the residual/norm placement chosen by name (``post``, ``pre``, ``deepnorm``, ...)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from transformer_jax.nn.attention import Attention, AttentionSpec, RopeSpec
+from transformer_jax.nn.init import InitScheme
+from transformer_jax.nn.mlp import FeedForward
+from transformer_jax.nn.norm import Norm
+from transformer_jax.ops import residual
+from transformer_jax.ops.dropout import dropout
+from transformer_jax.ops.masks import AttentionMask
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """Hyperparameters of one layer (models build it from their ``ModelConfig``).
+
+    ``alpha`` scales the residual stream inside the placement (DeepNorm: Norm(alpha x + F(x)));
+    ``beta`` is the init gain of the value/output/FFN projections (DeepNorm's beta).
+    """
+
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    ffn: str = "relu"
+    use_bias: bool = True
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    norm_bias: bool = True
+    placement: str = "pre"
+    alpha: float = 1.0
+    beta: float = 1.0
+    dropout: float = 0.0
+    attention: AttentionSpec = AttentionSpec()
+    rope: RopeSpec | None = None
+    cross: bool = False
+    init: InitScheme = InitScheme()
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class BlockInputs:
+    """Per-forward values shared by every layer of a stack (closed over, not scanned)."""
+
+    mask: AttentionMask | None = None
+    positions: Int[Array, "B T"] | None = None
+    bias: Float[Array, "B H T S"] | None = None
+    memory: Float[Array, "B S D"] | None = None
+    cross_mask: AttentionMask | None = None
+
+
+class Block(nnx.Module):
+    """x -> placement(x, SelfAttn) -> [placement(x, CrossAttn)] -> placement(x, FFN)."""
+
+    def __init__(self, cfg: BlockConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.placement = residual.PLACEMENTS.get(cfg.placement)
+        attn = dict(use_bias=cfg.use_bias, spec=cfg.attention, init=cfg.init, value_gain=cfg.beta,
+                    dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        norm = dict(kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.param_dtype)
+        self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, **attn)
+        self.self_attn_norm = Norm(cfg.d_model, **norm)
+        if cfg.cross:
+            self.cross_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cross=True, **attn)
+            self.cross_attn_norm = Norm(cfg.d_model, **norm)
+        else:
+            self.cross_attn = self.cross_attn_norm = None
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, kind=cfg.ffn, use_bias=cfg.use_bias, init=cfg.init,
+                               gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        self.ffn_norm = Norm(cfg.d_model, **norm)
+
+    def __call__(
+        self,
+        x_BTD: Float[Array, "B T D"],
+        inputs: BlockInputs,
+        *,
+        cache: dict | None = None,
+        dropout_key: jax.Array | None = None,
+    ) -> tuple[Float[Array, "B T D"], dict | None, dict]:
+        """Returns (x, updated cache (``{"self": KVCache, "cross": KVCache}``) or None, aux)."""
+        cfg, apply = self.cfg, self.placement.apply
+        keys = [None] * 3 if dropout_key is None else list(jax.random.split(dropout_key, 3))
+        new_cache = {} if cache is not None else None
+
+        def self_attention(h):
+            y, c = self.self_attn(h, mask=inputs.mask, positions_BT=inputs.positions, bias=inputs.bias,
+                                  cache=None if cache is None else cache["self"])
+            if new_cache is not None:
+                new_cache["self"] = c
+            return dropout(y, cfg.dropout, keys[0])
+
+        x_BTD = apply(x_BTD, self_attention, self.self_attn_norm, cfg.alpha)
+        if self.cross_attn is not None:
+            def cross_attention(h):
+                y, c = self.cross_attn(h, mask=inputs.cross_mask, kv_BSD=inputs.memory,
+                                       cache=None if cache is None else cache.get("cross"))
+                if new_cache is not None:
+                    new_cache["cross"] = c
+                return dropout(y, cfg.dropout, keys[1])
+
+            x_BTD = apply(x_BTD, cross_attention, self.cross_attn_norm, cfg.alpha)
+        x_BTD = apply(x_BTD, lambda h: dropout(self.ffn(h), cfg.dropout, keys[2]), self.ffn_norm, cfg.alpha)
+        return x_BTD, new_cache, {}

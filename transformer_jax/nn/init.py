@@ -1,0 +1,69 @@
+"""Weight-initialisation schemes, chosen by name (``ModelConfig.init``).
+
+A scheme maps (in/out axes of a kernel, whether it is a residual-branch output, a gain) to a
+``jax.nn.initializers`` initializer. The gain is how DeepNorm's beta (Wang et al. 2022) reaches
+the value/output/FFN projections whatever the scheme.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+from jax.nn import initializers
+
+from transformer_jax.registry import Registry
+
+Initializer = jax.nn.initializers.Initializer
+Axes = int | Sequence[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class InitScheme:
+    """How kernels and embeddings of a model are initialised.
+
+    Attributes:
+      name: registry name.
+      std: standard deviation for ``normal``-style schemes (GPT-2 uses 0.02).
+      n_residual_layers: number of residual sublayers feeding the stream (GPT-2 scales the
+        residual output projections by 1/sqrt(n_residual_layers), i.e. 1/sqrt(2 * n_layers)).
+    """
+
+    name: str = "normal"
+    std: float = 0.02
+    n_residual_layers: int = 1
+
+    def kernel(self, in_axis: Axes, out_axis: Axes, *, residual_out: bool = False, gain: float = 1.0) -> Initializer:
+        return INIT_SCHEMES.get(self.name).kernel(self, in_axis, out_axis, residual_out, gain)
+
+    def embedding(self, d_model: int, *, scaled: bool) -> Initializer:
+        return INIT_SCHEMES.get(self.name).embedding(self, d_model, scaled)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scheme:
+    kernel: object
+    embedding: object
+
+
+def _embedding_init(scheme: InitScheme, d_model: int, scaled: bool) -> Initializer:
+    # Scaled embeddings (x * sqrt(d)) start at unit variance after scaling, as in fairseq/t2t.
+    return initializers.normal(stddev=d_model**-0.5 if scaled else scheme.std)
+
+
+def _normal_kernel(scheme, in_axis, out_axis, residual_out, gain):
+    std = scheme.std * gain
+    if residual_out:
+        std /= math.sqrt(scheme.n_residual_layers)
+    return initializers.normal(stddev=std)
+
+
+def _xavier_kernel(scheme, in_axis, out_axis, residual_out, gain):
+    return initializers.variance_scaling(gain**2, "fan_avg", "uniform", in_axis=in_axis, out_axis=out_axis)
+
+
+INIT_SCHEMES: Registry[_Scheme] = Registry("init scheme")
+INIT_SCHEMES.register("normal", _Scheme(_normal_kernel, _embedding_init))
+INIT_SCHEMES.register("xavier", _Scheme(_xavier_kernel, _embedding_init))

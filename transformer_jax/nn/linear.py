@@ -1,0 +1,54 @@
+"""Dense projections with logical axis names, written as einsums so heads stay a real axis."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.nn import initializers
+from jaxtyping import Array, Float
+
+Initializer = jax.nn.initializers.Initializer
+
+
+class DenseGeneral(nnx.Module):
+    """``y = einsum(x, W) + b`` contracting the trailing ``len(in_shape)`` axes of x.
+
+    Kernel shape ``in_shape + out_shape`` (e.g. [D, H, Dh] for a query projection), carrying the
+    logical axis names ``axes`` (metadata ``logical_axes``, read by ``transformer_jax.parallel``).
+    Parameters are stored in ``param_dtype``; the product runs in ``dtype``.
+    """
+
+    def __init__(
+        self,
+        in_shape: int | tuple[int, ...],
+        out_shape: int | tuple[int, ...],
+        *,
+        axes: tuple[str, ...],
+        use_bias: bool = False,
+        kernel_init: Initializer = initializers.lecun_normal(),
+        dtype: jnp.dtype = jnp.float32,
+        param_dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        self.in_shape = (in_shape,) if isinstance(in_shape, int) else tuple(in_shape)
+        self.out_shape = (out_shape,) if isinstance(out_shape, int) else tuple(out_shape)
+        if len(axes) != len(self.in_shape) + len(self.out_shape):
+            raise ValueError(f"axes={axes} must name every kernel axis of {self.in_shape + self.out_shape}")
+        self.dtype = dtype
+        self.kernel = nnx.Param(
+            kernel_init(rngs.params(), self.in_shape + self.out_shape, param_dtype), logical_axes=axes
+        )
+        self.bias = (
+            nnx.Param(jnp.zeros(self.out_shape, param_dtype), logical_axes=axes[len(self.in_shape) :])
+            if use_bias
+            else None
+        )
+
+    def __call__(self, x: Float[Array, "... In"]) -> Float[Array, "... Out"]:
+        n_in = len(self.in_shape)
+        kernel = self.kernel[...].astype(self.dtype)
+        y = jnp.tensordot(x.astype(self.dtype), kernel, axes=(tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in))))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
