@@ -1,0 +1,35 @@
+"""Data: TFDS builders (array_record, no TensorFlow), tokenizers, grain pipelines, synthetic tasks.
+
+    from transformer_jax.data import DataConfig, build_data
+    data = build_data(DataConfig(dataset="shakespeare"), batch_size=12)
+    it = data.train_iterator(); batch = next(it); state = it.get_state()   # JSON-able
+    for batch in data.eval_batches("val"): ...
+
+Batch formats are documented in ``pipeline.py``; modules: ``config`` (DataConfig),
+``builders`` (TFDS builders), ``sources`` (datasets by name), ``tokenizers``, ``lm`` /
+``seq2seq`` (pipelines), ``synthetic``, ``shakespeare`` (offline corpus), ``bench``.
+"""
+
+from transformer_jax.data.config import DataConfig
+from transformer_jax.data.loader import DataIterator
+from transformer_jax.data.pipeline import Data, build_data
+from transformer_jax.data.shakespeare import SHAKESPEARE_PLAYS, shakespeare_text, write_shakespeare
+from transformer_jax.data.sources import DATASETS
+from transformer_jax.data.tokenizers import (
+    TOKENIZERS,
+    ByteTokenizer,
+    CharTokenizer,
+    SentencePieceTokenizer,
+    SymbolTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_from_json,
+    train_tokenizer,
+)
+
+__all__ = [
+    "DATASETS", "TOKENIZERS", "SHAKESPEARE_PLAYS", "ByteTokenizer", "CharTokenizer", "Data",
+    "DataConfig", "DataIterator", "SentencePieceTokenizer", "SymbolTokenizer", "Tokenizer",
+    "build_data", "load_tokenizer", "shakespeare_text", "tokenizer_from_json", "train_tokenizer",
+    "write_shakespeare",
+]

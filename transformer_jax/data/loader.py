@@ -1,0 +1,164 @@
+"""grain plumbing shared by the pipelines, and the checkpointable ``DataIterator``.
+
+Training order: ``source[process_index::process_count]`` (disjoint shards whose union is the
+split) -> ``shuffle(seed)`` -> ``repeat()`` (grain reshuffles every epoch with seed + epoch)
+-> per-example work -> batch -> ``to_iter_dataset`` (thread pool) -> optional ``mp_prefetch``
+-> thread prefetch. Everything is a function of (config, batch size, process), so the
+iterator state (a small JSON-able dict of indices) resumes the exact order.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import hashlib
+import json
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import grain
+import numpy as np
+
+if TYPE_CHECKING:
+    from transformer_jax.data.config import DataConfig
+    from transformer_jax.data.sources import Corpus
+    from transformer_jax.data.tokenizers import Tokenizer
+
+STATE_VERSION = 1
+# Fields that do not change which batches come out, so a state saved under one value resumes
+# under another.
+_RUNTIME_FIELDS = ("prefetch", "read_threads", "worker_count", "cache_dir", "tfds_download",
+                   "max_records_in_memory")
+
+
+def epochs(source: Sequence | grain.MapDataset, cfg: DataConfig, process_index: int,
+           process_count: int) -> tuple[grain.MapDataset, int]:
+    """This process's shard, shuffled anew each epoch, repeated forever; and the shard length."""
+    ds = source if isinstance(source, grain.MapDataset) else grain.MapDataset.source(source)
+    total = len(ds)
+    ds = ds[process_index::process_count]
+    if len(ds) == 0:
+        raise ValueError(f"the training split has {total} examples, too few to give process "
+                         f"{process_index} of {process_count} any; use more data or fewer processes")
+    shard_len = len(ds)
+    if cfg.shuffle:
+        ds = ds.shuffle(seed=cfg.seed)
+    return ds.repeat(), shard_len
+
+
+def _absl_flags_parsed() -> None:
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def to_iter(ds: grain.MapDataset, cfg: DataConfig) -> grain.IterDataset:
+    """Read with ``read_threads`` threads; with ``worker_count > 0`` also in worker processes."""
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=cfg.read_threads,
+                                              prefetch_buffer_size=8 * cfg.read_threads))
+    if cfg.worker_count > 0:
+        _absl_flags_parsed()
+        it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.worker_count))
+    return it
+
+
+def prefetch(it: grain.IterDataset, cfg: DataConfig) -> grain.IterDataset:
+    if cfg.prefetch > 0:
+        it = grain.experimental.ThreadPrefetchIterDataset(it, prefetch_buffer_size=cfg.prefetch)
+    return it
+
+
+def pipeline_fingerprint(cfg: DataConfig, tokenizer_json: dict, **extra: Any) -> str:
+    """Hash of everything that decides the batch order (not prefetch/threads/cache location)."""
+    fields = {k: v for k, v in vars(cfg).items() if k not in _RUNTIME_FIELDS}
+    blob = json.dumps({"cfg": fields, "tok": tokenizer_json, **extra}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Pipeline(abc.ABC):
+    """Turns a corpus into training batches (grain) and evaluation rows (numpy, in order)."""
+
+    def __init__(self, corpus: Corpus, tokenizer: Tokenizer, cfg: DataConfig):
+        self.corpus, self.tokenizer, self.cfg = corpus, tokenizer, cfg
+        self._eval_rows: dict[str, dict[str, np.ndarray]] = {}
+
+    @abc.abstractmethod
+    def zero_row(self) -> dict[str, np.ndarray]:
+        """A padding row: the shapes and dtypes of one batch row, all zeros."""
+
+    @abc.abstractmethod
+    def train_dataset(self, batch_size: int, process_index: int,
+                      process_count: int) -> grain.IterDataset:
+        """Infinite batches of this process's shard."""
+
+    @abc.abstractmethod
+    def rows(self, split: str) -> dict[str, np.ndarray]:
+        """All rows of ``split`` in order (one deterministic pass), stacked."""
+
+    def eval_rows(self, split: str) -> dict[str, np.ndarray]:
+        if split not in self._eval_rows:
+            self._eval_rows[split] = self.rows(split)
+        return self._eval_rows[split]
+
+    def split_size(self, split: str) -> dict[str, int]:
+        """Examples (rows) and target tokens (weight 1) in one pass over ``split``."""
+        rows = self.eval_rows(split) if split != "train" else self.rows(split)
+        return {"examples": len(rows["weights"]), "tokens": int(rows["weights"].sum())}
+
+
+def _close(box: list) -> None:
+    # Close and drop the grain iterator while its modules are alive (grain's own __del__ at
+    # interpreter teardown raises on half-finalized modules otherwise).
+    while box:
+        box.pop().close()
+
+
+class DataIterator:
+    """An infinite, checkpointable iterator of batches (dicts of numpy arrays).
+
+    ``get_state()`` returns a JSON-serialisable dict; ``set_state(state)`` on a fresh iterator of
+    the same pipeline makes it yield exactly the batches the saved one would have yielded next.
+    Call ``close()`` (or use ``with``) to stop the prefetch threads early.
+    """
+
+    def __init__(self, dataset: grain.IterDataset, fingerprint: str):
+        self.fingerprint = fingerprint
+        self._box = [iter(dataset)]
+        self._finalizer = weakref.finalize(self, _close, self._box)
+
+    @property
+    def _it(self) -> grain.DatasetIterator:
+        if not self._box:
+            raise RuntimeError("this DataIterator is closed")
+        return self._box[0]
+
+    def __iter__(self) -> DataIterator:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        return next(self._it)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "fingerprint": self.fingerprint,
+                "grain": copy.deepcopy(self._it.get_state())}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"not a DataIterator state (version {STATE_VERSION}): {str(state)[:120]}")
+        if state["fingerprint"] != self.fingerprint:
+            raise ValueError(
+                f"the iterator state was saved for another data pipeline (fingerprint "
+                f"{state['fingerprint']} != {self.fingerprint}): the data config, batch size, "
+                "process index/count or tokenizer differ from the run that saved it")
+        self._it.set_state(copy.deepcopy(state["grain"]))
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> DataIterator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
