@@ -1,0 +1,287 @@
+"""Optimizer factory: schedules vs hand-computed values, optimizers, clipping, decay mask, config errors."""
+
+import dataclasses
+import math
+import warnings
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from transformer_jax.train import optim
+from transformer_jax.train.optim import (
+    OptimConfig,
+    learning_rate_at,
+    make_optimizer,
+    make_schedule,
+    weight_decay_mask,
+)
+
+# ---------------------------------------------------------------------------- schedules
+
+
+def _lrs(cfg, total, steps):
+    return np.asarray(make_schedule(cfg, total)(jnp.asarray(list(steps))))  # vectorised in step
+
+
+def test_cosine_hand_values():
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10)
+    # warm-up 0 -> 1 over 10 steps; cosine over steps 10..110; midpoint 60 = (1 + 0.1) / 2.
+    got = _lrs(cfg, 110, [0, 5, 10, 35, 60, 110, 200])
+    quarter = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25))
+    np.testing.assert_allclose(got, [0.0, 0.5, 1.0, quarter, 0.55, 0.1, 0.1], rtol=1e-6, atol=1e-7)
+
+
+def test_cosine_decay_steps_overrides_total():
+    cfg = OptimConfig(lr=1.0, min_lr=0.0, warmup_steps=0, decay_steps=20)
+    np.testing.assert_allclose(_lrs(cfg, 1000, [0, 10, 20, 500]), [1.0, 0.5, 0.0, 0.0], atol=1e-6)
+
+
+def test_linear_and_constant():
+    lin = OptimConfig(schedule="linear", lr=2.0, min_lr=0.0, warmup_steps=4)
+    np.testing.assert_allclose(_lrs(lin, 14, [0, 2, 4, 9, 14, 20]), [0, 1, 2, 1, 0, 0], atol=1e-6)
+    const = OptimConfig(schedule="constant", lr=0.3, warmup_steps=3)
+    np.testing.assert_allclose(_lrs(const, 10, [0, 1, 3, 9, 50]), [0, 0.1, 0.3, 0.3, 0.3], rtol=1e-6)
+    flat = OptimConfig(schedule="constant", lr=0.3, warmup_steps=0)
+    np.testing.assert_allclose(_lrs(flat, 10, [0, 1, 9]), [0.3] * 3, rtol=1e-6)
+
+
+def test_inverse_sqrt_is_paper_formula():
+    d, w = 512, 4000
+    cfg = OptimConfig(schedule="inverse_sqrt", lr=1.0, warmup_steps=w, d_model=d)
+    steps = np.array([0, 1, 99, 2000, w - 2, w - 1, w, 10_000, 99_999])
+    s = steps + 1.0
+    expected = d**-0.5 * np.minimum(s**-0.5, s * w**-1.5)
+    np.testing.assert_allclose(_lrs(cfg, 100_000, steps), expected, rtol=1e-5)
+    # The peak: the warmup_steps-th update (count warmup_steps - 1).
+    dense = _lrs(cfg, 100_000, range(0, 3 * w))
+    assert int(np.argmax(dense)) == w - 1
+    np.testing.assert_allclose(dense.max(), (d * w) ** -0.5, rtol=1e-5)
+
+
+def test_inverse_sqrt_lr_is_a_multiplier():
+    cfg = OptimConfig(schedule="inverse_sqrt", lr=2.0, warmup_steps=10, d_model=64)
+    half = dataclasses.replace(cfg, lr=1.0)
+    np.testing.assert_allclose(_lrs(cfg, 50, [3, 30]), 2 * _lrs(half, 50, [3, 30]), rtol=1e-6)
+
+
+def test_schedule_is_jittable_and_learning_rate_at():
+    cfg = OptimConfig(lr=1.0, min_lr=0.1, warmup_steps=10)
+    sched = jax.jit(make_schedule(cfg, 110))
+    np.testing.assert_allclose(float(sched(jnp.int32(60))), 0.55, rtol=1e-6)
+    assert learning_rate_at(cfg, 110, 60) == pytest.approx(0.55, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- optimizers
+
+
+def _quadratic_descent(cfg, steps=60):
+    target = jnp.array([1.0, -2.0, 3.0])
+    params = {"w": {"kernel": jnp.zeros((3,))}}
+    loss = lambda p: jnp.sum((p["w"]["kernel"] - target) ** 2)  # noqa: E731
+    tx = make_optimizer(cfg, steps)
+    state = tx.init(params)
+
+    @jax.jit
+    def step(p, s):
+        g = jax.grad(loss)(p)
+        u, s = tx.update(g, s, p)
+        return optax.apply_updates(p, u), s
+
+    start = float(loss(params))
+    for _ in range(steps):
+        params, state = step(params, state)
+    return start, float(loss(params))
+
+
+@pytest.mark.parametrize(
+    "name, extra",
+    [("adam", {}), ("adamw", {}), ("sgd", {}), ("sgd", {"nesterov": True}), ("sgd", {"momentum": 0.0})],
+)
+def test_each_optimizer_reduces_a_quadratic(name, extra):
+    lr = 0.05 if name == "sgd" else 0.2
+    cfg = OptimConfig(optimizer=name, lr=lr, schedule="constant", warmup_steps=0, weight_decay=0.0, **extra)
+    start, end = _quadratic_descent(cfg)
+    assert end < 0.05 * start, (name, extra, start, end)
+
+
+def test_registries_list_the_variants():
+    assert set(optim.OPTIMIZERS.names()) >= {"adam", "adamw", "sgd"}
+    assert set(optim.SCHEDULES.names()) >= {"cosine", "inverse_sqrt", "constant", "linear"}
+
+
+def test_grad_clip_bounds_the_global_update():
+    base = dict(optimizer="sgd", momentum=0.0, lr=1.0, schedule="constant", warmup_steps=0, weight_decay=0.0)
+    params = {"a": jnp.zeros((4,)), "b": jnp.zeros((2, 3))}
+    grads = {"a": jnp.full((4,), 100.0), "b": jnp.full((2, 3), -50.0)}
+    for clip, expected in [(1.0, 1.0), (0.5, 0.5), (None, float(optax.tree.norm(grads)))]:
+        tx = make_optimizer(OptimConfig(**base, grad_clip=clip), 10)
+        updates, _ = tx.update(grads, tx.init(params), params)
+        np.testing.assert_allclose(float(optax.tree.norm(updates)), expected, rtol=1e-5)
+    small = jax.tree.map(lambda g: g * 1e-4, grads)  # below the bound: untouched
+    tx = make_optimizer(OptimConfig(**base, grad_clip=1.0), 10)
+    updates, _ = tx.update(small, tx.init(params), params)
+    chex.assert_trees_all_close(updates, jax.tree.map(lambda g: -g, small), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- weight decay
+
+
+def _nested_params():
+    return {
+        "embed": {"embedding": jnp.ones((10, 4))},
+        "layers": {
+            "0": {
+                "attn": {"q": {"kernel": jnp.ones((4, 4)), "bias": jnp.ones((4,))}},
+                "norm1": {"scale": jnp.ones((4,))},
+                "mlp": {"w_in": jnp.ones((4, 8)), "b_in": jnp.ones((8,))},
+                "ln_2": {"weight": jnp.ones((4,))},
+            }
+        },
+        "wpe": jnp.ones((16, 4)),
+        "final": {"scale": jnp.ones((4,))},
+        "head": {"kernel": jnp.ones((4, 10))},
+    }
+
+
+def test_weight_decay_mask_nested_dict():
+    mask = weight_decay_mask(_nested_params())
+    assert mask == {
+        "embed": {"embedding": False},
+        "layers": {
+            "0": {
+                "attn": {"q": {"kernel": True, "bias": False}},
+                "norm1": {"scale": False},
+                "mlp": {"w_in": True, "b_in": False},
+                "ln_2": {"weight": False},
+            }
+        },
+        "wpe": False,
+        "final": {"scale": False},
+        "head": {"kernel": True},
+    }
+
+
+def test_weight_decay_mask_exclude_subsets():
+    params = _nested_params()
+    assert all(jax.tree.leaves(weight_decay_mask(params, exclude=())))
+    only_bias = weight_decay_mask(params, exclude=("bias",))
+    assert only_bias["layers"]["0"]["norm1"]["scale"] and only_bias["embed"]["embedding"]
+    assert not only_bias["layers"]["0"]["attn"]["q"]["bias"]
+    with pytest.raises(ValueError, match="exclude"):
+        weight_decay_mask(params, exclude=("norms",))
+
+
+def test_weight_decay_mask_on_nnx_state_and_shapes():
+    class Tiny(nnx.Module):
+        def __init__(self, rngs):
+            self.tok_embed = nnx.Embed(10, 4, rngs=rngs)
+            self.blocks = nnx.List([nnx.Linear(4, 4, rngs=rngs), nnx.LayerNorm(4, rngs=rngs)])
+            self.out = nnx.Linear(4, 3, use_bias=False, rngs=rngs)
+
+    model = Tiny(nnx.Rngs(0))
+    state = nnx.state(model, nnx.Param)
+    mask = weight_decay_mask(state)
+    flat = {tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in p): v
+            for p, v in jax.tree_util.tree_leaves_with_path(mask)}
+    decayed = {p[:-1] for p, v in flat.items() if v}  # drop the Variable's trailing "value"
+    assert decayed == {("blocks", "0", "kernel"), ("out", "kernel")}
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    assert jax.tree.leaves(weight_decay_mask(shapes)) == jax.tree.leaves(mask)
+    # And it drives an nnx.Optimizer: a zero-gradient AdamW step only shrinks the two kernels.
+    tx = make_optimizer(OptimConfig(lr=0.1, schedule="constant", warmup_steps=0), 5)
+    opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    before = jax.tree.map(jnp.copy, nnx.state(model, nnx.Param))
+    opt.update(model, jax.tree.map(jnp.zeros_like, before))
+    after = nnx.state(model, nnx.Param)
+    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), before, after))
+    assert changed == jax.tree.leaves(mask)
+
+
+@pytest.mark.parametrize("precomputed", [False, True])
+def test_adamw_zero_grad_step_decays_only_masked_leaves(precomputed):
+    params = _nested_params()
+    cfg = OptimConfig(lr=0.1, weight_decay=0.5, schedule="constant", warmup_steps=0)
+    tx = make_optimizer(cfg, 10, param_info=params if precomputed else None)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = jax.jit(tx.update)(zeros, tx.init(params), params)
+    new = optax.apply_updates(params, updates)
+    mask = weight_decay_mask(params)
+    expected = jax.tree.map(lambda p, m: p * (1 - 0.1 * 0.5) if m else p, params, mask)
+    chex.assert_trees_all_close(new, expected, rtol=1e-6)
+
+
+def test_adam_never_decays_and_sgd_decays_decoupled():
+    params = _nested_params()
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    tx = make_optimizer(OptimConfig(optimizer="adam", schedule="constant", warmup_steps=0), 10)
+    updates, _ = tx.update(zeros, tx.init(params), params)
+    assert all(float(jnp.abs(u).max()) == 0.0 for u in jax.tree.leaves(updates))
+    cfg = OptimConfig(optimizer="sgd", lr=0.1, weight_decay=0.5, schedule="constant", warmup_steps=0)
+    tx = make_optimizer(cfg, 10)
+    updates, _ = tx.update(zeros, tx.init(params), params)
+    np.testing.assert_allclose(updates["head"]["kernel"], -0.05 * params["head"]["kernel"], rtol=1e-6)
+    assert float(jnp.abs(updates["layers"]["0"]["attn"]["q"]["bias"]).max()) == 0.0
+
+
+# ---------------------------------------------------------------------------- config errors
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"optimizer": "adamww"}, r"optimizer.*'adamw'"),
+        ({"optimizer": "lion"}, r"optimizer.*choose one of: adam, adamw, sgd"),
+        ({"schedule": "cosin"}, r"schedule.*'cosine'"),
+        ({"lr": -1e-3}, r"lr=-0.001"),
+        ({"lr": float("nan")}, r"lr=nan"),
+        ({"min_lr": 0.1, "lr": 0.01}, r"min_lr=0.1 > lr=0.01"),
+        ({"warmup_steps": -1}, r"warmup_steps=-1"),
+        ({"warmup_steps": 50, "decay_steps": 10}, r"warmup_steps=50 > decay_steps=10"),
+        ({"schedule": "inverse_sqrt", "d_model": 8, "warmup_steps": 0, "lr": 1.0}, r"warmup_steps=0"),
+        ({"b1": 1.0}, r"b1=1.0"),
+        ({"eps": 0.0}, r"eps=0.0"),
+        ({"grad_clip": 0.0}, r"grad_clip=0.0.*None to disable"),
+        ({"decay_exclude": ("norms",)}, r"decay_exclude.*'norm'"),
+        ({"decay_exclude": "norm"}, r"decay_exclude='norm' must be a tuple"),
+        ({"nesterov": 1}, r"nesterov=1"),
+    ],
+)
+def test_invalid_configs_name_the_field(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        OptimConfig(**kwargs)
+
+
+def test_decay_exclude_list_becomes_tuple():
+    assert OptimConfig(decay_exclude=["bias"]).decay_exclude == ("bias",)
+
+
+def test_inverse_sqrt_needs_d_model_when_built():
+    cfg = OptimConfig(schedule="inverse_sqrt", lr=1.0)  # d_model may be filled in later
+    with pytest.raises(ValueError, match=r"d_model=None.*set OptimConfig.d_model"):
+        make_schedule(cfg, 100)
+    with pytest.raises(ValueError, match=r"d_model=None"):
+        make_optimizer(cfg, 100)
+    with pytest.raises(ValueError, match=r"d_model=0"):
+        OptimConfig(schedule="inverse_sqrt", d_model=0)
+
+
+def test_inverse_sqrt_small_multiplier_warns():
+    with pytest.warns(UserWarning, match="multiplier.*peak learning rate will be 6.99e-07"):
+        make_schedule(OptimConfig(schedule="inverse_sqrt", d_model=512, lr=1e-3, warmup_steps=4000), 10**5)
+
+
+def test_warmup_longer_than_run_warns_not_errors():
+    cfg = OptimConfig(warmup_steps=100)
+    with pytest.warns(UserWarning, match="warmup_steps=100 > total_steps=10"):
+        sched = make_schedule(cfg, 10)
+    assert 0.0 < float(sched(9)) < cfg.lr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_schedule(cfg, 1000)
+    with pytest.raises(ValueError, match="total_steps=0"):
+        make_schedule(cfg, 0)

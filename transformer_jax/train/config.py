@@ -1,0 +1,98 @@
+"""``TrainConfig`` and the experiment ``Config`` (model + data + train + mesh)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from transformer_jax.configlib import ConfigError, check_choice, check_positive, check_range, fail
+from transformer_jax.data.config import DataConfig
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.parallel.config import MeshConfig
+from transformer_jax.train.optim import OptimConfig
+
+NONFINITE_POLICIES = ("skip", "halt")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The training loop: steps, batch, optimizer, evaluation, checkpoints, budgets.
+
+    ``batch_size`` is the global batch (all processes, all micro-batches); ``grad_accum``
+    micro-batches of ``batch_size / grad_accum`` rows make one optimizer step.
+    """
+
+    steps: int = 2000
+    batch_size: int = 12
+    grad_accum: int = 1
+    seed: int = 0
+    optim: OptimConfig = OptimConfig()
+    label_smoothing: float = 0.0
+    z_loss: float = 0.0
+    eval_every: int = 250
+    eval_batches: int | None = None  # None: the whole validation split
+    log_every: int = 10
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 3
+    keep_best: bool = True
+    max_minutes: float | None = None  # wall-clock budget; the run ends cleanly when reached
+    nonfinite: str = "skip"  # non-finite loss/gradients: skip the update, or halt
+    max_consecutive_skips: int = 10
+    per_layer_grad_norms: bool = True
+    peak_flops: float | None = None  # for MFU; None: a known accelerator peak or a measured GEMM peak
+    sample_every: int = 0  # print a short sample every N steps (0: only at the end)
+    sample_tokens: int = 200
+    sample_prompt: str = "\n"
+
+    def __post_init__(self):
+        check_positive("train.steps", self.steps)
+        check_positive("train.batch_size", self.batch_size)
+        check_positive("train.grad_accum", self.grad_accum)
+        if self.batch_size % self.grad_accum:
+            fail("train.grad_accum", self.grad_accum, f"does not divide batch_size={self.batch_size}",
+                 "use a divisor of the batch size")
+        check_range("train.label_smoothing", self.label_smoothing, 0.0, 1.0)
+        check_positive("train.z_loss", self.z_loss, allow_zero=True)
+        for name in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints", "max_consecutive_skips"):
+            check_positive(f"train.{name}", getattr(self, name))
+        if self.eval_batches is not None:
+            check_positive("train.eval_batches", self.eval_batches)
+        if self.max_minutes is not None:
+            check_positive("train.max_minutes", self.max_minutes)
+        check_choice("train.nonfinite", self.nonfinite, NONFINITE_POLICIES, "non-finite policy")
+        check_positive("train.sample_every", self.sample_every, allow_zero=True)
+        check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One experiment: what to build (model), on what (data), how (train), where (mesh)."""
+
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    mesh: MeshConfig = MeshConfig()
+    name: str = "experiment"
+
+    def __post_init__(self):
+        m, d = self.model, self.data
+        task_kind = "encoder_decoder" if d.task == "seq2seq" else "decoder_lm"
+        if m.kind != task_kind:
+            fail("model.kind", m.kind, f"data.dataset={d.dataset!r} is a {d.task} task",
+                 f"use model.kind={task_kind!r} (or another dataset)")
+        longest = max(d.seq_len, d.max_src_len if d.task == "seq2seq" else 0)
+        if m.position == "learned" and longest > m.max_len:
+            fail("data.seq_len", d.seq_len, f"is longer than model.max_len={m.max_len} (the learned position table)",
+                 "raise model.max_len or lower data.seq_len")
+        if self.train.optim.schedule == "inverse_sqrt" and self.train.optim.d_model not in (None, m.d_model):
+            fail("train.optim.d_model", self.train.optim.d_model, f"differs from model.d_model={m.d_model}")
+
+
+def resolve(cfg: Config) -> Config:
+    """Fills values one section derives from another (e.g. the inverse-sqrt schedule's d_model)."""
+    if cfg.train.optim.schedule == "inverse_sqrt" and cfg.train.optim.d_model is None:
+        optim = dataclasses.replace(cfg.train.optim, d_model=cfg.model.d_model)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, optim=optim))
+    return cfg
+
+
+__all__ = ["Config", "ConfigError", "TrainConfig", "NONFINITE_POLICIES", "resolve"]

@@ -1,0 +1,365 @@
+"""Optimizer factory: `OptimConfig` -> clip -> optimizer with a learning-rate schedule.
+
+Optimizers and schedules are chosen by name through `OPTIMIZERS` and `SCHEDULES`; adding one is
+a function plus a registry line.
+
+Conventions
+- The schedule is evaluated at the optax update count: the k-th update (0-based) uses
+  ``learning_rate_at(cfg, total_steps, k)``.
+- Weight decay is decoupled (AdamW; SGDW for ``sgd``): each update subtracts
+  ``lr_t * weight_decay * param`` from every decayed parameter. ``adam`` never decays (use
+  ``adamw``). Which parameters decay is decided by `weight_decay_mask` and ``cfg.decay_exclude``.
+- Gradient accumulation is not done here. The train step sums (then averages) micro-batch
+  gradients itself, e.g. in a ``lax.scan``, and calls the optimizer once per step. This keeps the
+  schedule and optimizer state counting real steps, needs no extra accumulator in the optimizer
+  state, and gives results that do not depend on where a checkpoint fell inside an accumulation
+  window. (``optax.MultiSteps`` is deliberately not wrapped.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from transformer_jax.registry import Registry, unknown_name_message
+
+DECAY_GROUPS = ("norm", "bias", "embedding")
+
+OPTIMIZERS: Registry[Callable[..., optax.GradientTransformation]] = Registry("optimizer")
+SCHEDULES: Registry[Callable[..., optax.Schedule]] = Registry("schedule")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """Optimizer, learning-rate schedule, clipping and weight decay.
+
+    ``lr`` is the peak learning rate, except for ``schedule="inverse_sqrt"`` where it is the
+    multiplier of ``d_model**-0.5 * ...`` (paper: 1.0). ``decay_steps`` (cosine/linear; counts
+    the warm-up too) defaults to the ``total_steps`` given to the factory; after it the rate
+    stays at ``min_lr``. ``grad_clip`` is a global-norm bound (None: no clipping).
+    ``decay_exclude`` names the parameter groups weight decay skips (see `weight_decay_mask`).
+    ``d_model`` may stay None until the schedule is built (`make_schedule` raises if
+    ``inverse_sqrt`` still lacks it), so a whole-experiment config can fill it from the model.
+    """
+
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    schedule: str = "cosine"
+    warmup_steps: int = 100
+    min_lr: float = 1e-4
+    decay_steps: int | None = None
+    b1: float = 0.9
+    b2: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = False
+    grad_clip: float | None = 1.0
+    decay_exclude: tuple[str, ...] = DECAY_GROUPS
+    d_model: int | None = None
+
+    def __post_init__(self):
+        for field, registry in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES)):
+            name = getattr(self, field)
+            if name not in registry:
+                msg = unknown_name_message(registry.kind, name, registry.names())
+                raise ValueError(f"OptimConfig.{field}: {msg}")
+        _check_real("lr", self.lr, low=0.0, low_open=True)
+        _check_real("min_lr", self.min_lr, low=0.0)
+        _check_int("warmup_steps", self.warmup_steps, low=0)
+        if self.decay_steps is not None:
+            _check_int("decay_steps", self.decay_steps, low=1)
+            if self.schedule in ("cosine", "linear") and self.warmup_steps > self.decay_steps:
+                raise ValueError(
+                    f"warmup_steps={self.warmup_steps} > decay_steps={self.decay_steps}: the "
+                    f"decay would end before the warm-up; lower warmup_steps or raise decay_steps"
+                )
+        if self.schedule in ("cosine", "linear") and self.min_lr > self.lr:
+            raise ValueError(
+                f"min_lr={self.min_lr} > lr={self.lr}: the {self.schedule} schedule decays from lr "
+                f"to min_lr; set min_lr <= lr"
+            )
+        for name in ("b1", "b2", "momentum"):
+            _check_real(name, getattr(self, name), low=0.0, high=1.0)
+        _check_real("eps", self.eps, low=0.0, low_open=True)
+        _check_real("weight_decay", self.weight_decay, low=0.0)
+        if not isinstance(self.nesterov, bool):
+            raise ValueError(f"nesterov={self.nesterov!r} must be True or False")
+        if self.grad_clip is not None:
+            _check_real("grad_clip", self.grad_clip, low=0.0, low_open=True, none_hint=True)
+        self._check_decay_exclude()
+        if self.d_model is not None:
+            _check_int("d_model", self.d_model, low=1)
+        if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
+            raise ValueError(
+                "warmup_steps=0: schedule='inverse_sqrt' needs warmup_steps >= 1 (paper: 4000)"
+            )
+
+    def _check_decay_exclude(self):
+        value = self.decay_exclude
+        if isinstance(value, str) or not isinstance(value, tuple | list):
+            raise ValueError(
+                f"decay_exclude={value!r} must be a tuple of group names, e.g. ('norm', 'bias')"
+            )
+        for group in value:
+            if group not in DECAY_GROUPS:
+                raise ValueError(
+                    f"decay_exclude: {unknown_name_message('parameter group', group, DECAY_GROUPS)}"
+                )
+        object.__setattr__(self, "decay_exclude", tuple(value))
+
+
+def _check_real(name, value, *, low, high=None, low_open=False, none_hint=False):
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
+    if not ok:
+        rng = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
+        hint = " (or None to disable)" if none_hint else ""
+        raise ValueError(f"{name}={value!r} must be a finite number {rng}{hint}")
+
+
+def _check_int(name, value, *, low):
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedules: fn(cfg, total_steps) -> optax.Schedule (jit-able in the update count).
+
+
+def _decay_steps(cfg: OptimConfig, total_steps: int) -> int:
+    return cfg.decay_steps if cfg.decay_steps is not None else total_steps
+
+
+def _warmup(cfg: OptimConfig, step: jax.Array) -> jax.Array:
+    """Linear ramp from 0 (step 0) to lr (step warmup_steps)."""
+    return cfg.lr * step / max(cfg.warmup_steps, 1)
+
+
+@SCHEDULES.register("cosine")
+def cosine_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
+    """Warm-up 0 -> lr over ``warmup_steps``, then ``min_lr + (lr - min_lr)(1 + cos(pi t))/2``
+    with ``t = (step - warmup) / (decay_steps - warmup)`` clipped to [0, 1]."""
+    warm, decay = cfg.warmup_steps, _decay_steps(cfg, total_steps)
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        t = jnp.clip((step - warm) / max(decay - warm, 1), 0.0, 1.0)
+        cos = cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + jnp.cos(jnp.pi * t))
+        return jnp.where(step < warm, _warmup(cfg, step), cos)
+
+    return schedule
+
+
+@SCHEDULES.register("linear")
+def linear_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
+    """Warm-up 0 -> lr over ``warmup_steps``, then linear lr -> ``min_lr`` at ``decay_steps``."""
+    warm, decay = cfg.warmup_steps, _decay_steps(cfg, total_steps)
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        t = jnp.clip((step - warm) / max(decay - warm, 1), 0.0, 1.0)
+        return jnp.where(step < warm, _warmup(cfg, step), cfg.lr + (cfg.min_lr - cfg.lr) * t)
+
+    return schedule
+
+
+@SCHEDULES.register("constant")
+def constant_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
+    """Warm-up 0 -> lr over ``warmup_steps`` (none if 0), then lr."""
+    del total_steps
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        return jnp.where(step < cfg.warmup_steps, _warmup(cfg, step), jnp.float32(cfg.lr))
+
+    return schedule
+
+
+@SCHEDULES.register("inverse_sqrt")
+def inverse_sqrt_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
+    """Vaswani et al. 2017, eq. 3, with ``s = step + 1`` (the 1-based update number):
+
+    ``lr_t = lr * d_model**-0.5 * min(s**-0.5, s * warmup_steps**-1.5)``.
+
+    Rises linearly for ``s <= warmup_steps``, peaks at ``s = warmup_steps`` (update count
+    ``warmup_steps - 1``) with ``lr * (d_model * warmup_steps)**-0.5``, then decays as
+    ``s**-0.5``. ``min_lr`` and ``decay_steps`` are not used.
+    """
+    del total_steps
+    if cfg.d_model is None:
+        raise ValueError(
+            "d_model=None: schedule='inverse_sqrt' scales by d_model**-0.5; set "
+            "OptimConfig.d_model to the model width (train.config.resolve fills it from the model)"
+        )
+    scale = cfg.lr * cfg.d_model**-0.5
+    if cfg.lr < 0.01:
+        warnings.warn(
+            f"schedule='inverse_sqrt' uses lr={cfg.lr} as a multiplier (paper: 1.0); the peak "
+            f"learning rate will be {scale * cfg.warmup_steps**-0.5:.3g}",
+            stacklevel=3,
+        )
+
+    def schedule(step):
+        s = jnp.asarray(step, jnp.float32) + 1.0
+        return scale * jnp.minimum(s**-0.5, s * cfg.warmup_steps**-1.5)
+
+    return schedule
+
+
+def make_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
+    """The learning-rate schedule of ``cfg`` for a run of ``total_steps`` updates.
+
+    A warm-up longer than the run only warns (the rate then never reaches its peak), so short
+    smoke runs work with the default config.
+    """
+    _check_int("total_steps", total_steps, low=1)
+    if cfg.warmup_steps > total_steps:  # (warmup > decay_steps is a config error)
+        warnings.warn(
+            f"warmup_steps={cfg.warmup_steps} > total_steps={total_steps}: the learning rate "
+            f"never reaches its peak; lower OptimConfig.warmup_steps",
+            stacklevel=2,
+        )
+    return SCHEDULES.get(cfg.schedule)(cfg, total_steps)
+
+
+def learning_rate_at(cfg: OptimConfig, total_steps: int, step: int) -> float:
+    """The learning rate the update with (0-based) count ``step`` uses; for logging."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(make_schedule(cfg, total_steps)(step))
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight-decay mask.
+
+_NAMELESS = ("value", "raw_value")  # trailing attribute keys of nnx.Variable leaves
+
+
+def _path_names(path) -> list[str]:
+    keys = list(path)
+    while len(keys) > 1 and getattr(keys[-1], "name", None) in _NAMELESS:
+        keys.pop()
+    names = []
+    for key in keys:
+        if isinstance(key, jax.tree_util.DictKey | jax.tree_util.FlattenedIndexKey):
+            names.append(str(key.key))
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            names.append(key.name)
+        elif isinstance(key, jax.tree_util.SequenceKey):
+            names.append(str(key.idx))
+        else:
+            names.append(str(key))
+    return names
+
+
+def param_groups(path, leaf) -> frozenset[str]:
+    """The decay groups (subset of ``DECAY_GROUPS``) of one parameter, from its path and shape.
+
+    - ``bias``: the last key is ``bias`` or starts with ``b_``.
+    - ``norm``: a key contains ``norm`` (``norm1``, ``LayerNorm_0``, ``final_norm``), or has
+      ``ln`` as a ``_``/digit-separated token (``ln``, ``ln_f``, ``ln1``, ``attn_ln``), or the
+      leaf is a 1-D ``scale``.
+    - ``embedding``: a key contains ``embed`` (also ``unembed``) or ``pos_emb``, or has the token
+      ``wte``/``wpe`` (GPT-2 names).
+    Keys are compared lower-cased.
+    """
+    names = [n.lower() for n in _path_names(path)]
+    last = names[-1] if names else ""
+    tokens = {t for n in names for t in re.split(r"[^a-z]+", n) if t}
+    groups = set()
+    if last == "bias" or last.startswith("b_"):
+        groups.add("bias")
+    is_1d_scale = last == "scale" and len(getattr(leaf, "shape", ())) == 1
+    if any("norm" in n for n in names) or "ln" in tokens or is_1d_scale:
+        groups.add("norm")
+    if any("embed" in n or "pos_emb" in n for n in names) or tokens & {"wte", "wpe"}:
+        groups.add("embedding")
+    return frozenset(groups)
+
+
+def weight_decay_mask(params: Any, exclude: tuple[str, ...] = DECAY_GROUPS) -> Any:
+    """A pytree of bools like ``params``: True where weight decay applies.
+
+    ``params`` is any pytree of arrays (or ``jax.ShapeDtypeStruct``s): nested dicts, an
+    ``nnx.State`` (its ``Variable`` leaves' trailing ``value`` key is ignored), lists. A leaf is
+    decayed unless one of its `param_groups` is in ``exclude``. For
+    ``{"embed": {"embedding": E}, "layers": {"0": {"attn": {"q": {"kernel": W, "bias": b}},
+    "norm1": {"scale": g}}}}`` with the default ``exclude`` only ``W`` is decayed.
+    """
+    excluded = frozenset(exclude)
+    bad = excluded - set(DECAY_GROUPS)
+    if bad:
+        raise ValueError(
+            f"exclude={tuple(exclude)!r}: unknown groups {sorted(bad)}; choose from {DECAY_GROUPS}"
+        )
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: not (param_groups(path, leaf) & excluded), params
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizers: fn(cfg, learning_rate, decay_mask) -> optax.GradientTransformation.
+
+
+def _decoupled_decay(cfg: OptimConfig, mask) -> optax.GradientTransformation:
+    if cfg.weight_decay == 0.0:
+        return optax.identity()
+    return optax.add_decayed_weights(cfg.weight_decay, mask=mask)
+
+
+@OPTIMIZERS.register("adam")
+def adam(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+    """Adam (Kingma & Ba 2014) without weight decay; ``weight_decay`` is ignored."""
+    del mask
+    return optax.adam(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+
+
+@OPTIMIZERS.register("adamw")
+def adamw(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+    """AdamW (Loshchilov & Hutter 2019): Adam plus decoupled decay ``lr_t * wd * param``."""
+    return optax.chain(
+        optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps),
+        _decoupled_decay(cfg, mask),
+        optax.scale_by_learning_rate(learning_rate),
+    )
+
+
+@OPTIMIZERS.register("sgd")
+def sgd(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+    """SGD with (optionally Nesterov) momentum and decoupled decay ``lr_t * wd * param``."""
+    return optax.chain(
+        optax.trace(decay=cfg.momentum, nesterov=cfg.nesterov),
+        _decoupled_decay(cfg, mask),
+        optax.scale_by_learning_rate(learning_rate),
+    )
+
+
+def make_optimizer(
+    cfg: OptimConfig, total_steps: int, *, param_info: Any = None
+) -> optax.GradientTransformation:
+    """``clip_by_global_norm(grad_clip)`` -> the optimizer of ``cfg`` with `make_schedule`.
+
+    ``param_info``: optionally the parameter pytree (arrays or ``ShapeDtypeStruct``s, the same
+    structure the optimizer will see) to build the weight-decay mask once, up front; without it
+    the mask is computed by `weight_decay_mask` from whatever tree the optimizer is given.
+    """
+    schedule = make_schedule(cfg, total_steps)
+    if param_info is not None:
+        mask = weight_decay_mask(param_info, cfg.decay_exclude)
+    else:
+        exclude = cfg.decay_exclude
+
+        def mask(tree):
+            return weight_decay_mask(tree, exclude)
+
+    clip = optax.identity() if cfg.grad_clip is None else optax.clip_by_global_norm(cfg.grad_clip)
+    return optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, mask))
