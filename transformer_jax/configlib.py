@@ -137,37 +137,58 @@ def _parse_value(text: str, hint: Any, path: str) -> Any:
 
 
 def apply_overrides(cfg: Any, overrides: typing.Sequence[str]) -> Any:
-    """Returns ``cfg`` with ``key.sub=value`` overrides applied (validated by the dataclasses).
+    """Returns ``cfg`` with ``key.sub=value`` overrides applied.
 
-    Unknown keys raise a ``ConfigError`` naming the nearest valid keys.
+    All overrides of one config section are applied together (so ``data.dataset=text
+    data.path=FILE`` is validated as a whole); unknown keys raise a ``ConfigError`` naming the
+    nearest valid keys; a later value for the same key wins.
     """
+    tree: dict = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=500")
-        key, text = item.split("=", 1)
-        cfg = _set_path(cfg, key.strip().split("."), text.strip(), key.strip())
-    return cfg
+        key, text = (part.strip() for part in item.split("=", 1))
+        node = tree
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: {part} was also given a plain value")
+        if isinstance(node.get(parts[-1]), dict):
+            raise ConfigError(f"--set {key}: {key} is a group of settings; set its fields, e.g. {key}.<field>=...")
+        node[parts[-1]] = (text, key)
+    return _apply(cfg, tree, "")
 
 
-def _set_path(cfg: Any, parts: list[str], text: str, full: str, prefix: str = "") -> Any:
+def _first_key(node) -> str:
+    return node[1] if isinstance(node, tuple) else _first_key(next(iter(node.values())))
+
+
+def _apply(cfg: Any, tree: dict, prefix: str) -> Any:
     hints = typing.get_type_hints(type(cfg))
-    name = parts[0]
-    if name not in hints or name not in {f.name for f in dataclasses.fields(cfg)}:
-        valid = [prefix + v for v in _field_paths(type(cfg))]
-        close = difflib.get_close_matches(full, valid, n=3, cutoff=0.6)
-        if not close:
-            by_leaf = {v.split(".")[-1]: v for v in valid}
-            close = [by_leaf[c] for c in difflib.get_close_matches(parts[-1], list(by_leaf), n=3, cutoff=0.6)]
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"unknown config key {full!r}{hint}")
-    if len(parts) == 1:
-        return dataclasses.replace(cfg, **{name: _parse_value(text, hints[name], full)})
-    sub = getattr(cfg, name)
-    if sub is None:
-        sub_cls = _dataclass_in(hints[name])
-        if sub_cls is None:
-            raise ConfigError(f"{'.'.join(parts[:1])} has no sub-fields (while setting {full})")
-        sub = sub_cls()
-    if not dataclasses.is_dataclass(sub):
-        raise ConfigError(f"{full}: {name} is a plain value, not a group of settings")
-    return dataclasses.replace(cfg, **{name: _set_path(sub, parts[1:], text, full, f"{prefix}{name}.")})
+    names = {f.name for f in dataclasses.fields(cfg)}
+    changes = {}
+    for name, node in tree.items():
+        if name not in names:
+            full = _first_key(node)
+            valid = [prefix + v for v in _field_paths(type(cfg))]
+            close = difflib.get_close_matches(full, valid, n=3, cutoff=0.6)
+            if not close:
+                by_leaf = {v.split(".")[-1]: v for v in valid}
+                close = [by_leaf[c] for c in difflib.get_close_matches(full.split(".")[-1], list(by_leaf), n=3,
+                                                                        cutoff=0.6)]
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"unknown config key {full!r}{hint}")
+        if isinstance(node, tuple):
+            changes[name] = _parse_value(node[0], hints[name], node[1])
+            continue
+        sub = getattr(cfg, name)
+        if sub is None:
+            sub_cls = _dataclass_in(hints[name])
+            if sub_cls is None:
+                raise ConfigError(f"{prefix}{name} has no sub-fields (while setting {_first_key(node)})")
+            sub = sub_cls()
+        if not dataclasses.is_dataclass(sub):
+            raise ConfigError(f"{_first_key(node)}: {prefix}{name} is a plain value, not a group of settings")
+        changes[name] = _apply(sub, node, f"{prefix}{name}.")
+    return dataclasses.replace(cfg, **changes)

@@ -262,7 +262,7 @@ def test_decay_exclude_list_becomes_tuple():
 
 def test_inverse_sqrt_needs_d_model_when_built():
     cfg = OptimConfig(schedule="inverse_sqrt", lr=1.0)  # d_model may be filled in later
-    with pytest.raises(ValueError, match=r"d_model=None.*set OptimConfig.d_model"):
+    with pytest.raises(ValueError, match=r"d_model=None.*set train.optim.d_model"):
         make_schedule(cfg, 100)
     with pytest.raises(ValueError, match=r"d_model=None"):
         make_optimizer(cfg, 100)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from transformer_jax.configlib import ConfigError
 from transformer_jax.registry import unknown_name_message
 
 SP_MODEL_TYPES = ("bpe", "unigram")
@@ -85,7 +86,7 @@ class DataConfig:
         def choose(name: str, valid, kind: str) -> None:
             value = getattr(self, name)
             if value not in valid:
-                raise ValueError(f"data.{name}: " + unknown_name_message(kind, value, tuple(valid)))
+                raise ConfigError(f"data.{name}: " + unknown_name_message(kind, value, tuple(valid)))
 
         choose("dataset", DATASETS.names(), "dataset")
         choose("tokenizer", TOKENIZERS.names(), "tokenizer")
@@ -101,32 +102,32 @@ class DataConfig:
             hint = {"path": "a text file, comma-separated files or a directory",
                     "dir": "a directory with train.SRC/train.TGT (optionally .gz) and val.*",
                     "tfds_name": "a TFDS catalog name such as tiny_shakespeare"}[need]
-            raise ValueError(f"data.{need} is required when data.dataset={self.dataset!r}: give {hint}")
+            raise ConfigError(f"data.{need} is required when data.dataset={self.dataset!r}: give {hint}")
         if self.src_lang == self.tgt_lang:
-            raise ValueError(f"data.src_lang and data.tgt_lang are both {self.src_lang!r}; "
+            raise ConfigError(f"data.src_lang and data.tgt_lang are both {self.src_lang!r}; "
                              "give two different language suffixes")
         if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction={self.val_fraction} must be in (0, 1), e.g. 0.1")
+            raise ConfigError(f"data.val_fraction={self.val_fraction} must be in (0, 1), e.g. 0.1")
         positive = ("seq_len", "max_src_len", "chunk_chars", "synthetic_train_size",
                     "synthetic_val_size", "synthetic_min_len", "synthetic_vocab",
                     "sp_max_sentences", "tokenizer_max_records", "read_threads",
                     "max_records_in_memory")
         for name in positive:
             if getattr(self, name) < 1:
-                raise ValueError(f"data.{name}={getattr(self, name)} must be >= 1")
+                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 1")
         for name in ("prefetch", "worker_count"):
             if getattr(self, name) < 0:
-                raise ValueError(f"data.{name}={getattr(self, name)} must be >= 0 (0 turns it off)")
+                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 0 (0 turns it off)")
         if not 0 <= self.seed < 2**32:
-            raise ValueError(f"data.seed={self.seed} must be in [0, 2**32)")
+            raise ConfigError(f"data.seed={self.seed} must be in [0, 2**32)")
         if self.seq_len < 2 or self.max_src_len < 2:
-            raise ValueError(f"data.seq_len={self.seq_len} and data.max_src_len={self.max_src_len} "
+            raise ConfigError(f"data.seq_len={self.seq_len} and data.max_src_len={self.max_src_len} "
                              "must be >= 2 (room for BOS/EOS)")
         if self.tokenizer == "sentencepiece":
             fallback = self.sp_byte_fallback
             low = 300 if fallback else 8
             if self.vocab_size < low:
-                raise ValueError(
+                raise ConfigError(
                     f"data.vocab_size={self.vocab_size} is too small for SentencePiece"
                     + (" with byte fallback (256 byte pieces)" if fallback else "")
                     + f"; use >= {low}" + (" or set data.sp_byte_fallback=false" if fallback else ""))
@@ -136,24 +137,35 @@ class DataConfig:
     def _check_synthetic(self, task) -> None:
         lo, hi = self.synthetic_min_len, self.synthetic_max_len
         if lo > hi:
-            raise ValueError(f"data.synthetic_min_len={lo} > data.synthetic_max_len={hi}; "
+            raise ConfigError(f"data.synthetic_min_len={lo} > data.synthetic_max_len={hi}; "
                              "make min <= max")
         if self.synthetic_vocab < task.min_vocab(hi):
-            raise ValueError(f"data.synthetic_vocab={self.synthetic_vocab} is too small for "
+            raise ConfigError(f"data.synthetic_vocab={self.synthetic_vocab} is too small for "
                              f"{self.dataset} with synthetic_max_len={hi}; use >= {task.min_vocab(hi)}")
         if self.task_format == "lm" and self.seq_len < task.lm_len(hi):
-            raise ValueError(f"data.seq_len={self.seq_len} cannot hold [BOS] prompt SEP answer of "
+            raise ConfigError(f"data.seq_len={self.seq_len} cannot hold [BOS] prompt SEP answer of "
                              f"{self.dataset} at synthetic_max_len={hi}; use seq_len >= {task.lm_len(hi)}")
         if self.task_format == "seq2seq":
             if self.max_src_len < task.prompt_len(hi) + 1:
-                raise ValueError(f"data.max_src_len={self.max_src_len} < {task.prompt_len(hi) + 1} "
+                raise ConfigError(f"data.max_src_len={self.max_src_len} < {task.prompt_len(hi) + 1} "
                                  f"(prompt + EOS of {self.dataset} at synthetic_max_len={hi})")
             if self.seq_len < task.answer_len(hi) + 1:
-                raise ValueError(f"data.seq_len={self.seq_len} < {task.answer_len(hi) + 1} "
+                raise ConfigError(f"data.seq_len={self.seq_len} < {task.answer_len(hi) + 1} "
                                  f"(answer + EOS of {self.dataset} at synthetic_max_len={hi})")
 
     def replace(self, **changes) -> DataConfig:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def task(self) -> str:
+        """"lm" or "seq2seq": what the batches will hold, known before any data is read."""
+        if self.is_synthetic:
+            return self.task_format
+        if self.dataset == "parallel":
+            return "seq2seq"
+        if self.dataset == "tfds" and self.tfds_name and "translate" in self.tfds_name:
+            return "seq2seq"
+        return "lm"
 
     @property
     def is_synthetic(self) -> bool:

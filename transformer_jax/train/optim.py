@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from transformer_jax.configlib import ConfigError
 from transformer_jax.registry import Registry, unknown_name_message
 
 DECAY_GROUPS = ("norm", "bias", "embedding")
@@ -71,20 +72,20 @@ class OptimConfig:
             name = getattr(self, field)
             if name not in registry:
                 msg = unknown_name_message(registry.kind, name, registry.names())
-                raise ValueError(f"OptimConfig.{field}: {msg}")
+                raise ConfigError(f"train.optim.{field}: {msg}")
         _check_real("lr", self.lr, low=0.0, low_open=True)
         _check_real("min_lr", self.min_lr, low=0.0)
         _check_int("warmup_steps", self.warmup_steps, low=0)
         if self.decay_steps is not None:
             _check_int("decay_steps", self.decay_steps, low=1)
             if self.schedule in ("cosine", "linear") and self.warmup_steps > self.decay_steps:
-                raise ValueError(
-                    f"warmup_steps={self.warmup_steps} > decay_steps={self.decay_steps}: the "
+                raise ConfigError(
+                    f"train.optim.warmup_steps={self.warmup_steps} > decay_steps={self.decay_steps}: the "
                     f"decay would end before the warm-up; lower warmup_steps or raise decay_steps"
                 )
         if self.schedule in ("cosine", "linear") and self.min_lr > self.lr:
-            raise ValueError(
-                f"min_lr={self.min_lr} > lr={self.lr}: the {self.schedule} schedule decays from lr "
+            raise ConfigError(
+                f"train.optim.min_lr={self.min_lr} > lr={self.lr}: the {self.schedule} schedule decays from lr "
                 f"to min_lr; set min_lr <= lr"
             )
         for name in ("b1", "b2", "momentum"):
@@ -92,27 +93,27 @@ class OptimConfig:
         _check_real("eps", self.eps, low=0.0, low_open=True)
         _check_real("weight_decay", self.weight_decay, low=0.0)
         if not isinstance(self.nesterov, bool):
-            raise ValueError(f"nesterov={self.nesterov!r} must be True or False")
+            raise ConfigError(f"train.optim.nesterov={self.nesterov!r} must be True or False")
         if self.grad_clip is not None:
             _check_real("grad_clip", self.grad_clip, low=0.0, low_open=True, none_hint=True)
         self._check_decay_exclude()
         if self.d_model is not None:
             _check_int("d_model", self.d_model, low=1)
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
-            raise ValueError(
-                "warmup_steps=0: schedule='inverse_sqrt' needs warmup_steps >= 1 (paper: 4000)"
+            raise ConfigError(
+                "train.optim.warmup_steps=0: schedule='inverse_sqrt' needs warmup_steps >= 1 (paper: 4000)"
             )
 
     def _check_decay_exclude(self):
         value = self.decay_exclude
         if isinstance(value, str) or not isinstance(value, tuple | list):
-            raise ValueError(
-                f"decay_exclude={value!r} must be a tuple of group names, e.g. ('norm', 'bias')"
+            raise ConfigError(
+                f"train.optim.decay_exclude={value!r} must be a tuple of group names, e.g. ('norm', 'bias')"
             )
         for group in value:
             if group not in DECAY_GROUPS:
-                raise ValueError(
-                    f"decay_exclude: {unknown_name_message('parameter group', group, DECAY_GROUPS)}"
+                raise ConfigError(
+                    f"train.optim.decay_exclude: {unknown_name_message('parameter group', group, DECAY_GROUPS)}"
                 )
         object.__setattr__(self, "decay_exclude", tuple(value))
 
@@ -123,12 +124,12 @@ def _check_real(name, value, *, low, high=None, low_open=False, none_hint=False)
     if not ok:
         rng = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
         hint = " (or None to disable)" if none_hint else ""
-        raise ValueError(f"{name}={value!r} must be a finite number {rng}{hint}")
+        raise ConfigError(f"train.optim.{name}={value!r} must be a finite number {rng}{hint}")
 
 
 def _check_int(name, value, *, low):
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+        raise ConfigError(f"train.optim.{name}={value!r} must be an integer >= {low}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ def inverse_sqrt_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     if cfg.d_model is None:
         raise ValueError(
             "d_model=None: schedule='inverse_sqrt' scales by d_model**-0.5; set "
-            "OptimConfig.d_model to the model width (train.config.resolve fills it from the model)"
+            "train.optim.d_model to the model width (train.config.resolve fills it from the model)"
         )
     scale = cfg.lr * cfg.d_model**-0.5
     if cfg.lr < 0.01:
@@ -225,7 +226,7 @@ def make_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     if cfg.warmup_steps > total_steps:  # (warmup > decay_steps is a config error)
         warnings.warn(
             f"warmup_steps={cfg.warmup_steps} > total_steps={total_steps}: the learning rate "
-            f"never reaches its peak; lower OptimConfig.warmup_steps",
+            f"never reaches its peak; lower train.optim.warmup_steps",
             stacklevel=2,
         )
     return SCHEDULES.get(cfg.schedule)(cfg, total_steps)

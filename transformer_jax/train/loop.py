@@ -1,0 +1,262 @@
+"""The training loop: data -> jitted steps -> metrics, evaluation, checkpoints, resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import signal
+import time
+import warnings
+from typing import Any
+
+import jax
+import numpy as np
+
+from transformer_jax import configlib
+from transformer_jax.data import build_data, tokenizer_from_json
+from transformer_jax.models import count_params
+from transformer_jax.parallel import batch_sharding, make_mesh
+from transformer_jax.train import flops
+from transformer_jax.train.checkpoint import Checkpoints
+from transformer_jax.train.config import Config, resolve
+from transformer_jax.train.evaluate import evaluate
+from transformer_jax.train.metrics import MetricsWriter, ProgressBar
+from transformer_jax.train.optim import make_optimizer, make_schedule
+from transformer_jax.train.state import abstract_state, init_state, model_graph, state_sharding_tree
+from transformer_jax.train.step import make_eval_step, make_train_step
+from transformer_jax.train.tasks import TASKS
+
+log = logging.getLogger("transformer_jax.train")
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced non-finite loss or gradients under ``train.nonfinite='halt'`` (or too
+    many consecutive skips)."""
+
+
+class _StopFlag:
+    """Set by SIGTERM/SIGINT: the loop finishes the current step, saves and exits cleanly."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signal = signum
+        print(f"\nreceived {signal.Signals(signum).name}: finishing this step, saving a checkpoint, then exiting",
+              flush=True)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a trained run needs for evaluation and sampling."""
+
+    cfg: Config
+    data: Any
+    graphdef: Any
+    mesh: Any
+    state: Any
+    checkpoints: Checkpoints
+    put_batch: Any
+    tx: Any
+
+
+def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False) -> tuple[Run, dict | None]:
+    """Builds data, model, optimizer and state; restores the latest (or best) checkpoint of
+    ``workdir`` when there is one. Returns the run and the restored data-iterator state."""
+    cfg = resolve(cfg)
+    os.makedirs(workdir, exist_ok=True)
+    ckpts = Checkpoints(workdir, keep=cfg.train.keep_checkpoints, keep_best=cfg.train.keep_best)
+    step = (ckpts.best.latest_step() if best and ckpts.best is not None else ckpts.latest_step()) if restore else None
+    tokenizer = None
+    if step is not None:
+        meta = ckpts.restore_meta(step, best=best)
+        tokenizer = tokenizer_from_json(meta["tokenizer"])
+    n_proc, proc = jax.process_count(), jax.process_index()
+    if cfg.train.batch_size % n_proc:
+        configlib.fail("train.batch_size", cfg.train.batch_size, f"is not divisible by the {n_proc} processes")
+    data = build_data(cfg.data, batch_size=cfg.train.batch_size // n_proc, tokenizer=tokenizer,
+                      process_index=proc, process_count=n_proc)
+    if cfg.model.vocab_size != data.vocab_size:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.vocab_size))
+    mesh = make_mesh(cfg.mesh)
+    tx = make_optimizer(cfg.train.optim, cfg.train.steps)
+    graphdef, _ = model_graph(cfg.model)
+    data_state = None
+    if step is not None:
+        state, data_state, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
+    else:
+        state = init_state(cfg.model, tx, seed=cfg.train.seed, mesh=mesh)
+    sharding = batch_sharding(mesh)
+
+    def put_batch(batch: dict) -> dict:
+        return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
+
+    return Run(cfg, data, graphdef, mesh, state, ckpts, put_batch, tx), data_state
+
+
+def train(cfg: Config, workdir: str) -> dict[str, Any]:
+    """Trains ``cfg`` in ``workdir`` (resuming from its latest checkpoint) and returns the
+    final summary (also printed as the last line of output by the command line)."""
+    t_start = time.time()
+    run, data_state = setup(cfg, workdir)
+    cfg, state, ckpts = run.cfg, run.state, run.checkpoints
+    tc = cfg.train
+    is_main = jax.process_index() == 0
+    start_step = int(jax.device_get(state.step))
+    if is_main:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(configlib.to_json(cfg))
+        run.data.tokenizer.save(os.path.join(workdir, "tokenizer"))
+    task = TASKS.get(run.data.task)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # make_optimizer in setup() already warned
+        schedule = make_schedule(tc.optim, tc.steps)
+    shardings = state_sharding_tree(state)
+    train_step = jax.jit(make_train_step(run.graphdef, run.tx, task, tc, schedule), donate_argnums=(0,),
+                         out_shardings=(shardings, None))
+    eval_step = jax.jit(make_eval_step(run.graphdef, task))
+    n_params = count_params(cfg.model)
+    n_position_params = cfg.model.max_len * cfg.model.d_model if cfg.model.position == "learned" else 0
+    flops_per_token = flops.decoder_flops_per_token(n_params - n_position_params, cfg.model.n_layers,
+                                                    cfg.model.d_model, cfg.data.seq_len)
+    peak = tc.peak_flops or _peak_flops()
+    meta = {"config": configlib.to_dict(cfg), "tokenizer": run.data.tokenizer.to_json()}
+    if is_main:
+        print(f"model: {cfg.model.kind}, {n_params:,} parameters; data: {cfg.data.dataset} "
+              f"({run.data.task}, vocab {run.data.vocab_size}); devices: {jax.device_count()} "
+              f"({jax.default_backend()}); mesh {dict(run.mesh.shape)}; "
+              + (f"resuming at step {start_step}" if start_step else "starting from scratch"), flush=True)
+
+    key = jax.random.key(tc.seed)
+    it = run.data.train_iterator(data_state)
+    writer = MetricsWriter(workdir, enabled=is_main, resume_step=start_step or None)
+    bar = ProgressBar(tc.steps, initial=start_step, enabled=is_main)
+    pending: list[dict] = []
+    last_log_time, last_log_step = time.time(), start_step
+    val: dict[str, float] | None = None
+    train_loss = float("nan")
+    step = last_saved = start_step
+    stop_reason = "steps"
+    compile_s = None
+    with _StopFlag() as stop:
+        while step < tc.steps:
+            batch = run.put_batch(next(it))
+            tokens_per_step = batch[task.tokens].size
+            t0 = time.time() if compile_s is None else None
+            state, metrics = train_step(state, batch, key)
+            if t0 is not None:
+                jax.block_until_ready(state.step)
+                compile_s = time.time() - t0
+                last_log_time = time.time()
+            step += 1
+            pending.append(metrics)
+            if tc.nonfinite == "halt" or step % tc.log_every == 0 or step == tc.steps:
+                logged = _reduce(jax.device_get(pending))
+                pending = []
+                _check_finite(logged, step, tc)
+                now = time.time()
+                tok_s = tokens_per_step * (step - last_log_step) / max(now - last_log_time, 1e-9)
+                last_log_time, last_log_step = now, step
+                train_loss = logged["loss"]
+                logged.update(tokens_per_s=tok_s, mfu=tok_s * flops_per_token / peak if peak else None)
+                writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
+                bar.update(step, loss=train_loss, tok_s=tok_s)
+            if step % tc.eval_every == 0 or step == tc.steps:
+                val = evaluate(eval_step, state.params, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
+                writer.write(step, {f"val/{k}": v for k, v in val.items()})
+                bar.write(f"step {step}: val loss {val['loss']:.4f}, perplexity {val['perplexity']:.2f}")
+            budget_hit = tc.max_minutes is not None and time.time() - t_start > 60 * tc.max_minutes
+            if budget_hit or stop.signal is not None:
+                stop_reason = "max_minutes" if budget_hit else signal.Signals(stop.signal).name
+                break
+            if step % tc.checkpoint_every == 0:
+                ckpts.save(step, state, it.get_state(), meta,
+                           val_loss=val["loss"] if val is not None and step % tc.eval_every == 0 else None)
+                last_saved = step
+        if stop_reason != "steps" and (val is None or step % tc.eval_every):
+            val = evaluate(eval_step, state.params, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
+            writer.write(step, {f"val/{k}": v for k, v in val.items()})
+        if step != last_saved or ckpts.latest_step() is None:
+            ckpts.save(step, state, it.get_state(), meta, val_loss=val["loss"] if val else None, force=True)
+        ckpts.wait()
+    bar.close()
+    writer.close()
+    it.close()
+    summary = {"step": step, "train_loss": train_loss, "val_loss": val["loss"] if val else None,
+               "val_perplexity": val["perplexity"] if val else None,
+               "tokens_per_s": _median_rate(workdir) if is_main else None, "compile_s": compile_s,
+               "wall_s": time.time() - t_start, "params": n_params, "stopped": stop_reason,
+               "skipped_steps": int(jax.device_get(state.total_skips))}
+    run.state = state
+    ckpts.close()
+    return summary
+
+
+def _reduce(metrics: list[dict]) -> dict[str, Any]:
+    """Token-weighted means of the sums, last values of the rest, over a logging interval."""
+    weight = sum(float(m["weight_sum"]) for m in metrics)
+    out = {"loss": sum(float(m["loss_sum"]) for m in metrics) / max(weight, 1.0),
+           "objective": sum(float(m["objective_sum"]) for m in metrics) / max(weight, 1.0),
+           "accuracy": sum(float(m["correct_sum"]) for m in metrics) / max(weight, 1.0),
+           "finite": all(bool(m["finite"]) for m in metrics)}
+    out["perplexity"] = math.exp(min(out["loss"], 700.0))
+    last = metrics[-1]
+    for k, v in last.items():
+        if k in ("loss_sum", "objective_sum", "correct_sum", "weight_sum", "finite", "nonfinite_grads"):
+            continue
+        out[k] = np.asarray(v).tolist()
+    out["nonfinite_grads"] = next((m["nonfinite_grads"] for m in metrics if not bool(m["finite"])), None)
+    return out
+
+
+def _check_finite(logged: dict, step: int, tc) -> None:
+    bad_tree = logged.pop("nonfinite_grads")
+    if logged["finite"]:
+        return
+    names = [jax.tree_util.keystr(p) for p, bad in jax.tree_util.tree_flatten_with_path(bad_tree)[0] if bad]
+    where = f"non-finite gradients in {len(names)} parameters: {', '.join(names[:10])}" if names else \
+        "a non-finite loss"
+    if tc.nonfinite == "halt":
+        raise NonFiniteError(f"step {step}: {where}; the update was not applied and no checkpoint of it was "
+                             "written. Lower train.optim.lr, check the data, or set train.nonfinite=skip")
+    log.warning("step %d: %s; update skipped (%d in a row)", step, where, logged["skips"])
+    if logged["skips"] >= tc.max_consecutive_skips:
+        raise NonFiniteError(f"step {step}: {logged['skips']} consecutive non-finite steps ({where}); halting. "
+                             "Lower train.optim.lr or check the data")
+
+
+def _median_rate(workdir: str) -> float | None:
+    from transformer_jax.train.metrics import read_metrics
+
+    rates = [r["train/tokens_per_s"] for r in read_metrics(workdir) if "train/tokens_per_s" in r]
+    return float(np.median(rates[1:] if len(rates) > 2 else rates)) if rates else None
+
+
+def _peak_flops() -> float | None:
+    device = jax.devices()[0]
+    known = flops.known_peak_flops(device)
+    if known is not None:
+        return known * jax.device_count()
+    return flops.gemm_peak_flops() * jax.device_count() if device.platform == "cpu" else None
+
+
+def summary_line(summary: dict) -> str:
+    return json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in summary.items()})

@@ -1,0 +1,112 @@
+"""Jitted train and eval steps on the functional state (``nnx.merge`` inside ``jax.jit``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from transformer_jax.ops.losses import cross_entropy
+from transformer_jax.train.config import TrainConfig
+from transformer_jax.train.state import TrainState
+from transformer_jax.train.tasks import Task
+
+STACKS = ("layers", "encoder", "decoder")
+
+
+def per_layer_norms(tree) -> dict[str, jax.Array]:
+    """L2 norm per layer of every layer stack in a parameter-shaped tree:
+    ``{"layers": [L], ...}`` for ``tree[stack]["layers"]`` (a dict of layers or stacked arrays)."""
+    out = {}
+    for stack in STACKS:
+        sub = tree.get(stack, {}).get("layers") if isinstance(tree.get(stack), dict) else None
+        if sub is None:
+            continue
+        if all(isinstance(k, int) for k in sub):
+            sq = [sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(sub[k])) for k in sorted(sub)]
+            out[stack] = jnp.sqrt(jnp.stack(sq))
+        else:
+            sq = sum(jnp.sum(jnp.square(x), axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(sub))
+            out[stack] = jnp.sqrt(sq)
+    return out
+
+
+def _split_micro(batch: dict, n: int) -> dict:
+    return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
+
+
+def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg: TrainConfig,
+                    schedule: Callable) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
+    """``step(state, batch, key) -> (state, metrics)``: token-weighted mean cross-entropy (label
+    smoothing, z-loss, plus any aux losses the model returns in ``aux["losses"]``) over
+    ``grad_accum`` micro-batches, one optimizer update; non-finite updates are dropped."""
+
+    def loss_fn(params, micro, key, inv_weight):
+        model = nnx.merge(graphdef, params)
+        logits, aux = task.forward(model, micro, key)
+        ce = cross_entropy(logits, micro[task.targets], weights_BT=micro[task.weights],
+                           label_smoothing=cfg.label_smoothing, z_loss=cfg.z_loss)
+        aux_losses = aux.get("losses", {}) if isinstance(aux, dict) else {}
+        objective = ce["loss_sum"] * inv_weight + sum(jnp.asarray(v) for v in aux_losses.values()) / cfg.grad_accum
+        return objective, (ce, aux_losses)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def step(state: TrainState, batch: dict, key: jax.Array):
+        key = jax.random.fold_in(key, state.step)
+        inv_weight = 1.0 / jnp.maximum(jnp.sum(batch[task.weights]), 1.0)
+        micro = _split_micro(batch, cfg.grad_accum)
+
+        def micro_step(i, mb):
+            (_, (ce, aux_losses)), g = grad_fn(state.params, mb, jax.random.fold_in(key, i), inv_weight)
+            return g, {**ce, **{f"aux/{k}": v for k, v in aux_losses.items()}}
+
+        grads, sums = micro_step(0, jax.tree.map(lambda x: x[0], micro))
+        if cfg.grad_accum > 1:
+            def accumulate(carry, xs):
+                g, s = micro_step(*xs)
+                return jax.tree.map(jnp.add, carry, (g, s)), None
+
+            rest = jax.tree.map(lambda x: x[1:], micro)
+            (grads, sums), _ = jax.lax.scan(accumulate, (grads, sums), (jnp.arange(1, cfg.grad_accum), rest))
+
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(grad_norm) & jnp.isfinite(sums["loss_sum"])
+        updates, new_opt = tx.update(grads, state.opt_state, state.params)
+        new_params = optax.apply_updates(state.params, updates)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+        new_state = TrainState(
+            step=state.step + 1,
+            params=keep(new_params, state.params),
+            opt_state=keep(new_opt, state.opt_state),
+            skips=jnp.where(finite, 0, state.skips + 1),
+            total_skips=state.total_skips + (~finite).astype(jnp.int32),
+        )
+        metrics = {
+            "loss_sum": sums["nll_sum"], "objective_sum": sums["loss_sum"], "weight_sum": sums["weight_sum"],
+            "correct_sum": sums["correct_sum"], "grad_norm": grad_norm, "param_norm": optax.global_norm(state.params),
+            "update_norm": optax.global_norm(updates), "lr": schedule(state.step), "finite": finite,
+            "skips": new_state.skips,
+            **{k: v / cfg.grad_accum for k, v in sums.items() if k.startswith("aux/")},
+        }
+        if cfg.per_layer_grad_norms:
+            metrics.update({f"grad_norm/{k}": v for k, v in per_layer_norms(grads).items()})
+        metrics["nonfinite_grads"] = jax.tree.map(lambda g: ~jnp.all(jnp.isfinite(g)), grads)
+        return new_state, metrics
+
+    return step
+
+
+def make_eval_step(graphdef, task: Task) -> Callable[[dict, dict], dict]:
+    """``eval_step(params, batch) -> {nll_sum, weight_sum, correct_sum}`` (no dropout)."""
+
+    def eval_step(params, batch):
+        model = nnx.merge(graphdef, params)
+        logits, _ = task.forward(model, batch, None)
+        ce = cross_entropy(logits, batch[task.targets], weights_BT=batch[task.weights])
+        return {"nll_sum": ce["nll_sum"], "weight_sum": ce["weight_sum"], "correct_sum": ce["correct_sum"]}
+
+    return eval_step
