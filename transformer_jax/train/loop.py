@@ -78,9 +78,11 @@ class Run:
     tx: Any
 
 
-def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False) -> tuple[Run, dict | None]:
+def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False,
+          devices=None) -> tuple[Run, dict | None]:
     """Builds data, model, optimizer and state; restores the latest (or best) checkpoint of
-    ``workdir`` when there is one. Returns the run and the restored data-iterator state."""
+    ``workdir`` when there is one. Returns the run and the restored data-iterator state.
+    ``devices`` (default: all) are arranged into the mesh of ``cfg.mesh``."""
     cfg = resolve(cfg)
     os.makedirs(workdir, exist_ok=True)
     ckpts = Checkpoints(workdir, keep=cfg.train.keep_checkpoints, keep_best=cfg.train.keep_best)
@@ -96,7 +98,12 @@ def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False
                       process_index=proc, process_count=n_proc)
     if cfg.model.vocab_size != data.vocab_size:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.vocab_size))
-    mesh = make_mesh(cfg.mesh)
+    mesh = make_mesh(cfg.mesh, devices)
+    n_batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if cfg.train.batch_size % n_batch_shards:
+        configlib.fail("train.batch_size", cfg.train.batch_size,
+                       f"is not divisible by the data x fsdp mesh axes ({n_batch_shards} devices)",
+                       "change the batch size or the mesh (e.g. --set mesh.data=1 mesh.fsdp=1 ...)")
     tx = make_optimizer(cfg.train.optim, cfg.train.steps)
     graphdef, _ = model_graph(cfg.model)
     data_state = None
@@ -112,11 +119,11 @@ def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False
     return Run(cfg, data, graphdef, mesh, state, ckpts, put_batch, tx), data_state
 
 
-def train(cfg: Config, workdir: str) -> dict[str, Any]:
+def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
     """Trains ``cfg`` in ``workdir`` (resuming from its latest checkpoint) and returns the
     final summary (also printed as the last line of output by the command line)."""
     t_start = time.time()
-    run, data_state = setup(cfg, workdir)
+    run, data_state = setup(cfg, workdir, devices=devices)
     cfg, state, ckpts = run.cfg, run.state, run.checkpoints
     tc = cfg.train
     is_main = jax.process_index() == 0

@@ -35,7 +35,7 @@ def model_graph(cfg: ModelConfig):
 
 def param_shardings(abstract_state: nnx.State, mesh) -> Any:
     """Pure-dict NamedShardings of the parameters, from their logical axis names."""
-    return state_shardings(abstract_state, mesh).to_pure_dict()
+    return nnx.to_pure_dict(state_shardings(abstract_state, mesh))
 
 
 def init_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, seed: int, mesh) -> TrainState:
@@ -45,7 +45,7 @@ def init_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, seed: int,
     p_sh = param_shardings(abstract, mesh)
 
     def make_params():
-        return nnx.split(build_model(cfg, seed=seed))[1].to_pure_dict()
+        return nnx.to_pure_dict(nnx.split(build_model(cfg, seed=seed))[1])
 
     params = jax.jit(make_params, out_shardings=p_sh)()
     opt_state = jax.jit(tx.init)(params)
@@ -59,7 +59,7 @@ def abstract_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh) 
     _, abstract = model_graph(cfg)
     p_sh = param_shardings(abstract, mesh)
     params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                          abstract.to_pure_dict(), p_sh)
+                          nnx.to_pure_dict(abstract), p_sh)
     opt_shapes = jax.eval_shape(tx.init, params)
     opt_sh = jax.jit(tx.init).lower(params).compile().output_shardings
     opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), opt_shapes, opt_sh)

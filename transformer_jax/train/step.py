@@ -73,10 +73,10 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg:
             rest = jax.tree.map(lambda x: x[1:], micro)
             (grads, sums), _ = jax.lax.scan(accumulate, (grads, sums), (jnp.arange(1, cfg.grad_accum), rest))
 
-        grad_norm = optax.global_norm(grads)
-        finite = jnp.isfinite(grad_norm) & jnp.isfinite(sums["loss_sum"])
+        grad_norm = optax.tree.norm(grads)
         updates, new_opt = tx.update(grads, state.opt_state, state.params)
         new_params = optax.apply_updates(state.params, updates)
+        finite = jnp.isfinite(grad_norm) & jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(optax.tree.norm(new_params))
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
         new_state = TrainState(
             step=state.step + 1,
@@ -87,8 +87,8 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg:
         )
         metrics = {
             "loss_sum": sums["nll_sum"], "objective_sum": sums["loss_sum"], "weight_sum": sums["weight_sum"],
-            "correct_sum": sums["correct_sum"], "grad_norm": grad_norm, "param_norm": optax.global_norm(state.params),
-            "update_norm": optax.global_norm(updates), "lr": schedule(state.step), "finite": finite,
+            "correct_sum": sums["correct_sum"], "grad_norm": grad_norm, "param_norm": optax.tree.norm(state.params),
+            "update_norm": optax.tree.norm(updates), "lr": schedule(state.step), "finite": finite,
             "skips": new_state.skips,
             **{k: v / cfg.grad_accum for k, v in sums.items() if k.startswith("aux/")},
         }
