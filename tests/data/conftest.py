@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-MULTI30K = Path(os.environ.get("TRANSFORMER_JAX_MULTI30K",
-                               Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"))
+_CANDIDATES = [Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k",
+               Path("/work/shared/data/multi30k")]
+MULTI30K = Path(os.environ.get("TRANSFORMER_JAX_MULTI30K") or next(
+    (p for p in _CANDIDATES if (p / "train.de.gz").is_file()), _CANDIDATES[0]))
 
 
 @pytest.fixture(scope="session")

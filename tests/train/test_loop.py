@@ -43,7 +43,7 @@ def _train(workdir, *sets):
 
 def _restored(workdir):
     cfg = configlib.from_dict(type(load_experiment(EXPERIMENT)), json.load(open(os.path.join(workdir, "config.json"))))
-    run, data_state = setup(cfg, str(workdir))
+    run, data_state = setup(cfg, str(workdir), devices=jax.devices()[:1])
     run.checkpoints.close()
     return jax.device_get(run.state), data_state
 
