@@ -94,7 +94,7 @@ def cmd_eval(args) -> dict:
     split = "val" if args.split == "validation" else args.split
     if split not in run.data.splits:
         raise SystemExit(f"error: --split {split}: this dataset has splits {', '.join(run.data.splits)}")
-    result = evaluate(eval_step, run.state.params, run.data.eval_batches(split, args.max_batches), run.put_batch)
+    result = evaluate(eval_step, run.state, run.data.eval_batches(split, args.max_batches), run.put_batch)
     run.checkpoints.close()
     return {"split": split, "step": int(jax.device_get(run.state.step)), **result}
 
@@ -116,7 +116,7 @@ def sample_text(workdir: str, *, prompt: str, max_new_tokens: int, strategy: str
     tok = run.data.tokenizer
     ids = tok.encode(prompt) or [tok.bos_id]
     cfg = SamplingConfig(strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p)
-    params = jax.device_get(run.state.params)
+    params = jax.device_get((run.state.params, run.state.model_state))
     context = run.cfg.model.max_len if run.cfg.model.position == "learned" else None
     new: list[int] = []
     key = jax.random.key(seed)
@@ -144,6 +144,17 @@ def cmd_sample(args) -> dict:
         raise SystemExit("error: sample needs a decoder-only (lm) run; use translate for seq2seq runs")
     print(text, flush=True)
     return {"prompt": args.prompt, "text": text, "strategy": args.strategy}
+
+
+def cmd_bench(args) -> dict:
+    import tempfile
+
+    from transformer_jax import configlib
+    from transformer_jax.benchmarks.data import bench_data
+
+    cfg = configlib.apply_overrides(load_experiment(args.config), args.set)
+    with tempfile.TemporaryDirectory() as workdir:
+        return {"data": bench_data}[args.what](cfg, workdir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=cmd_sample)
+
+    p = sub.add_parser("bench", help="benchmarks: figures and ratios (not tests)")
+    p.add_argument("what", choices=["data"], help="data: input pipeline vs train-step tokens/s")
+    p.add_argument("--config", default="experiments/shakespeare_char.py")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    p.set_defaults(fn=cmd_bench)
     return parser
 
 

@@ -19,7 +19,7 @@ from transformer_jax.decode.strategies import SamplingConfig, pick
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "sampling", "eos_id"))
 def _generate(graphdef, params, prompt_BP, key, *, max_new_tokens: int, sampling: SamplingConfig,
               eos_id: int | None):
-    model = nnx.merge(graphdef, params)
+    model = nnx.merge(graphdef, *params) if isinstance(params, tuple) else nnx.merge(graphdef, params)
     B, P = prompt_BP.shape
     logits, aux = model(prompt_BP, cache=model.init_cache(B, P + max_new_tokens))
     first = pick(logits[:, -1], jax.random.fold_in(key, 0), sampling)
@@ -48,10 +48,12 @@ def generate(model_or_graphdef, params=None, *, prompt_BP: Int[Array, "B P"], ma
              eos_id: int | None = None) -> Int[Array, "B N"]:
     """``max_new_tokens`` continuations of equal-length prompts (after EOS: EOS repeated).
 
-    Pass a DecoderLM, or its ``(graphdef, params)`` from ``nnx.split`` / a TrainState.
+    Pass a DecoderLM, or a graphdef and its state(s): ``params`` may be one state or a tuple
+    ``(params, model_state)`` as in a TrainState.
     """
     if params is None:
-        graphdef, params = nnx.split(model_or_graphdef)
+        graphdef, *states = nnx.split(model_or_graphdef)
+        params = tuple(states)
     else:
         graphdef = model_or_graphdef
     key = jax.random.key(0) if key is None else key

@@ -9,12 +9,14 @@ import jax
 import numpy as np
 
 
-def evaluate(eval_step: Callable, params, batches: Iterable[dict], put_batch: Callable) -> dict[str, float]:
-    """Sums NLL and target weights over all batches (padding has weight 0), then
+def evaluate(eval_step: Callable, state, batches: Iterable[dict], put_batch: Callable) -> dict[str, float]:
+    """``state``: anything with ``params`` and ``model_state`` (a TrainState).
+
+    Sums NLL and target weights over all batches (padding has weight 0), then
     loss = sum NLL / sum weights and perplexity = exp(loss)."""
     totals = None
     for batch in batches:
-        out = eval_step(params, put_batch(batch))
+        out = eval_step(state.params, state.model_state, put_batch(batch))
         totals = out if totals is None else jax.tree.map(lambda a, b: a + b, totals, out)
     if totals is None:
         raise ValueError("the evaluation split produced no batches")

@@ -105,7 +105,7 @@ def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False
                        f"is not divisible by the data x fsdp mesh axes ({n_batch_shards} devices)",
                        "change the batch size or the mesh (e.g. --set mesh.data=1 mesh.fsdp=1 ...)")
     tx = make_optimizer(cfg.train.optim, cfg.train.steps)
-    graphdef, _ = model_graph(cfg.model)
+    graphdef, _, _ = model_graph(cfg.model)
     data_state = None
     if step is not None:
         state, data_state, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
@@ -187,7 +187,7 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
                 writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
                 bar.update(step, loss=train_loss, tok_s=tok_s)
             if step % tc.eval_every == 0 or step == tc.steps:
-                val = evaluate(eval_step, state.params, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
+                val = evaluate(eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
                 writer.write(step, {f"val/{k}": v for k, v in val.items()})
                 bar.write(f"step {step}: val loss {val['loss']:.4f}, perplexity {val['perplexity']:.2f}")
             budget_hit = tc.max_minutes is not None and time.time() - t_start > 60 * tc.max_minutes
@@ -199,7 +199,7 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
                            val_loss=val["loss"] if val is not None and step % tc.eval_every == 0 else None)
                 last_saved = step
         if stop_reason != "steps" and (val is None or step % tc.eval_every):
-            val = evaluate(eval_step, state.params, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
+            val = evaluate(eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
             writer.write(step, {f"val/{k}": v for k, v in val.items()})
         if step != last_saved or ckpts.latest_step() is None:
             ckpts.save(step, state, it.get_state(), meta, val_loss=val["loss"] if val else None, force=True)

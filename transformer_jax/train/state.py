@@ -1,4 +1,5 @@
-"""The functional training state: parameters and optimizer state as plain pytrees."""
+"""The functional training state: parameters, other model variables and optimizer state as
+plain pytrees (pure nested dicts that ``nnx.merge(graphdef, params, model_state)`` accepts)."""
 
 from __future__ import annotations
 
@@ -17,55 +18,66 @@ from transformer_jax.parallel import state_shardings
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class TrainState:
-    """``params`` is the model's ``nnx.Param`` state as a pure nested dict (``nnx.merge``-able);
-    ``skips`` counts consecutive steps whose update was dropped for non-finite values."""
+    """``params``: the ``nnx.Param`` variables (trained by the optimizer); ``model_state``: every
+    other model variable (e.g. MoE load-balancing biases, updated by the forward pass itself);
+    ``skips``: consecutive steps whose update was dropped for non-finite values."""
 
     step: jax.Array
     params: Any
+    model_state: Any
     opt_state: Any
     skips: jax.Array
     total_skips: jax.Array
 
 
+def split_model(model: nnx.Module):
+    """(graphdef, params, model_state) with params = ``nnx.Param`` variables, model_state = the rest."""
+    return nnx.split(model, nnx.Param, ...)
+
+
 def model_graph(cfg: ModelConfig):
-    """(graphdef, abstract nnx.State) of the model: structure and shapes, nothing allocated."""
-    abstract = nnx.eval_shape(lambda: build_model(cfg))
-    return nnx.split(abstract)
+    """(graphdef, abstract params State, abstract model_state State): shapes only, nothing allocated."""
+    return split_model(nnx.eval_shape(lambda: build_model(cfg)))
 
 
-def param_shardings(abstract_state: nnx.State, mesh) -> Any:
-    """Pure-dict NamedShardings of the parameters, from their logical axis names."""
-    return nnx.to_pure_dict(state_shardings(abstract_state, mesh))
+def _shardings(abstract: nnx.State, mesh) -> Any:
+    return nnx.to_pure_dict(state_shardings(abstract, mesh))
+
+
+def _scalar(mesh):
+    return jax.device_put(jnp.zeros((), jnp.int32), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
 
 
 def init_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, seed: int, mesh) -> TrainState:
     """A fresh TrainState created directly with its shardings (jit with out_shardings), so the
     whole model never has to sit on one device."""
-    _, abstract = model_graph(cfg)
-    p_sh = param_shardings(abstract, mesh)
+    _, params_abs, rest_abs = model_graph(cfg)
 
-    def make_params():
-        return nnx.to_pure_dict(nnx.split(build_model(cfg, seed=seed))[1])
+    def make():
+        _, params, rest = split_model(build_model(cfg, seed=seed))
+        return nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
 
-    params = jax.jit(make_params, out_shardings=p_sh)()
+    params, model_state = jax.jit(make, out_shardings=(_shardings(params_abs, mesh), _shardings(rest_abs, mesh)))()
     opt_state = jax.jit(tx.init)(params)
-    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    zero = lambda: jax.device_put(jnp.zeros((), jnp.int32), rep)  # noqa: E731 - distinct buffers (donation)
-    return TrainState(step=zero(), params=params, opt_state=opt_state, skips=zero(), total_skips=zero())
+    return TrainState(step=_scalar(mesh), params=params, model_state=model_state, opt_state=opt_state,
+                      skips=_scalar(mesh), total_skips=_scalar(mesh))
 
 
 def abstract_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh) -> TrainState:
     """ShapeDtypeStructs (with shardings) of a TrainState: the restore target of a checkpoint."""
-    _, abstract = model_graph(cfg)
-    p_sh = param_shardings(abstract, mesh)
-    params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                          nnx.to_pure_dict(abstract), p_sh)
+    _, params_abs, rest_abs = model_graph(cfg)
+
+    def structs(abstract):
+        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                            nnx.to_pure_dict(abstract), _shardings(abstract, mesh))
+
+    params = structs(params_abs)
     opt_shapes = jax.eval_shape(tx.init, params)
     opt_sh = jax.jit(tx.init).lower(params).compile().output_shardings
     opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), opt_shapes, opt_sh)
-    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
-    return TrainState(step=scalar, params=params, opt_state=opt_state, skips=scalar, total_skips=scalar)
+    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    return TrainState(step=scalar, params=params, model_state=structs(rest_abs), opt_state=opt_state,
+                      skips=scalar, total_skips=scalar)
 
 
 def state_sharding_tree(state: TrainState):

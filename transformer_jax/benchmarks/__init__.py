@@ -1,0 +1,1 @@
+"""Benchmarks (``transformer-jax bench ...``): figures and ratios, never pass/fail tests."""
