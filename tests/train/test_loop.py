@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from transformer_jax import configlib
-from transformer_jax.cli import load_experiment
+from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.loop import setup
 
 pytestmark = pytest.mark.slow

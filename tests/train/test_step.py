@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer_jax import configlib
-from transformer_jax.cli import load_experiment
+from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.loop import setup, train
 from transformer_jax.train.optim import make_schedule
 from transformer_jax.train.step import make_train_step

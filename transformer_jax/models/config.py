@@ -7,6 +7,8 @@ import dataclasses
 import jax.numpy as jnp
 
 from transformer_jax.configlib import check_choice, check_positive, check_range, fail
+from transformer_jax.models.baselines.config import BaselineConfig
+from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.block import BlockConfig
 from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
@@ -18,6 +20,7 @@ from transformer_jax.ops import rope as rope_ops
 from transformer_jax.registry import Registry
 
 MODELS: Registry = Registry("model kind")
+TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _BIAS_POSITIONS = ("relative_bias", "alibi")
 
@@ -73,9 +76,19 @@ class ModelConfig:
     remat: str = "none"
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
+    moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
+    baseline: BaselineConfig | None = None  # settings of the classic LMs (n-gram, window, RNN)
 
     def __post_init__(self):
         check_choice("model.kind", self.kind, MODELS)
+        if self.kind not in TRANSFORMER_KINDS:
+            if self.baseline is None:
+                fail("model.baseline", None, f"model.kind={self.kind!r} needs its settings in model.baseline")
+            self.baseline.validate(self)
+            return
+        self._check_transformer()
+
+    def _check_transformer(self):
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
             check_positive(f"model.{name}", getattr(self, name))
         if self.vocab_size < 2:

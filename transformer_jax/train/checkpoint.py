@@ -40,34 +40,39 @@ def all_finite(tree) -> bool:
 class Checkpoints:
     """``workdir/checkpoints`` (last ``keep``) and ``workdir/best`` (lowest validation loss)."""
 
-    def __init__(self, workdir: str, *, keep: int = 3, keep_best: bool = True, async_save: bool = True):
+    def __init__(self, workdir: str, *, keep: int = 3, keep_best: bool = True, best_mode: str = "min",
+                 async_save: bool = True):
         self.workdir = workdir
+        self.sign = 1.0 if best_mode == "min" else -1.0
         self.last = _manager(os.path.join(workdir, "checkpoints"), keep=keep, async_save=async_save)
         self.best = _manager(os.path.join(workdir, "best"), keep=1, async_save=async_save) if keep_best else None
-        self.best_loss = self._read_best_loss()
+        self.best_value = self._read_best_value()
 
-    def _read_best_loss(self) -> float:
+    def _read_best_value(self) -> float:
+        """The best metric so far, in "lower is better" form (sign-adjusted)."""
         if self.best is None or self.best.latest_step() is None:
             return float("inf")
         meta = self.best.restore(self.best.latest_step(), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        return float(meta["meta"].get("val_loss", float("inf")))
+        value = meta["meta"].get("best_value")
+        return float("inf") if value is None else self.sign * float(value)
 
     def latest_step(self) -> int | None:
         return self.last.latest_step()
 
-    def save(self, step: int, state: TrainState, data_state: dict, meta: dict, *, val_loss: float | None = None,
+    def save(self, step: int, state: TrainState, data_state: dict, meta: dict, *, best_value: float | None = None,
              force: bool = False) -> bool:
         """Saves asynchronously; never writes a state with non-finite parameters. Also saves to
-        ``best`` when ``val_loss`` improves. Returns whether a checkpoint was written."""
-        if not all_finite(state.params):
+        ``best`` when ``best_value`` (the validation metric) improves. Returns whether a
+        checkpoint was written."""
+        if not all_finite((state.params, state.model_state)):
             log.error("not saving step %d: the parameters are not finite (the last good checkpoint is kept)", step)
             return False
-        meta = {**meta, "step": int(step), **({"val_loss": float(val_loss)} if val_loss is not None else {})}
+        meta = {**meta, "step": int(step), **({"best_value": float(best_value)} if best_value is not None else {})}
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
                                   meta=ocp.args.JsonSave(meta))
         saved = self.last.save(step, args=args, force=force)
-        if self.best is not None and val_loss is not None and val_loss < self.best_loss:
-            self.best_loss = float(val_loss)
+        if self.best is not None and best_value is not None and self.sign * best_value < self.best_value:
+            self.best_value = self.sign * float(best_value)
             self.best.wait_until_finished()
             self.best.save(step, args=args, force=True)
         return bool(saved)

@@ -34,6 +34,9 @@ class TrainConfig:
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
     keep_best: bool = True
+    best_metric: str = "loss"  # a validation metric: loss, perplexity, accuracy, or a task's (e.g. bleu)
+    best_mode: str = "min"
+    extra_eval: bool = True  # task metrics (e.g. BLEU) at each validation
     max_minutes: float | None = None  # wall-clock budget; the run ends cleanly when reached
     nonfinite: str = "skip"  # non-finite loss/gradients: skip the update, or halt
     max_consecutive_skips: int = 10
@@ -59,6 +62,7 @@ class TrainConfig:
         if self.max_minutes is not None:
             check_positive("train.max_minutes", self.max_minutes)
         check_choice("train.nonfinite", self.nonfinite, NONFINITE_POLICIES, "non-finite policy")
+        check_choice("train.best_mode", self.best_mode, ("min", "max"), "mode")
         check_positive("train.sample_every", self.sample_every, allow_zero=True)
         check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
 

@@ -85,7 +85,8 @@ def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False
     ``devices`` (default: all) are arranged into the mesh of ``cfg.mesh``."""
     cfg = resolve(cfg)
     os.makedirs(workdir, exist_ok=True)
-    ckpts = Checkpoints(workdir, keep=cfg.train.keep_checkpoints, keep_best=cfg.train.keep_best)
+    ckpts = Checkpoints(workdir, keep=cfg.train.keep_checkpoints, keep_best=cfg.train.keep_best,
+                        best_mode=cfg.train.best_mode)
     step = (ckpts.best.latest_step() if best and ckpts.best is not None else ckpts.latest_step()) if restore else None
     tokenizer = None
     if step is not None:
@@ -163,6 +164,17 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
     step = last_saved = start_step
     stop_reason = "steps"
     compile_s = None
+    def validate(state) -> dict:
+        result = evaluate(eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
+        if task.extra_eval is not None and tc.extra_eval:
+            run.state = state
+            result.update(task.extra_eval(run, state, "val", tc.eval_batches))
+        if tc.best_metric not in result:
+            configlib.fail("train.best_metric", tc.best_metric, "is not among the validation metrics",
+                           f"choose one of {sorted(result)}")
+        writer.write(step, {f"val/{k}": v for k, v in result.items()})
+        return result
+
     with _StopFlag() as stop:
         while step < tc.steps:
             batch = run.put_batch(next(it))
@@ -187,28 +199,27 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
                 writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
                 bar.update(step, loss=train_loss, tok_s=tok_s)
             if step % tc.eval_every == 0 or step == tc.steps:
-                val = evaluate(eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
-                writer.write(step, {f"val/{k}": v for k, v in val.items()})
-                bar.write(f"step {step}: val loss {val['loss']:.4f}, perplexity {val['perplexity']:.2f}")
+                val = validate(state)
+                bar.write(f"step {step}: " + ", ".join(f"val {k} {v:.4f}" for k, v in val.items() if k != "tokens"))
             budget_hit = tc.max_minutes is not None and time.time() - t_start > 60 * tc.max_minutes
             if budget_hit or stop.signal is not None:
                 stop_reason = "max_minutes" if budget_hit else signal.Signals(stop.signal).name
                 break
             if step % tc.checkpoint_every == 0:
                 ckpts.save(step, state, it.get_state(), meta,
-                           val_loss=val["loss"] if val is not None and step % tc.eval_every == 0 else None)
+                           best_value=val[tc.best_metric] if val is not None and step % tc.eval_every == 0 else None)
                 last_saved = step
         if stop_reason != "steps" and (val is None or step % tc.eval_every):
-            val = evaluate(eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
-            writer.write(step, {f"val/{k}": v for k, v in val.items()})
+            val = validate(state)
         if step != last_saved or ckpts.latest_step() is None:
-            ckpts.save(step, state, it.get_state(), meta, val_loss=val["loss"] if val else None, force=True)
+            ckpts.save(step, state, it.get_state(), meta, best_value=val[tc.best_metric] if val else None, force=True)
         ckpts.wait()
     bar.close()
     writer.close()
     it.close()
     summary = {"step": step, "train_loss": train_loss, "val_loss": val["loss"] if val else None,
                "val_perplexity": val["perplexity"] if val else None,
+               **{f"val_{k}": v for k, v in (val or {}).items() if k not in ("loss", "perplexity", "tokens")},
                "tokens_per_s": _median_rate(workdir) if is_main else None, "compile_s": compile_s,
                "wall_s": time.time() - t_start, "params": n_params, "stopped": stop_reason,
                "skipped_steps": int(jax.device_get(state.total_skips))}

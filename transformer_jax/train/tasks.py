@@ -13,12 +13,17 @@ from transformer_jax.registry import Registry
 @dataclasses.dataclass(frozen=True)
 class Task:
     """``forward(model, batch, dropout_key) -> (logits_BTV, aux)``; ``targets``/``weights``
-    name the batch arrays the loss compares against; ``tokens`` counts processed tokens."""
+    name the batch arrays the loss compares against; ``tokens`` counts processed tokens.
+
+    ``extra_eval(run, state, split, max_batches) -> dict`` (optional) adds task metrics to each
+    validation (e.g. BLEU for translation); ``run`` is the ``train.loop.Run``.
+    """
 
     forward: Callable
     targets: str
     weights: str = "weights"
     tokens: str = "inputs"
+    extra_eval: Callable | None = None
 
 
 def _lm_forward(model, batch, dropout_key: jax.Array | None):

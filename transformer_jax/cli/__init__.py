@@ -1,0 +1,45 @@
+"""Command line: ``transformer-jax train | eval | sample | bench`` (also ``python -m transformer_jax``).
+
+Each command lives in its own module with ``register(subparsers)`` and ``run(args) -> dict``;
+every command prints one JSON object as its last line of output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from transformer_jax.cli import bench, evaluate, sample, train
+
+COMMANDS = (train, evaluate, sample, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="transformer-jax", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from transformer_jax.cli.common import quiet
+
+    quiet()
+    from transformer_jax.configlib import ConfigError
+    from transformer_jax.train.checkpoint import CheckpointError
+    from transformer_jax.train.loop import NonFiniteError, summary_line
+
+    try:
+        result = args.fn(args)
+    except (ConfigError, FileNotFoundError, CheckpointError, NonFiniteError, ValueError, KeyError) as e:
+        if os.environ.get("TRANSFORMER_JAX_DEBUG"):
+            raise
+        kind = "" if isinstance(e, (ConfigError, ValueError)) else f"{type(e).__name__}: "
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {kind}{message}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2
+    print(summary_line(result), flush=True)
+    return 0

@@ -1,0 +1,1 @@
+"""The language models before the Transformer: n-gram, fixed-window neural LM, RNN."""
