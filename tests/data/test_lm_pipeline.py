@@ -135,26 +135,40 @@ def test_state_of_another_pipeline_is_rejected(stream, packed):
         other.set_state(state)
 
 
-def test_stream_epochs_reshuffle_and_shards_are_disjoint(docs_file, cache_dir):
+def test_stream_epochs_reshuffle_on_one_window_grid(docs_file, cache_dir):
     path, _ = docs_file
     cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
-    shards = [build_data(cfg, batch_size=2, process_index=p, process_count=2) for p in range(2)]
-    n_windows = shards[0].split_sizes["train"]["examples"]
-    T_tokens = shards[0].pipeline.tokens("train")
-    starts = []
-    for data in shards:
-        with data.train_iterator() as it:
-            per_epoch = len(range(data.process_index, n_windows, 2)) // 2
-            first = take(it, per_epoch)
-            second = take(it, per_epoch)
-        rows_a = [tuple(r) for b in first for r in b["inputs"]]
-        rows_b = [tuple(r) for b in second for r in b["inputs"]]
-        assert rows_a != rows_b  # reshuffled (and re-offset) each epoch
-        windows = np.lib.stride_tricks.sliding_window_view(T_tokens, T)
-        offset = min(int(np.flatnonzero((windows == np.array(r)).all(1))[0]) for r in rows_a) % T
-        starts.append({int(np.flatnonzero((windows == np.array(r)).all(1))[0]) for r in rows_a})
-        assert all((s - offset) % T == 0 for s in starts[-1])  # one window grid per epoch
-    assert not starts[0] & starts[1]
+    data = build_data(cfg, batch_size=2)
+    n_windows = data.split_sizes["train"]["examples"]
+    T_tokens = data.pipeline.tokens("train")
+    windows = np.lib.stride_tricks.sliding_window_view(T_tokens, T)
+    with data.train_iterator() as it:
+        first = take(it, n_windows // 2)
+        second = take(it, n_windows // 2)
+    rows_a = [tuple(r) for b in first for r in b["inputs"]]
+    rows_b = [tuple(r) for b in second for r in b["inputs"]]
+    assert rows_a != rows_b  # reshuffled (and re-offset) each epoch
+    starts = [int(np.flatnonzero((windows == np.array(r)).all(1))[0]) for r in rows_a]
+    assert len(set(starts)) == len(starts)  # each window once per epoch
+    assert len({s % T for s in starts}) == 1  # one window grid per epoch
+
+
+def test_process_rows_compose_the_single_process_batches(docs_file, cache_dir):
+    """P processes with b rows each give exactly the batches of one process with P*b rows."""
+    path, _ = docs_file
+    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
+    single = build_data(cfg, batch_size=4)
+    shards = [build_data(cfg, batch_size=2, tokenizer=single.tokenizer, process_index=p, process_count=2)
+              for p in range(2)]
+    with single.train_iterator() as it:
+        expected = take(it, 7)
+    parts = []
+    for shard in shards:
+        with shard.train_iterator() as it:
+            parts.append(take(it, 7))
+    for k in range(7):
+        for key in expected[k]:
+            np.testing.assert_array_equal(np.concatenate([parts[0][k][key], parts[1][k][key]]), expected[k][key])
 
 
 def test_eval_covers_split_once_in_order(stream):

@@ -53,16 +53,22 @@ def test_batch_format(data):
         assert i < 48 and (src, tgt) == (f"satz {i}" + " x" * (i % 5), f"sentence {i}" + " x" * (i % 5))
 
 
-def test_process_shards_are_disjoint_and_cover_the_split(cfg, data):
-    seen = []
+def test_process_rows_compose_the_single_process_batches(cfg, data):
+    """3 processes with B rows each read disjoint rows that form the batches of one process with 3B."""
+    single = build_data(cfg, batch_size=3 * B, tokenizer=data.tokenizer)
+    with single.train_iterator() as it:
+        expected = [next(it) for _ in range(48 // (3 * B))]
+    parts = []
     for p in range(3):
         shard = build_data(cfg, batch_size=B, tokenizer=data.tokenizer, process_index=p, process_count=3)
         with shard.train_iterator() as it:
-            epoch = [src_text(shard, b, r) for b in [next(it) for _ in range(16 // B)] for r in range(B)]
-        assert len(set(epoch)) == 16
-        seen.append(set(epoch))
+            parts.append([next(it) for _ in range(len(expected))])
+    seen = [{src_text(data, b, r) for b in parts[p] for r in range(B)} for p in range(3)]
     assert not (seen[0] & seen[1]) and not (seen[0] & seen[2]) and not (seen[1] & seen[2])
     assert len(set.union(*seen)) == 48
+    for k, batch in enumerate(expected):
+        for key in batch:
+            np.testing.assert_array_equal(np.concatenate([parts[p][k][key] for p in range(3)]), batch[key])
 
 
 def test_epochs_are_reshuffled_and_resume_is_exact(data):

@@ -41,5 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {kind}{message}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
-    print(summary_line(result), flush=True)
+    import jax
+
+    if jax.process_index() == 0:  # only process 0 reports
+        print(summary_line(result), flush=True)
     return 0

@@ -9,19 +9,35 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train (or resume) a model")
     add_run_args(p, config=True)
     p.add_argument("--sample-tokens", type=int, default=200, help="sample this many tokens at the end (0: none)")
+    g = p.add_argument_group("multi-process (or TRANSFORMER_JAX_COORDINATOR / _NUM_PROCESSES / _PROCESS_ID)")
+    g.add_argument("--coordinator", help="host:port of process 0, e.g. 10.0.0.1:1234")
+    g.add_argument("--num-processes", type=int)
+    g.add_argument("--process-id", type=int)
+    g.add_argument("--local-devices", type=int, help="CPU only: fake this many devices per process")
+    g.add_argument("--distributed-auto", action="store_true",
+                   help="let JAX detect the cluster (TPU pod slices, SLURM, ...)")
     p.set_defaults(fn=run)
 
 
 def run(args) -> dict:
+    from transformer_jax.parallel.distributed import DistributedConfig, initialize
+
+    initialize(DistributedConfig.from_env(coordinator=args.coordinator, num_processes=args.num_processes,
+                                          process_id=args.process_id, local_devices=args.local_devices,
+                                          auto=args.distributed_auto or None))
+    import jax
+
     from transformer_jax.cli.sample import sample_text
     from transformer_jax.train.experiment import load_experiment
     from transformer_jax.train.loop import train
+    from transformer_jax.train.ngram import sample_ngram
 
     cfg = load_experiment(args.config, args.set)
     summary = train(cfg, args.workdir)
-    if args.sample_tokens:
-        text = sample_text(args.workdir, prompt=cfg.train.sample_prompt, max_new_tokens=args.sample_tokens,
-                           strategy="top_k", temperature=0.8, top_k=40, seed=cfg.train.seed)
+    if args.sample_tokens and jax.process_count() == 1:
+        sample = sample_ngram if cfg.model.kind == "ngram" else sample_text
+        text = sample(args.workdir, prompt=cfg.train.sample_prompt, max_new_tokens=args.sample_tokens,
+                      strategy="top_k", temperature=0.8, top_k=40, seed=cfg.train.seed)
         if text is not None:
             print("--- sample ---\n" + text + "\n--------------", flush=True)
     return summary

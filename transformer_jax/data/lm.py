@@ -98,9 +98,9 @@ class StreamLM(LMPipeline):
         if n_windows < 1:
             raise ValueError(f"the train split has {len(tokens)} tokens; data.seq_len={T} needs at "
                              f"least {2 * T}: use a larger corpus or a smaller seq_len")
-        ds, shard_len = loader.epochs(grain.MapDataset.range(n_windows), self.cfg,
-                                      process_index, process_count)
-        ds = ds.map_with_index(_WindowStart(T, self.cfg.seed, self.cfg.shuffle, shard_len))
+        ds, length = loader.epochs(grain.MapDataset.range(n_windows), self.cfg)
+        ds = ds.map_with_index(_WindowStart(T, self.cfg.seed, self.cfg.shuffle, length))
+        ds = loader.process_rows(ds, batch_size, process_index, process_count)
         ds = ds.batch(batch_size, drop_remainder=True)
         ds = ds.map(partial(_stream_batch, tokens=tokens, T=T))
         return loader.prefetch(loader.to_iter(ds, self.cfg), self.cfg)
@@ -145,7 +145,7 @@ class DocumentsLM(LMPipeline):
     def train_dataset(self, batch_size: int, process_index: int,
                       process_count: int) -> grain.IterDataset:
         T = self.cfg.seq_len
-        ds, _ = loader.epochs(self.documents("train"), self.cfg, process_index, process_count)
+        ds, _ = loader.epochs(loader.process_shard(self.documents("train"), process_index, process_count), self.cfg)
         it = loader.to_iter(ds.map(self._example_fn()), self.cfg)
         it = grain.experimental.FirstFitPackIterDataset(
             it, length_struct={"inputs": T, "targets": T}, num_packing_bins=batch_size,

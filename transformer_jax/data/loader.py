@@ -1,9 +1,10 @@
 """grain plumbing shared by the pipelines, and the checkpointable ``DataIterator``.
 
-Training order: ``source[process_index::process_count]`` (disjoint shards whose union is the
-split) -> ``shuffle(seed)`` -> ``repeat()`` (grain reshuffles every epoch with seed + epoch)
--> per-example work -> batch -> ``to_iter_dataset`` (thread pool) -> optional ``mp_prefetch``
--> thread prefetch. Everything is a function of (config, batch size, process), so the
+Training order: ``shuffle(seed)`` -> ``repeat()`` (grain reshuffles every epoch with seed +
+epoch): the global stream, identical in every process -> this process's rows of each global
+batch (``ProcessRows``) -> per-example work -> batch -> ``to_iter_dataset`` (thread pool) ->
+optional ``mp_prefetch`` -> thread prefetch. (Document packing shards whole documents by
+process instead: ``process_shard``.) Everything is a function of (config, batch size, process), so the
 iterator state (a small JSON-able dict of indices) resumes the exact order.
 """
 
@@ -32,19 +33,61 @@ _RUNTIME_FIELDS = ("prefetch", "read_threads", "worker_count", "cache_dir", "tfd
                    "max_records_in_memory")
 
 
-def epochs(source: Sequence | grain.MapDataset, cfg: DataConfig, process_index: int,
-           process_count: int) -> tuple[grain.MapDataset, int]:
-    """This process's shard, shuffled anew each epoch, repeated forever; and the shard length."""
+def epochs(source: Sequence | grain.MapDataset, cfg: DataConfig) -> tuple[grain.MapDataset, int]:
+    """The whole split shuffled anew each epoch and repeated forever (the global training
+    stream, the same in every process); and the split length."""
+    ds = source if isinstance(source, grain.MapDataset) else grain.MapDataset.source(source)
+    length = len(ds)
+    if cfg.shuffle:
+        ds = ds.shuffle(seed=cfg.seed)
+    return ds.repeat(), length
+
+
+class ProcessRows(grain.MapDataset):
+    """This process's rows of every global batch of a global stream.
+
+    With P processes and a per-process batch of b rows, global batch k holds stream elements
+    [k*b*P, (k+1)*b*P); process p reads rows [p*b, (p+1)*b) of each, so the global batches (and
+    hence training) are the same whatever the number of processes, and no process reads another's
+    rows. Element j of this dataset is stream element (j // b) * b * P + p * b + j % b.
+    """
+
+    def __init__(self, parent: grain.MapDataset, batch_size: int, process_index: int, process_count: int):
+        super().__init__(parent)
+        self._b, self._p, self._n = batch_size, process_index, process_count
+
+    def __len__(self) -> int:
+        return len(self._parents[0]) // self._n
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return self.slice(j)
+        b = self._b
+        return self._parents[0][(j // b) * b * self._n + self._p * b + j % b]
+
+    def __str__(self) -> str:
+        return f"ProcessRows(batch_size={self._b}, process={self._p}/{self._n})"
+
+
+def process_rows(ds: grain.MapDataset, batch_size: int, process_index: int,
+                 process_count: int) -> grain.MapDataset:
+    """``ProcessRows`` (the identity for one process)."""
+    if process_count == 1:
+        return ds
+    return ProcessRows(ds, batch_size, process_index, process_count)
+
+
+def process_shard(source: Sequence | grain.MapDataset, process_index: int,
+                  process_count: int) -> grain.MapDataset:
+    """``source[process_index::process_count]``: for pipelines that pack whole documents, where
+    global batches cannot be cut into per-process rows before packing."""
     ds = source if isinstance(source, grain.MapDataset) else grain.MapDataset.source(source)
     total = len(ds)
     ds = ds[process_index::process_count]
     if len(ds) == 0:
         raise ValueError(f"the training split has {total} examples, too few to give process "
                          f"{process_index} of {process_count} any; use more data or fewer processes")
-    shard_len = len(ds)
-    if cfg.shuffle:
-        ds = ds.shuffle(seed=cfg.seed)
-    return ds.repeat(), shard_len
+    return ds
 
 
 def _absl_flags_parsed() -> None:

@@ -60,7 +60,8 @@ class _ExamplePipeline(loader.Pipeline):
 
     def train_dataset(self, batch_size: int, process_index: int,
                       process_count: int) -> grain.IterDataset:
-        ds, _ = loader.epochs(self.examples("train"), self.cfg, process_index, process_count)
+        ds, _ = loader.epochs(self.examples("train"), self.cfg)
+        ds = loader.process_rows(ds, batch_size, process_index, process_count)
         ds = ds.map(self.row_fn()).batch(batch_size, drop_remainder=True)
         return loader.prefetch(loader.to_iter(ds, self.cfg), self.cfg)
 

@@ -18,9 +18,9 @@ import numpy as np
 from transformer_jax import configlib
 from transformer_jax.data import build_data, tokenizer_from_json
 from transformer_jax.models import count_params
-from transformer_jax.parallel import batch_sharding, make_mesh
+from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
 from transformer_jax.train import flops
-from transformer_jax.train.checkpoint import Checkpoints
+from transformer_jax.train.checkpoint import CheckpointError, Checkpoints
 from transformer_jax.train.config import Config, resolve
 from transformer_jax.train.evaluate import evaluate
 from transformer_jax.train.metrics import MetricsWriter, ProgressBar
@@ -108,10 +108,12 @@ def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False
     tx = make_optimizer(cfg.train.optim, cfg.train.steps)
     graphdef, _, _ = model_graph(cfg.model)
     data_state = None
-    if step is not None:
-        state, data_state, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
-    else:
-        state = init_state(cfg.model, tx, seed=cfg.train.seed, mesh=mesh)
+    with sharding_context(mesh):
+        if step is not None:
+            state, saved_data, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
+            data_state = _own_data_state(saved_data)
+        else:
+            state = init_state(cfg.model, tx, seed=cfg.train.seed, mesh=mesh)
     sharding = batch_sharding(mesh)
 
     def put_batch(batch: dict) -> dict:
@@ -123,6 +125,10 @@ def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False
 def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
     """Trains ``cfg`` in ``workdir`` (resuming from its latest checkpoint) and returns the
     final summary (also printed as the last line of output by the command line)."""
+    if cfg.model.kind == "ngram":
+        from transformer_jax.train.ngram import train_ngram
+
+        return train_ngram(cfg, workdir)
     t_start = time.time()
     run, data_state = setup(cfg, workdir, devices=devices)
     cfg, state, ckpts = run.cfg, run.state, run.checkpoints
@@ -164,6 +170,7 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
     step = last_saved = start_step
     stop_reason = "steps"
     compile_s = None
+
     def validate(state) -> dict:
         result = evaluate(eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
         if task.extra_eval is not None and tc.extra_eval:
@@ -175,7 +182,7 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
         writer.write(step, {f"val/{k}": v for k, v in result.items()})
         return result
 
-    with _StopFlag() as stop:
+    with _StopFlag() as stop, sharding_context(run.mesh):
         while step < tc.steps:
             batch = run.put_batch(next(it))
             tokens_per_step = batch[task.tokens].size
@@ -206,13 +213,13 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
                 stop_reason = "max_minutes" if budget_hit else signal.Signals(stop.signal).name
                 break
             if step % tc.checkpoint_every == 0:
-                ckpts.save(step, state, it.get_state(), meta,
+                ckpts.save(step, state, _all_data_states(it), meta,
                            best_value=val[tc.best_metric] if val is not None and step % tc.eval_every == 0 else None)
                 last_saved = step
         if stop_reason != "steps" and (val is None or step % tc.eval_every):
             val = validate(state)
         if step != last_saved or ckpts.latest_step() is None:
-            ckpts.save(step, state, it.get_state(), meta, best_value=val[tc.best_metric] if val else None, force=True)
+            ckpts.save(step, state, _all_data_states(it), meta, best_value=val[tc.best_metric] if val else None, force=True)
         ckpts.wait()
     bar.close()
     writer.close()
@@ -226,6 +233,29 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
     run.state = state
     ckpts.close()
     return summary
+
+
+def _all_data_states(it) -> dict:
+    """Every process's data-iterator state (JSON), gathered so that process 0 can save them all."""
+    own = json.dumps(it.get_state())
+    if jax.process_count() == 1:
+        return {"processes": [json.loads(own)]}
+    from jax.experimental import multihost_utils
+
+    raw = np.frombuffer(own.encode(), np.uint8)
+    longest = int(np.max(multihost_utils.process_allgather(np.array([raw.size]))))
+    padded = np.zeros(longest, np.uint8)
+    padded[:raw.size] = raw
+    gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(jax.process_count(), longest)
+    return {"processes": [json.loads(bytes(row).rstrip(b"\0").decode()) for row in gathered]}
+
+
+def _own_data_state(saved: dict) -> dict:
+    states = saved["processes"]
+    if len(states) != jax.process_count():
+        raise CheckpointError(f"the checkpoint holds the data position of {len(states)} processes but "
+                              f"{jax.process_count()} are running; resume with the same number of processes")
+    return states[jax.process_index()]
 
 
 def _reduce(metrics: list[dict]) -> dict[str, Any]:
