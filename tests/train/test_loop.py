@@ -11,6 +11,9 @@ import jax
 import numpy as np
 import pytest
 
+from tests.cli_helpers import child_env as _env
+from tests.cli_helpers import cli
+from tests.cli_helpers import train as train_cli
 from transformer_jax import configlib
 from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.loop import setup
@@ -20,25 +23,12 @@ HERE = os.path.dirname(__file__)
 EXPERIMENT = os.path.join(HERE, "tiny_experiment.py")
 
 
-def _env():
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = ""  # one CPU device in the child processes
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _cli(*args, check=True, **kwargs):
-    proc = subprocess.run([sys.executable, "-m", "transformer_jax", *args], env=_env(), capture_output=True,
-                          text=True, timeout=600, **kwargs)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}")
-    return proc
+def _cli(*args, check=True):
+    return cli(*args, check=check)
 
 
 def _train(workdir, *sets):
-    proc = _cli("train", "--config", EXPERIMENT, "--workdir", str(workdir), "--sample-tokens", "0", "--set", *sets)
-    return json.loads(proc.stdout.strip().splitlines()[-1]), proc
+    return train_cli(workdir, *sets)
 
 
 def _restored(workdir):

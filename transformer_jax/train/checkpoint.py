@@ -7,8 +7,11 @@ evaluation/sampling can rebuild everything from the checkpoint alone.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -24,11 +27,23 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be used (mismatched architecture, corrupt files, ...)."""
 
 
+TMP_MARKER = ".orbax-checkpoint-tmp"
+
+
 def _manager(directory: str, *, keep: int, async_save: bool) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+    """An Orbax manager; leftovers of an interrupted save (``<step>.orbax-checkpoint-tmp``
+    directories, never restored) are reported and removed."""
+    directory = os.path.abspath(directory)
+    partial = sorted(name for name in (os.listdir(directory) if os.path.isdir(directory) else [])
+                     if TMP_MARKER in name)
+    if partial and jax.process_index() == 0:
+        log.warning("ignoring and removing %d incomplete checkpoint(s) in %s left by an interrupted save: %s",
+                    len(partial), directory, ", ".join(partial))
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True,
                                            enable_async_checkpointing=async_save)
-    return ocp.CheckpointManager(os.path.abspath(directory), options=options,
-                                 item_names=("state", "data", "meta"))
+    handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
+                "meta": ocp.JsonCheckpointHandler()}
+    return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
 def all_finite(tree) -> bool:
@@ -70,12 +85,35 @@ class Checkpoints:
         meta = {**meta, "step": int(step), **({"best_value": float(best_value)} if best_value is not None else {})}
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
                                   meta=ocp.args.JsonSave(meta))
-        saved = self.last.save(step, args=args, force=force)
+        with self._write_errors(self.last, step):
+            self.last.wait_until_finished()  # one save in flight at a time; surfaces earlier async errors
+            saved = self.last.save(step, args=args, force=force)
         if self.best is not None and best_value is not None and self.sign * best_value < self.best_value:
             self.best_value = self.sign * float(best_value)
-            self.best.wait_until_finished()
-            self.best.save(step, args=args, force=True)
+            with self._write_errors(self.best, step):
+                self.best.wait_until_finished()
+                self.best.save(step, args=args, force=True)
         return bool(saved)
+
+    @contextlib.contextmanager
+    def _write_errors(self, mgr: ocp.CheckpointManager, step: int):
+        """Turns a failed (possibly asynchronous) write into a CheckpointError that says what is
+        kept, and removes the incomplete directory so the failure frees its space."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - Orbax/TensorStore raise many types for I/O failures
+            directory = str(mgr.directory)
+            for name in os.listdir(directory) if os.path.isdir(directory) else []:
+                if TMP_MARKER in name:
+                    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            complete = mgr.all_steps()
+            kept = f"the last complete checkpoint (step {max(complete)}) is intact" if complete else \
+                "no earlier checkpoint exists"
+            no_space = "No space left" in str(e) or getattr(e, "errno", None) == errno.ENOSPC
+            hint = "free disk space (or lower train.keep_checkpoints)" if no_space else "fix the cause"
+            raise CheckpointError(f"could not write a checkpoint to {directory} (around step {step}): "
+                                  f"{'no space left on device' if no_space else e}; {kept}. "
+                                  f"{hint.capitalize()} and rerun the same command to resume.") from e
 
     def restore(self, target: TrainState, step: int | None = None, *, best: bool = False
                 ) -> tuple[TrainState, dict, dict]:
@@ -121,9 +159,11 @@ class Checkpoints:
                 "parameters); is this the same architecture and vocabulary?\n" + "\n".join(problems[:40]))
 
     def wait(self) -> None:
-        self.last.wait_until_finished()
-        if self.best is not None:
-            self.best.wait_until_finished()
+        """Blocks until every asynchronous save is on disk (raises CheckpointError if one failed)."""
+        for mgr in (self.last, self.best):
+            if mgr is not None:
+                with self._write_errors(mgr, mgr.latest_step() or 0):
+                    mgr.wait_until_finished()
 
     def close(self) -> None:
         self.wait()

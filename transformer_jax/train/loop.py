@@ -129,110 +129,140 @@ def train(cfg: Config, workdir: str, *, devices=None) -> dict[str, Any]:
         from transformer_jax.train.ngram import train_ngram
 
         return train_ngram(cfg, workdir)
-    t_start = time.time()
-    run, data_state = setup(cfg, workdir, devices=devices)
-    cfg, state, ckpts = run.cfg, run.state, run.checkpoints
-    tc = cfg.train
-    is_main = jax.process_index() == 0
-    start_step = int(jax.device_get(state.step))
-    if is_main:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(configlib.to_json(cfg))
-        run.data.tokenizer.save(os.path.join(workdir, "tokenizer"))
-    task = TASKS.get(run.data.task)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # make_optimizer in setup() already warned
-        schedule = make_schedule(tc.optim, tc.steps)
-    shardings = state_sharding_tree(state)
-    train_step = jax.jit(make_train_step(run.graphdef, run.tx, task, tc, schedule), donate_argnums=(0,),
-                         out_shardings=(shardings, None))
-    eval_step = jax.jit(make_eval_step(run.graphdef, task))
-    n_params = count_params(cfg.model)
-    n_position_params = cfg.model.max_len * cfg.model.d_model if cfg.model.position == "learned" else 0
-    flops_per_token = flops.decoder_flops_per_token(n_params - n_position_params, cfg.model.n_layers,
-                                                    cfg.model.d_model, cfg.data.seq_len)
-    peak = tc.peak_flops or _peak_flops()
-    meta = {"config": configlib.to_dict(cfg), "tokenizer": run.data.tokenizer.to_json()}
-    if is_main:
-        print(f"model: {cfg.model.kind}, {n_params:,} parameters; data: {cfg.data.dataset} "
+    return Trainer(cfg, workdir, devices=devices).run()
+
+
+class Trainer:
+    """One invocation of training: the loop, logging, validation, checkpoints, stopping."""
+
+    def __init__(self, cfg: Config, workdir: str, *, devices=None):
+        self.t_start = time.time()
+        self.workdir = workdir
+        self.run_, self.data_state = setup(cfg, workdir, devices=devices)
+        run = self.run_
+        self.cfg, self.tc, self.ckpts = run.cfg, run.cfg.train, run.checkpoints
+        self.is_main = jax.process_index() == 0
+        self.start_step = int(jax.device_get(run.state.step))
+        self.task = TASKS.get(run.data.task)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # make_optimizer in setup() already warned
+            schedule = make_schedule(self.tc.optim, self.tc.steps)
+        self.train_step = jax.jit(make_train_step(run.graphdef, run.tx, self.task, self.tc, schedule),
+                                  donate_argnums=(0,), out_shardings=(state_sharding_tree(run.state), None))
+        self.eval_step = jax.jit(make_eval_step(run.graphdef, self.task))
+        m = self.cfg.model
+        self.n_params = count_params(m)
+        n_positions = m.max_len * m.d_model if m.position == "learned" else 0
+        self.flops_per_token = flops.decoder_flops_per_token(self.n_params - n_positions, m.n_layers, m.d_model,
+                                                             self.cfg.data.seq_len)
+        self.peak = self.tc.peak_flops or _peak_flops()
+        self.meta = {"config": configlib.to_dict(self.cfg), "tokenizer": run.data.tokenizer.to_json()}
+        self.writer = self.bar = self.it = None
+        self.val: dict[str, float] | None = None
+        self.train_loss = float("nan")
+        self.compile_s: float | None = None
+
+    def _announce(self) -> None:
+        if not self.is_main:
+            return
+        with open(os.path.join(self.workdir, "config.json"), "w") as f:
+            f.write(configlib.to_json(self.cfg))
+        self.run_.data.tokenizer.save(os.path.join(self.workdir, "tokenizer"))
+        run = self.run_
+        print(f"model: {self.cfg.model.kind}, {self.n_params:,} parameters; data: {self.cfg.data.dataset} "
               f"({run.data.task}, vocab {run.data.vocab_size}); devices: {jax.device_count()} "
               f"({jax.default_backend()}); mesh {dict(run.mesh.shape)}; "
-              + (f"resuming at step {start_step}" if start_step else "starting from scratch"), flush=True)
+              + (f"resuming at step {self.start_step}" if self.start_step else "starting from scratch"), flush=True)
 
-    key = jax.random.key(tc.seed)
-    it = run.data.train_iterator(data_state)
-    writer = MetricsWriter(workdir, enabled=is_main, resume_step=start_step or None)
-    bar = ProgressBar(tc.steps, initial=start_step, enabled=is_main)
-    pending: list[dict] = []
-    last_log_time, last_log_step = time.time(), start_step
-    val: dict[str, float] | None = None
-    train_loss = float("nan")
-    step = last_saved = start_step
-    stop_reason = "steps"
-    compile_s = None
-
-    def validate(state) -> dict:
-        result = evaluate(eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
-        if task.extra_eval is not None and tc.extra_eval:
+    def validate(self, state, step: int) -> dict[str, float]:
+        run, tc = self.run_, self.tc
+        result = evaluate(self.eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
+        if self.task.extra_eval is not None and tc.extra_eval:
             run.state = state
-            result.update(task.extra_eval(run, state, "val", tc.eval_batches))
+            result.update(self.task.extra_eval(run, state, "val", tc.eval_batches))
         if tc.best_metric not in result:
             configlib.fail("train.best_metric", tc.best_metric, "is not among the validation metrics",
                            f"choose one of {sorted(result)}")
-        writer.write(step, {f"val/{k}": v for k, v in result.items()})
+        self.writer.write(step, {f"val/{k}": v for k, v in result.items()})
+        self.bar.write(f"step {step}: " + ", ".join(f"val {k} {v:.4f}" for k, v in result.items() if k != "tokens"))
         return result
 
-    with _StopFlag() as stop, sharding_context(run.mesh):
-        while step < tc.steps:
-            batch = run.put_batch(next(it))
-            tokens_per_step = batch[task.tokens].size
-            t0 = time.time() if compile_s is None else None
-            state, metrics = train_step(state, batch, key)
-            if t0 is not None:
-                jax.block_until_ready(state.step)
-                compile_s = time.time() - t0
-                last_log_time = time.time()
-            step += 1
-            pending.append(metrics)
-            if tc.nonfinite == "halt" or step % tc.log_every == 0 or step == tc.steps:
-                logged = _reduce(jax.device_get(pending))
-                pending = []
-                _check_finite(logged, step, tc)
-                now = time.time()
-                tok_s = tokens_per_step * (step - last_log_step) / max(now - last_log_time, 1e-9)
-                last_log_time, last_log_step = now, step
-                train_loss = logged["loss"]
-                logged.update(tokens_per_s=tok_s, mfu=tok_s * flops_per_token / peak if peak else None)
-                writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
-                bar.update(step, loss=train_loss, tok_s=tok_s)
-            if step % tc.eval_every == 0 or step == tc.steps:
-                val = validate(state)
-                bar.write(f"step {step}: " + ", ".join(f"val {k} {v:.4f}" for k, v in val.items() if k != "tokens"))
-            budget_hit = tc.max_minutes is not None and time.time() - t_start > 60 * tc.max_minutes
-            if budget_hit or stop.signal is not None:
-                stop_reason = "max_minutes" if budget_hit else signal.Signals(stop.signal).name
-                break
-            if step % tc.checkpoint_every == 0:
-                ckpts.save(step, state, _all_data_states(it), meta,
-                           best_value=val[tc.best_metric] if val is not None and step % tc.eval_every == 0 else None)
-                last_saved = step
-        if stop_reason != "steps" and (val is None or step % tc.eval_every):
-            val = validate(state)
-        if step != last_saved or ckpts.latest_step() is None:
-            ckpts.save(step, state, _all_data_states(it), meta, best_value=val[tc.best_metric] if val else None, force=True)
-        ckpts.wait()
-    bar.close()
-    writer.close()
-    it.close()
-    summary = {"step": step, "train_loss": train_loss, "val_loss": val["loss"] if val else None,
-               "val_perplexity": val["perplexity"] if val else None,
-               **{f"val_{k}": v for k, v in (val or {}).items() if k not in ("loss", "perplexity", "tokens")},
-               "tokens_per_s": _median_rate(workdir) if is_main else None, "compile_s": compile_s,
-               "wall_s": time.time() - t_start, "params": n_params, "stopped": stop_reason,
-               "skipped_steps": int(jax.device_get(state.total_skips))}
-    run.state = state
-    ckpts.close()
-    return summary
+    def save(self, step: int, state, *, evaluated: bool, force: bool = False) -> None:
+        best = self.val[self.tc.best_metric] if evaluated and self.val is not None else None
+        self.ckpts.save(step, state, _all_data_states(self.it), self.meta, best_value=best, force=force)
+
+    def run(self) -> dict[str, Any]:
+        tc, run = self.tc, self.run_
+        self._announce()
+        key = jax.random.key(tc.seed)
+        self.it = run.data.train_iterator(self.data_state)
+        self.writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=self.start_step or None)
+        self.bar = ProgressBar(tc.steps, initial=self.start_step, enabled=self.is_main)
+        state, pending = run.state, []
+        step = last_saved = last_log_step = self.start_step
+        last_log_time, stop_reason = time.time(), "steps"
+        try:
+            with _StopFlag() as stop, sharding_context(run.mesh):
+                while step < tc.steps:
+                    batch = run.put_batch(next(self.it))
+                    tokens_per_step = batch[self.task.tokens].size
+                    t0 = time.time() if self.compile_s is None else None
+                    state, metrics = self.train_step(state, batch, key)
+                    if t0 is not None:
+                        jax.block_until_ready(state.step)
+                        self.compile_s = time.time() - t0
+                        last_log_time = time.time()
+                    step += 1
+                    pending.append(metrics)
+                    if tc.nonfinite == "halt" or step % tc.log_every == 0 or step == tc.steps:
+                        now = time.time()
+                        tok_s = tokens_per_step * (step - last_log_step) / max(now - last_log_time, 1e-9)
+                        self._log(step, pending, tok_s)
+                        pending, last_log_time, last_log_step = [], now, step
+                    evaluated = step % tc.eval_every == 0 or step == tc.steps
+                    if evaluated:
+                        self.val = self.validate(state, step)
+                    budget_hit = tc.max_minutes is not None and time.time() - self.t_start > 60 * tc.max_minutes
+                    if budget_hit or stop.signal is not None:
+                        stop_reason = "max_minutes" if budget_hit else signal.Signals(stop.signal).name
+                        break
+                    if step % tc.checkpoint_every == 0:
+                        self.save(step, state, evaluated=evaluated)
+                        last_saved = step
+                if stop_reason != "steps" and (self.val is None or step % tc.eval_every):
+                    self.val = self.validate(state, step)
+                if step != last_saved or self.ckpts.latest_step() is None:
+                    self.save(step, state, evaluated=True, force=True)
+                self.ckpts.wait()
+        finally:
+            self._close()
+        run.state = state
+        val = self.val or {}
+        return {"step": step, "train_loss": self.train_loss, "val_loss": val.get("loss"),
+                "val_perplexity": val.get("perplexity"),
+                **{f"val_{k}": v for k, v in val.items() if k not in ("loss", "perplexity", "tokens")},
+                "tokens_per_s": _median_rate(self.workdir) if self.is_main else None, "compile_s": self.compile_s,
+                "wall_s": time.time() - self.t_start, "params": self.n_params, "stopped": stop_reason,
+                "skipped_steps": int(jax.device_get(state.total_skips))}
+
+    def _log(self, step: int, pending: list[dict], tok_s: float) -> None:
+        logged = _reduce(jax.device_get(pending))
+        _check_finite(logged, step, self.tc)
+        self.train_loss = logged["loss"]
+        logged.update(tokens_per_s=tok_s, mfu=tok_s * self.flops_per_token / self.peak if self.peak else None)
+        self.writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
+        self.bar.update(step, loss=self.train_loss, tok_s=tok_s)
+
+    def _close(self) -> None:
+        """Always runs: finishes in-flight checkpoint writes (the last good checkpoint must land
+        even when training stops on an error), closes logs and the data iterator."""
+        try:
+            self.ckpts.close()
+        except CheckpointError as e:
+            log.error("%s", e)
+        for thing in (self.bar, self.writer, self.it):
+            if thing is not None:
+                thing.close()
 
 
 def _all_data_states(it) -> dict:

@@ -1,0 +1,35 @@
+"""Running the command line in child processes (one CPU device each) from tests."""
+
+import json
+import os
+import subprocess
+import sys
+
+TINY = os.path.join(os.path.dirname(__file__), "train", "tiny_experiment.py")
+
+
+def child_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.update(XLA_FLAGS="", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def cli(*args, check=True, timeout=600, **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "transformer_jax", *args], env=child_env(), capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def train_cmd(workdir, *sets, experiment=TINY) -> list[str]:
+    return [sys.executable, "-m", "transformer_jax", "train", "--config", experiment, "--workdir", str(workdir),
+            "--sample-tokens", "0", "--set", *sets]
+
+
+def train(workdir, *sets, experiment=TINY, check=True):
+    """(last-line JSON or None, completed process) of ``transformer-jax train`` in a child process."""
+    proc = cli(*train_cmd(workdir, *sets, experiment=experiment)[3:], check=check)
+    lines = proc.stdout.strip().splitlines()
+    summary = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+    return summary, proc

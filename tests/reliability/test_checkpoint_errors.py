@@ -1,0 +1,74 @@
+"""Checkpoints that cannot be used or written: a different architecture gives a list of the
+mismatched parameters; a full disk gives a clear error and the previous checkpoint stays intact."""
+
+import errno
+import os
+import shutil
+import subprocess
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.cli_helpers import train
+from transformer_jax.train.checkpoint import CheckpointError
+from transformer_jax.train.experiment import load_experiment, workdir_config
+from transformer_jax.train.loop import setup, train as train_in_process
+
+pytestmark = pytest.mark.slow
+TINY = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
+SHORT = ["train.steps=2", "train.checkpoint_every=2", "train.eval_every=1000"]
+
+
+def _params(workdir):
+    run, _ = setup(workdir_config(str(workdir)), str(workdir), devices=jax.devices()[:1])
+    run.checkpoints.close()
+    return jax.device_get(run.state.params), int(run.state.step)
+
+
+def test_other_architecture_lists_mismatched_parameters(tmp_path):
+    train(tmp_path / "run", *SHORT)
+    summary, proc = train(tmp_path / "run", *SHORT, "model.n_layers=3", "model.d_model=48", "train.steps=4",
+                          check=False)
+    assert proc.returncode == 2 and summary is None
+    err = proc.stderr
+    assert "does not fit this model" in err and "Traceback" not in err
+    assert "layers.layers.2.self_attn.q.kernel: checkpoint has no such parameter" in err
+    assert "(68, 32) vs model (68, 48)" in err  # the embedding table, checkpoint vs model shapes
+
+
+def _tmpfs(path, size_kb) -> bool:
+    path.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def test_disk_full_while_saving_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    first = tmp_path / "first"
+    train(first, *SHORT)
+    before, _ = _params(first)
+    used_kb = sum(os.stat(os.path.join(d, f)).st_blocks // 2 + 4 for d, _, fs in os.walk(first) for f in fs)
+    used_kb += 4 * sum(len(ds) for _, ds, _ in os.walk(first))
+    disk = tmp_path / "disk"
+    real_disk = _tmpfs(disk, used_kb + 128)  # room for metrics, not for another checkpoint (~380 KB)
+    workdir = disk / "run" if real_disk else tmp_path / "run"
+    try:
+        shutil.copytree(first, workdir)
+        if not real_disk:  # no permission to mount a small filesystem: fail the write the same way
+            def full(*args, **kwargs):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+        cfg = load_experiment(TINY, SHORT + ["train.steps=40", "train.checkpoint_every=2"])
+        with pytest.raises(CheckpointError, match="no space left on device") as err:
+            train_in_process(cfg, str(workdir), devices=jax.devices()[:1])
+        assert "the last complete checkpoint (step 2) is intact" in str(err.value)
+        monkeypatch.undo()
+        after, step = _params(workdir)
+        assert step == 2
+        for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        if real_disk:
+            subprocess.run(["umount", str(disk)], capture_output=True)
