@@ -81,7 +81,8 @@ class Run:
 def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False,
           devices=None) -> tuple[Run, dict | None]:
     """Builds data, model, optimizer and state; restores the latest (or best) checkpoint of
-    ``workdir`` when there is one. Returns the run and the restored data-iterator state.
+    ``workdir`` when there is one. Returns the run and the restored data-iterator states
+    (``{"processes": [state of each training process]}``; any process count may evaluate them).
     ``devices`` (default: all) are arranged into the mesh of ``cfg.mesh``."""
     cfg = resolve(cfg)
     os.makedirs(workdir, exist_ok=True)
@@ -110,8 +111,7 @@ def setup(cfg: Config, workdir: str, *, restore: bool = True, best: bool = False
     data_state = None
     with sharding_context(mesh):
         if step is not None:
-            state, saved_data, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
-            data_state = _own_data_state(saved_data)
+            state, data_state, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
         else:
             state = init_state(cfg.model, tx, seed=cfg.train.seed, mesh=mesh)
     sharding = batch_sharding(mesh)
@@ -138,7 +138,8 @@ class Trainer:
     def __init__(self, cfg: Config, workdir: str, *, devices=None):
         self.t_start = time.time()
         self.workdir = workdir
-        self.run_, self.data_state = setup(cfg, workdir, devices=devices)
+        self.run_, saved_data = setup(cfg, workdir, devices=devices)
+        self.data_state = None if saved_data is None else _own_data_state(saved_data)
         run = self.run_
         self.cfg, self.tc, self.ckpts = run.cfg, run.cfg.train, run.checkpoints
         self.is_main = jax.process_index() == 0
