@@ -30,13 +30,11 @@ def run(args) -> dict:
     from transformer_jax.cli.sample import sample_text
     from transformer_jax.train.experiment import load_experiment
     from transformer_jax.train.loop import train
-    from transformer_jax.train.ngram import sample_ngram
 
     cfg = load_experiment(args.config, args.set)
     summary = train(cfg, args.workdir)
     if args.sample_tokens and jax.process_count() == 1:
-        sample = sample_ngram if cfg.model.kind == "ngram" else sample_text
-        text = sample(args.workdir, prompt=cfg.train.sample_prompt, max_new_tokens=args.sample_tokens,
+        text = sample_text(args.workdir, prompt=cfg.train.sample_prompt, max_new_tokens=args.sample_tokens,
                       strategy="top_k", temperature=0.8, top_k=40, seed=cfg.train.seed)
         if text is not None:
             print("--- sample ---\n" + text + "\n--------------", flush=True)

@@ -6,7 +6,7 @@ import dataclasses
 
 from transformer_jax.configlib import ConfigError, check_choice, check_positive, check_range, fail
 from transformer_jax.data.config import DataConfig
-from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.config import TRANSFORMER_KINDS, ModelConfig
 from transformer_jax.parallel.config import MeshConfig
 from transformer_jax.train.optim import OptimConfig
 
@@ -80,7 +80,8 @@ class Config:
     def __post_init__(self):
         m, d = self.model, self.data
         task_kind = "encoder_decoder" if d.task == "seq2seq" else "decoder_lm"
-        if m.kind != task_kind:
+        lm_baseline = d.task == "lm" and m.kind not in TRANSFORMER_KINDS  # ngram, window_lm, rnn_lm
+        if m.kind != task_kind and not lm_baseline:
             fail("model.kind", m.kind, f"data.dataset={d.dataset!r} is a {d.task} task",
                  f"use model.kind={task_kind!r} (or another dataset)")
         longest = max(d.seq_len, d.max_src_len if d.task == "seq2seq" else 0)

@@ -1,14 +1,104 @@
 """``BaselineConfig``: settings of the classic LMs (``model.baseline``), used when ``model.kind``
-is one of the baseline kinds."""
+is one of the baseline kinds: ``ngram`` (counts), ``window_lm`` (Bengio et al. 2003), ``rnn_lm``.
+
+The neural baselines also read these ``ModelConfig`` fields: ``vocab_size``, ``d_model``
+(embedding width; the RNN hidden size), ``d_ff`` (the window MLP's hidden width, default
+4 * d_model), ``n_layers`` (tanh layers of the window MLP / stacked RNN layers), ``dropout``,
+``init_std``, ``tie_embeddings``, ``dtype``, ``param_dtype``. They have no position encoding:
+``model.position`` must be ``"none"`` (``baseline_model_config`` sets it).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
+from transformer_jax.configlib import check_choice, check_positive, fail
+
+BASELINE_KINDS = ("ngram", "window_lm", "rnn_lm")
+CELLS = ("lstm", "gru")
+SMOOTHINGS = ("kneser_ney", "add_k")
+_DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
 
 @dataclasses.dataclass(frozen=True)
 class BaselineConfig:
-    """Settings that only the classic language models read."""
+    """Settings that only the classic language models read.
+
+    n-gram (``kind="ngram"``): ``ngram_order`` n (history of n - 1 tokens); ``smoothing``:
+    ``kneser_ney`` (interpolated, Chen & Goodman 1998, one absolute ``discount`` per order;
+    None estimates it per order as n1 / (n1 + 2 n2) from the count-of-counts) or ``add_k``
+    (``(c(h, w) + k) / (c(h) + k V)``, no backoff).
+    Window LM (``kind="window_lm"``): ``window`` N tokens (the current one and N - 1 before it)
+    whose embeddings are concatenated; ``direct``: Bengio's direct input -> output connections.
+    RNN LM (``kind="rnn_lm"``): ``cell`` lstm | gru; ``tbptt``: gradients flow back at most
+    this many steps inside a training window (None: through the whole window, i.e. truncation at
+    ``data.seq_len``); ``forget_bias`` is added to the LSTM forget-gate bias at initialisation.
+    """
+
+    ngram_order: int = 3
+    smoothing: str = "kneser_ney"
+    discount: float | None = None
+    add_k: float = 1.0
+    window: int = 8
+    direct: bool = False
+    cell: str = "lstm"
+    tbptt: int | None = None
+    forget_bias: float = 1.0
 
     def validate(self, model_cfg) -> None:
         """Checks against the enclosing ModelConfig (raise ConfigError naming model.baseline.*)."""
+        kind = model_cfg.kind
+        if kind not in BASELINE_KINDS:
+            fail("model.kind", kind, "is not a baseline kind", f"choose one of: {', '.join(BASELINE_KINDS)}")
+        if model_cfg.moe is not None:
+            fail("model.moe", type(model_cfg.moe).__name__,
+                 f"model.kind={kind!r} has no feed-forward layers to turn into experts", "set model.moe=None")
+        check_positive("model.vocab_size", model_cfg.vocab_size)
+        if model_cfg.vocab_size < 2:
+            fail("model.vocab_size", model_cfg.vocab_size, "must be at least 2")
+        if kind == "ngram":
+            check_positive("model.baseline.ngram_order", self.ngram_order)
+            check_choice("model.baseline.smoothing", self.smoothing, SMOOTHINGS, "smoothing")
+            if self.discount is not None and not 0.0 < self.discount <= 1.0:
+                fail("model.baseline.discount", self.discount, "must be in (0, 1]",
+                     "or None to estimate it per order from the count-of-counts")
+            if self.add_k <= 0:
+                fail("model.baseline.add_k", self.add_k, "must be positive (add-k smoothing)")
+            return
+        self._validate_neural(model_cfg)
+
+    def _validate_neural(self, m) -> None:
+        for name in ("d_model", "n_layers"):
+            check_positive(f"model.{name}", getattr(m, name))
+        if m.d_ff is not None:
+            check_positive("model.d_ff", m.d_ff)
+        if not 0.0 <= m.dropout < 1.0:
+            fail("model.dropout", m.dropout, "must be in [0, 1)")
+        check_positive("model.init_std", m.init_std)
+        if m.position != "none":
+            fail("model.position", m.position, f"model.kind={m.kind!r} has no position encoding",
+                 "set model.position='none' (or build the config with baseline_model_config)")
+        for name in ("dtype", "param_dtype"):
+            check_choice(f"model.{name}", getattr(m, name), _DTYPE_NAMES, "dtype")
+        if m.kind == "window_lm":
+            check_positive("model.baseline.window", self.window)
+            width = m.d_ff if m.d_ff is not None else 4 * m.d_model
+            if m.tie_embeddings and width != m.d_model:
+                fail("model.tie_embeddings", True, f"the window MLP's output width d_ff={width} differs from "
+                     f"d_model={m.d_model}", "set model.tie_embeddings=false or model.d_ff=model.d_model")
+        else:
+            check_choice("model.baseline.cell", self.cell, CELLS, "RNN cell")
+            if self.tbptt is not None:
+                check_positive("model.baseline.tbptt", self.tbptt)
+
+
+def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **model_fields):
+    """A ``ModelConfig`` of a baseline ``kind`` with ``position="none"`` (and, for ``window_lm``,
+    an untied output layer unless ``d_ff == d_model``); ``model_fields`` set the rest."""
+    from transformer_jax.models.config import ModelConfig  # models.config imports this module
+
+    fields = {"position": "none", **model_fields}
+    if kind == "window_lm" and "tie_embeddings" not in fields:
+        d_model = fields.get("d_model", ModelConfig.d_model)
+        fields["tie_embeddings"] = fields.get("d_ff") == d_model
+    return ModelConfig(kind=kind, baseline=baseline or BaselineConfig(), **fields)

@@ -1,0 +1,169 @@
+"""Fitting, evaluating and sampling the count-based n-gram LM (``model.kind="ngram"``).
+
+The n-gram goes through the same data pipeline as the neural models: the tokenizer is trained on
+the training split, counts come from the training split's token stream (``stream`` packing: the
+whole split as one sequence; ``documents``: every packed segment, BOS/EOS included), and
+evaluation scores exactly the rows, targets and weights that ``transformer-jax eval`` scores for a
+neural run (``data.eval_batches(split)``), each target conditioned on the preceding tokens of its
+row and segment (so the first tokens of a stream window see a shorter history, as a Transformer
+does). A workdir holds ``ngram.npz`` (counts), ``config.json``, ``tokenizer/`` and
+``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from transformer_jax import configlib
+from transformer_jax.data import build_data, load_tokenizer
+from transformer_jax.data.lm import StreamLM
+from transformer_jax.models.baselines.ngram import NGramLM
+from transformer_jax.train.config import Config
+from transformer_jax.train.experiment import workdir_config
+from transformer_jax.train.metrics import MetricsWriter
+
+NGRAM_FILE = "ngram.npz"
+
+
+def training_sequences(data, split: str = "train") -> list[np.ndarray]:
+    """The token sequences of ``split`` that n-grams are counted in (none crosses a boundary)."""
+    if isinstance(data.pipeline, StreamLM):
+        return [np.asarray(data.pipeline.tokens(split), np.int64)]
+    seqs = []
+    for batch in data.eval_batches(split):
+        for inputs, targets, seg in zip(batch["inputs"], batch["targets"], batch["segment_ids"]):
+            for s in np.unique(seg[seg > 0]):
+                idx = np.flatnonzero(seg == s)
+                seqs.append(np.concatenate([inputs[idx], targets[idx[-1:]]]).astype(np.int64))
+    return seqs
+
+
+def score(model: NGramLM, batches, *, accuracy: bool = True) -> dict[str, float]:
+    """Token-weighted loss (mean NLL), perplexity, accuracy over LM batches, as ``train.evaluate``."""
+    nll = weight = correct = 0.0
+    for batch in batches:
+        w = np.asarray(batch["weights"], np.float64)
+        if not w.any():
+            continue
+        logp, best = model.row_log_probs(batch["inputs"], batch["targets"], batch["segment_ids"],
+                                         with_argmax=accuracy)
+        nll -= float(np.sum(np.where(w > 0, logp, 0.0) * w))
+        weight += float(w.sum())
+        if accuracy:
+            correct += float(np.sum((best == batch["targets"]) * w))
+    if weight == 0:
+        raise ValueError("the evaluation split produced no tokens")
+    loss = nll / weight
+    out = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": weight}
+    if accuracy:
+        out["accuracy"] = correct / weight
+    return out
+
+
+def _fit(cfg: Config, data) -> NGramLM:
+    b = cfg.model.baseline
+    return NGramLM.fit(training_sequences(data), vocab_size=data.vocab_size, order=b.ngram_order,
+                       smoothing=b.smoothing, discount=b.discount, add_k=b.add_k)
+
+
+def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
+    """Counts the training split, scores train (``train.eval_batches`` rows at most) and val, and
+    saves the model; returns the summary keys of ``train.loop.train`` (``params`` = stored counts,
+    ``tokens_per_s`` = training tokens counted per second)."""
+    t_start = time.time()
+    if jax.process_count() > 1:
+        raise ValueError("model.kind='ngram' is fitted by a single process (numpy counts); "
+                         "run it without --num-processes / --coordinator")
+    os.makedirs(workdir, exist_ok=True)
+    data = build_data(cfg.data, batch_size=cfg.train.batch_size)
+    if cfg.model.vocab_size != data.vocab_size:
+        cfg = configlib.apply_overrides(cfg, [f"model.vocab_size={data.vocab_size}"])
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(configlib.to_json(cfg))
+    data.tokenizer.save(os.path.join(workdir, "tokenizer"))
+    n_train = sum(len(s) for s in training_sequences(data))
+    t_fit = time.time()
+    model = _fit(cfg, data)
+    fit_s = time.time() - t_fit
+    model.save(os.path.join(workdir, NGRAM_FILE))
+    print(f"model: ngram (order {model.order}, {model.smoothing}), {model.n_entries:,} stored counts from "
+          f"{n_train:,} training tokens in {fit_s:.1f}s; data: {cfg.data.dataset} (vocab {data.vocab_size})",
+          flush=True)
+    train = score(model, data.eval_batches("train", cfg.train.eval_batches), accuracy=False)
+    val = score(model, data.eval_batches("val", cfg.train.eval_batches))
+    with MetricsWriter(workdir) as writer:
+        writer.write(0, {"train/loss": train["loss"], "train/perplexity": train["perplexity"],
+                         **{f"val/{k}": v for k, v in val.items()}})
+    print("step 0: " + ", ".join(f"val {k} {v:.4f}" for k, v in val.items() if k != "tokens"), flush=True)
+    return {"step": 0, "train_loss": train["loss"], "val_loss": val["loss"], "val_perplexity": val["perplexity"],
+            "val_accuracy": val["accuracy"], "tokens_per_s": n_train / max(fit_s, 1e-9), "compile_s": None,
+            "wall_s": time.time() - t_start, "params": model.n_entries, "stopped": "fitted", "skipped_steps": 0}
+
+
+def load_ngram(workdir: str, overrides: list[str] | None = None) -> tuple[Config, NGramLM, Any]:
+    """(config with ``overrides`` applied, model, tokenizer) of an n-gram run."""
+    cfg = workdir_config(workdir, overrides)
+    path = os.path.join(workdir, NGRAM_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: train the n-gram first (transformer-jax train)")
+    return cfg, NGramLM.load(path), load_tokenizer(os.path.join(workdir, "tokenizer"))
+
+
+def evaluate_ngram(workdir: str, split: str = "val", max_batches: int | None = None,
+                   overrides: list[str] | None = None) -> dict[str, Any]:
+    """Loss, perplexity and accuracy of an n-gram run on ``split`` (the rows ``eval`` scores;
+    ``overrides`` such as ``data.seq_len=256`` change the rows, not the counts)."""
+    cfg, model, tokenizer = load_ngram(workdir, overrides)
+    data = build_data(cfg.data, batch_size=cfg.train.batch_size, tokenizer=tokenizer)
+    split = "val" if split == "validation" else split
+    if split not in data.splits:
+        raise ValueError(f"--split {split}: this dataset has splits {', '.join(data.splits)}")
+    return {"split": split, "step": 0, **score(model, data.eval_batches(split, max_batches))}
+
+
+def pick_next(probs_V: np.ndarray, rng: np.random.Generator, strategy: str = "top_k", temperature: float = 1.0,
+              top_k: int = 40, top_p: float = 0.9) -> int:
+    """The rules of ``decode.strategies`` on probabilities: greedy (argmax); sample, top_k (the k
+    most likely) and top_p (the smallest set reaching p) draw from ``p^(1/temperature)``."""
+    if strategy == "greedy":
+        return int(np.argmax(probs_V))
+    if strategy not in ("sample", "top_k", "top_p"):
+        raise ValueError(f"strategy={strategy!r}: choose greedy, sample, top_k or top_p")
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature} must be positive (use strategy=greedy for T -> 0)")
+    logits = np.log(np.maximum(probs_V, 1e-300)) / temperature
+    if strategy == "top_k":
+        logits = np.where(logits < np.sort(logits)[-min(top_k, len(logits))], -np.inf, logits)
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    if strategy == "top_p":
+        order = np.argsort(-p)
+        keep = np.zeros(len(p), bool)
+        keep[order] = np.cumsum(p[order]) - p[order] < top_p
+        p = np.where(keep, p, 0.0)
+        p /= p.sum()
+    return int(rng.choice(len(p), p=p))
+
+
+def sample_ngram(workdir: str, *, prompt: str = "\n", max_new_tokens: int = 200, strategy: str = "top_k",
+                 temperature: float = 1.0, top_k: int = 40, top_p: float = 0.9, seed: int = 0) -> str:
+    """Continues ``prompt`` token by token from P(. | last n - 1 tokens) until ``max_new_tokens``
+    or EOS (the keywords of ``cli.sample.sample_text``)."""
+    _, model, tok = load_ngram(workdir)
+    ids = tok.encode(prompt) or [tok.bos_id]
+    rng = np.random.default_rng(seed)
+    new: list[int] = []
+    n_hist = model.order - 1
+    for _ in range(max_new_tokens):
+        history = (ids + new)[-n_hist:] if n_hist else []
+        nxt = pick_next(model.distribution(history), rng, strategy, temperature, top_k, top_p)
+        if nxt == tok.eos_id:
+            break
+        new.append(nxt)
+    return prompt + tok.decode(new)
