@@ -10,9 +10,9 @@ import argparse
 import os
 import sys
 
-from transformer_jax.cli import bench, evaluate, sample, train
+from transformer_jax.cli import bench, evaluate, sample, train, translate
 
-COMMANDS = (train, evaluate, sample, bench)
+COMMANDS = (train, evaluate, sample, translate, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

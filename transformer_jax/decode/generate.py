@@ -1,7 +1,9 @@
-"""Autoregressive generation for DecoderLM with a KV cache, the whole loop inside ``jax.jit``.
+"""Generation for ``DecoderLM``: prompts prefilled in one pass into a preallocated KV cache, then
+one token per step, the whole loop inside ``jax.jit``.
 
-The prompt is prefilled in one pass; each further step feeds one token and appends its keys and
-values to the preallocated cache, so step t costs O(t) attention instead of recomputing O(t^2).
+Prompts of different lengths are right-padded with ``prompt_lengths_B`` (see ``decode.loop``):
+the common prefix is prefilled at once, each row's remaining prompt tokens are forced in the
+loop, so every token sits at its true position in the cache and no padding is attended.
 """
 
 from __future__ import annotations
@@ -10,53 +12,89 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+import numpy as np
 from jaxtyping import Array, Int
 
-from transformer_jax.decode.strategies import SamplingConfig, pick
+from transformer_jax.decode.beam import BeamOutput, beam_loop
+from transformer_jax.decode.cache import gather_rows, repeat_rows
+from transformer_jax.decode.loop import Generation, as_graph, check_length, merge, sample_loop
+from transformer_jax.decode.strategies import SamplingConfig
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "sampling", "eos_id"))
-def _generate(graphdef, params, prompt_BP, key, *, max_new_tokens: int, sampling: SamplingConfig,
-              eos_id: int | None):
-    model = nnx.merge(graphdef, *params) if isinstance(params, tuple) else nnx.merge(graphdef, params)
-    B, P = prompt_BP.shape
-    logits, aux = model(prompt_BP, cache=model.init_cache(B, P + max_new_tokens))
-    first = pick(logits[:, -1], jax.random.fold_in(key, 0), sampling)
-    out = jnp.zeros((B, max_new_tokens), jnp.int32).at[:, 0].set(first)
-    done = jnp.zeros((B,), bool) if eos_id is None else first == eos_id
+def _prefill(model, seq_BL, start: int):
+    check_length(model.cfg, seq_BL.shape[1], "prompt length + max_new_tokens")
+    logits, aux = model(seq_BL[:, :start], cache=model.init_cache(seq_BL.shape[0], seq_BL.shape[1]))
+    return logits, aux["cache"]
 
-    def cond(carry):
-        i, _, _, _, done = carry
-        return (i < max_new_tokens) & ~jnp.all(done)
 
-    def body(carry):
-        i, out, cache, last, done = carry
-        logits, aux = model(last[:, None], cache=cache)
-        nxt = pick(logits[:, 0], jax.random.fold_in(key, i), sampling)
-        if eos_id is not None:
-            nxt = jnp.where(done, eos_id, nxt)
-            done = done | (nxt == eos_id)
-        return i + 1, out.at[:, i].set(nxt), aux["cache"], nxt, done
+def _step(model):
+    def step(tokens_B1, cache):
+        logits, aux = model(tokens_B1, cache=cache)
+        return logits[:, -1], aux["cache"]
 
-    n, out, _, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), out, aux["cache"], first, done))
-    return out, n
+    return step
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "start", "max_new_tokens", "sampling", "eos_id",
+                                             "return_logits"))
+def _sample(graphdef, params, seq_BL, lengths_B, key, *, start, max_new_tokens, sampling, eos_id, return_logits):
+    model = merge(graphdef, params)
+    logits, cache = _prefill(model, seq_BL, start)
+    return sample_loop(_step(model), cache, logits[:, -1], seq_BL, lengths_B, start=start,
+                       max_new_tokens=max_new_tokens, key=key, sampling=sampling, eos_id=eos_id,
+                       prefill_logits_BTV=logits, return_logits=return_logits)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "start", "beam_size", "max_new_tokens", "alpha", "eos_id"))
+def _beam(graphdef, params, seq_BL, lengths_B, *, start, beam_size, max_new_tokens, alpha, eos_id):
+    model = merge(graphdef, params)
+    logits, cache = _prefill(model, seq_BL, start)
+    return beam_loop(_step(model), repeat_rows(cache, beam_size), logits[:, -1], seq_BL, lengths_B, start=start,
+                     beam_size=beam_size, max_new_tokens=max_new_tokens, alpha=alpha, eos_id=eos_id,
+                     reorder=gather_rows)
+
+
+def prompt_buffer(prompt_BP, prompt_lengths_B, max_new_tokens: int):
+    """(seq_BL with the prompts and room for the new tokens, lengths_B, start = shortest prompt)."""
+    prompt = np.asarray(prompt_BP, np.int32)
+    if prompt.ndim != 2 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt_BP has shape {prompt.shape}; expected [batch, length >= 1]")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+    B, P = prompt.shape
+    lengths = np.full((B,), P, np.int32) if prompt_lengths_B is None else np.asarray(prompt_lengths_B, np.int32)
+    if lengths.shape != (B,) or lengths.min() < 1 or lengths.max() > P:
+        raise ValueError(f"prompt_lengths_B={lengths.tolist()} must hold {B} lengths in [1, {P}] (right padding)")
+    seq = np.zeros((B, P + max_new_tokens), np.int32)
+    seq[:, :P] = prompt
+    return jnp.asarray(seq), jnp.asarray(lengths), int(lengths.min())
 
 
 def generate(model_or_graphdef, params=None, *, prompt_BP: Int[Array, "B P"], max_new_tokens: int,
-             key: jax.Array | None = None, sampling: SamplingConfig = SamplingConfig(),
-             eos_id: int | None = None) -> Int[Array, "B N"]:
-    """``max_new_tokens`` continuations of equal-length prompts (after EOS: EOS repeated).
+             prompt_lengths_B: Int[Array, "B"] | None = None, key: jax.Array | None = None,
+             sampling: SamplingConfig = SamplingConfig(), eos_id: int | None = None,
+             return_logits: bool = False) -> Generation:
+    """Up to ``max_new_tokens`` new tokens per prompt (fewer after an ``eos_id``) chosen by
+    ``sampling`` (greedy, temperature, top-k, top-p); deterministic for a ``key``.
 
-    Pass a DecoderLM, or a graphdef and its state(s): ``params`` may be one state or a tuple
-    ``(params, model_state)`` as in a TrainState.
+    Pass a DecoderLM, or a graphdef and its state(s) (``(params, model_state)`` of a TrainState).
+    ``prompt_lengths_B`` (default: all ``P``) gives right-padded prompts their lengths.
+    ``return_logits`` keeps every step's logits in ``Generation.logits`` (tests, scoring).
     """
-    if params is None:
-        graphdef, *states = nnx.split(model_or_graphdef)
-        params = tuple(states)
-    else:
-        graphdef = model_or_graphdef
+    graphdef, params = as_graph(model_or_graphdef, params)
+    seq, lengths, start = prompt_buffer(prompt_BP, prompt_lengths_B, max_new_tokens)
     key = jax.random.key(0) if key is None else key
-    out, _ = _generate(graphdef, params, jnp.asarray(prompt_BP, jnp.int32), key, max_new_tokens=max_new_tokens,
-                       sampling=sampling, eos_id=eos_id)
-    return out
+    return _sample(graphdef, params, seq, lengths, key, start=start, max_new_tokens=max_new_tokens,
+                   sampling=sampling, eos_id=eos_id, return_logits=return_logits)
+
+
+def beam_search(model_or_graphdef, params=None, *, prompt_BP: Int[Array, "B P"], max_new_tokens: int,
+                prompt_lengths_B: Int[Array, "B"] | None = None, beam_size: int = 4, alpha: float = 0.6,
+                eos_id: int | None = None) -> BeamOutput:
+    """The ``beam_size`` best continuations of each prompt (``decode.beam``), best first."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size} must be >= 1")
+    graphdef, params = as_graph(model_or_graphdef, params)
+    seq, lengths, start = prompt_buffer(prompt_BP, prompt_lengths_B, max_new_tokens)
+    return _beam(graphdef, params, seq, lengths, start=start, beam_size=beam_size, max_new_tokens=max_new_tokens,
+                 alpha=float(alpha), eos_id=eos_id)

@@ -37,6 +37,12 @@ def _seq2seq_forward(model, batch, dropout_key: jax.Array | None):
                  tgt_positions_BT=batch["tgt_positions"], dropout_key=dropout_key)
 
 
+def _seq2seq_bleu(run, state, split: str, max_batches: int | None) -> dict:
+    from transformer_jax.eval.translation import validation_bleu
+
+    return validation_bleu(run, state, split, max_batches)
+
+
 TASKS: Registry[Task] = Registry("task")
 TASKS.register("lm", Task(_lm_forward, targets="targets", tokens="inputs"))
-TASKS.register("seq2seq", Task(_seq2seq_forward, targets="tgt_out", tokens="tgt_in"))
+TASKS.register("seq2seq", Task(_seq2seq_forward, targets="tgt_out", tokens="tgt_in", extra_eval=_seq2seq_bleu))

@@ -1,0 +1,140 @@
+"""``bench decode``: KV-cached decoding speed, against recomputation and against PyTorch.
+
+1. Per-token time of cached greedy decoding at positions 64 .. 1024 (the difference of two
+   generation lengths after the same prompt, so the prefill cancels) next to the time of one
+   full forward pass over the same prefix (what decoding without a cache costs per token).
+2. Tokens/s at batch 1 and 8 for 256 new tokens after a 1-token prompt (no EOS), measured
+   alternately with ``../shared/bench/torch_gpt.py generate`` (A B A B ..., medians).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from transformer_jax.decode import generate
+from transformer_jax.models import ModelConfig, build_model, get_preset
+
+
+def torch_script() -> Path | None:
+    """``torch_gpt.py`` beside the repository (``../shared/bench``) or under /work/shared."""
+    here = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "torch_gpt.py"
+    for path in (here, Path("/work/shared/bench/torch_gpt.py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _time(fn, reps: int, reduce=statistics.median) -> float:
+    """Wall time of ``fn()`` (already compiled) over ``reps`` runs, reduced by ``reduce``."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return reduce(times)
+
+
+def _gen(model, batch: int, prompt_len: int, new: int, *, width: int | None = None):
+    """A compiled greedy generation of ``new`` tokens after ``prompt_len`` prompt tokens; the
+    prompt buffer is ``width`` wide (right padding), so the cache holds ``width + new`` slots."""
+    width = prompt_len if width is None else width
+    prompt = np.zeros((batch, width), np.int32)
+    lengths = np.full((batch,), prompt_len, np.int32)
+    graphdef, *states = nnx.split(model)
+    params = tuple(states)
+    run = lambda: generate(graphdef, params, prompt_BP=prompt, prompt_lengths_B=lengths,  # noqa: E731
+                           max_new_tokens=new).tokens
+    jax.block_until_ready(run())  # compile
+    return run
+
+
+def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), reps: int = 7) -> dict:
+    """Per-token milliseconds of cached decoding at each position p: (time of k[1] new tokens -
+    time of k[0]) / (k[1] - k[0]) after a p-token prompt, the prefill cancelling. ``cached_ms``:
+    the cache of one generation reaching the last position (what a long generation uses at every
+    step); ``cached_sized_ms``: a cache only p + k[1] long. ``recompute_ms``: one full forward over
+    p tokens, what each token costs without a cache."""
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)[0][:, -1])
+    extra = k[1] - k[0]
+    wide = max(positions)
+    out = {"cached_ms": {}, "cached_sized_ms": {}, "recompute_ms": {}}
+    for p in positions:
+        for name, width in (("cached_ms", wide), ("cached_sized_ms", p)):
+            short = _gen(model, 1, p, k[0], width=width + extra)  # same cache length as the long run
+            long = _gen(model, 1, p, k[1], width=width)
+            dt = _time(long, reps, min) - _time(short, reps, min)
+            out[name][p] = 1e3 * dt / extra
+        x = jnp.zeros((1, p), jnp.int32)
+        jax.block_until_ready(forward(state, x))
+        out["recompute_ms"][p] = 1e3 * _time(lambda: forward(state, x), reps, min)
+    return out
+
+
+def jax_tokens_per_s(model, new_tokens: int, batches=(1, 8), reps: int = 3, runs=None) -> dict:
+    runs = runs or {b: _gen(model, b, 1, new_tokens) for b in batches}
+    return {b: b * new_tokens / _time(runs[b], reps) for b in batches}
+
+
+def torch_tokens_per_s(new_tokens: int, reps: int = 3) -> dict | None:
+    script = torch_script()
+    if script is None:
+        return None
+    proc = subprocess.run([sys.executable, str(script), "generate", "--cfg", "small", "--new-tokens", str(new_tokens),
+                           "--reps", str(reps)], capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{script} failed:\n{proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {1: out["tokens_per_s_b1"], 8: out["tokens_per_s_b8"]}
+
+
+def bench_model(cfg: ModelConfig | None = None, max_len: int = 2048) -> ModelConfig:
+    """torch_gpt.py's ``small`` model (our ``nanogpt_char``) with a position table for ``max_len``."""
+    cfg = cfg if cfg is not None and cfg.kind == "decoder_lm" else get_preset("nanogpt_char")
+    return dataclasses.replace(cfg, max_len=max(cfg.max_len, max_len), dropout=0.0)
+
+
+def bench_decode(cfg=None, workdir: str | None = None, *, new_tokens: int = 256, pairs: int = 3,
+                 positions=(64, 128, 256, 512, 1024)) -> dict:
+    """The figures of the module docstring. ``cfg``: an experiment Config whose decoder-only model
+    is measured (default / other kinds: ``nanogpt_char``); ``workdir`` is unused."""
+    del workdir
+    model = build_model(bench_model(None if cfg is None else cfg.model, max_len=2 * max(positions) + 256))
+    flat = per_token_times(model, positions)
+    cached, sized, recompute = flat["cached_ms"], flat["cached_sized_ms"], flat["recompute_ms"]
+    runs = {b: _gen(model, b, 1, new_tokens) for b in (1, 8)}
+    ours, theirs = {1: [], 8: []}, {1: [], 8: []}
+    for _ in range(pairs):  # A B A B ...
+        for b, v in jax_tokens_per_s(model, new_tokens, runs=runs).items():
+            ours[b].append(v)
+        t = torch_tokens_per_s(new_tokens)
+        for b in (1, 8):
+            if t is not None:
+                theirs[b].append(t[b])
+    out = {"bench": "decode", "model": "nanogpt_char", "new_tokens": new_tokens, "pairs": pairs,
+           "per_token_ms_cached": cached, "per_token_ms_cached_sized": sized, "per_token_ms_recompute": recompute,
+           "cached_ratio_last_over_first": cached[positions[-1]] / cached[positions[0]],
+           "cached_ratio_max_over_min": max(cached.values()) / min(cached.values()),
+           "cached_sized_ratio_last_over_first": sized[positions[-1]] / sized[positions[0]],
+           "recompute_ratio_last_over_first": recompute[positions[-1]] / recompute[positions[0]],
+           "threads": os.cpu_count(), "loadavg": list(os.getloadavg())}
+    for b in (1, 8):
+        out[f"jax_tokens_per_s_b{b}"] = statistics.median(ours[b])
+        out[f"jax_tokens_per_s_b{b}_runs"] = ours[b]
+        if theirs[b]:
+            out[f"torch_tokens_per_s_b{b}"] = statistics.median(theirs[b])
+            out[f"torch_tokens_per_s_b{b}_runs"] = theirs[b]
+            out[f"jax_over_torch_b{b}"] = out[f"jax_tokens_per_s_b{b}"] / out[f"torch_tokens_per_s_b{b}"]
+    return out
