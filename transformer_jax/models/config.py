@@ -12,6 +12,7 @@ from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.block import BlockConfig
 from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
+from transformer_jax.nn.moe import MoESpec
 from transformer_jax.nn.positions import POSITIONS, PositionArgs
 from transformer_jax.nn.stack import REMAT_POLICIES
 from transformer_jax.ops import activations, norms, residual
@@ -145,6 +146,29 @@ class ModelConfig:
             fail("model.attention_window", self.attention_window, "linear attention has no window")
         if self.attention_scale is not None and self.attention_scale <= 0:
             fail("model.attention_scale", self.attention_scale, "must be positive (or None for 1/sqrt(head_dim))")
+        if self.moe is not None:
+            self._check_moe()
+
+    def _check_moe(self):
+        moe = self.moe
+        stacks = {"model.n_layers": self.n_layers}
+        if self.kind == "encoder_decoder":
+            stacks["model.n_encoder_layers"] = self.n_encoder_layers
+        if moe.every > min(stacks.values()):
+            fail("model.moe.every", moe.every, f"leaves a stack without MoE layers ({stacks})",
+                 "use every <= the number of layers, or model.moe=None for a dense model")
+        if self.scan_layers and moe.every > 1:
+            for field, n in stacks.items():
+                if n % moe.every:
+                    fail("model.moe.every", moe.every, f"does not divide {field}={n} with scan_layers=True "
+                         "(the scan repeats groups of `every` layers)", "choose a divisor or set scan_layers=False")
+            if self.kind == "encoder_decoder":
+                fail("model.moe.every", moe.every, "every > 1 with scan_layers=True is not supported for "
+                     "encoder_decoder (decoder cross-attention caches assume one stacked layer kind)",
+                     "use every=1 or scan_layers=False")
+        if moe.d_expert is None and self.resolved_d_ff % moe.segments:
+            fail("model.moe.segments", moe.segments, f"does not divide the expert width d_ff={self.resolved_d_ff}",
+                 "set model.moe.d_expert to a multiple of segments")
 
     # Derived values --------------------------------------------------------------------------
 
@@ -193,6 +217,19 @@ class ModelConfig:
                             max_distance=self.relative_max_distance, init_std=self.init_std,
                             dtype=self.compute_dtype, param_dtype=self.params_dtype)
 
+    def moe_spec(self) -> MoESpec | None:
+        """The layer-level MoE settings (fine-grained sizes resolved), or None for a dense model."""
+        moe = self.moe
+        if moe is None:
+            return None
+        width = (moe.d_expert or self.resolved_d_ff) // moe.segments
+        return MoESpec(n_experts=moe.n_routed, top_k=moe.routed_k, d_expert=width, n_shared=moe.n_shared,
+                       d_shared=width, ffn=moe.ffn or self.ffn, router=moe.router, renormalize=moe.renormalize,
+                       n_groups=moe.n_groups, topk_groups=moe.topk_groups, group_score=moe.group_score,
+                       capacity_factor=moe.capacity_factor, drop_order=moe.drop_order, dispatch=moe.dispatch,
+                       balance_loss=moe.balance_loss, balance_coef=moe.balance_coef, z_loss_coef=moe.z_loss_coef,
+                       bias_update_rate=moe.bias_update_rate)
+
     def block_config(self, *, side: str, rope: RopeSpec | None) -> BlockConfig:
         """The layer hyperparameters of the ``side`` ("encoder" or "decoder") stack."""
         placement = residual.PLACEMENTS.get(self.placement)
@@ -208,4 +245,5 @@ class ModelConfig:
                                     block_size=self.attention_block_size, scale=self.attention_scale),
             rope=rope, cross=(side == "decoder" and self.kind == "encoder_decoder"),
             init=self.init_scheme(), dtype=self.compute_dtype, param_dtype=self.params_dtype,
+            moe=self.moe_spec(), moe_every=1 if self.moe is None else self.moe.every,
         )

@@ -11,6 +11,7 @@ from transformer_jax.models.common import (cache_index, make_embed, make_final_n
                                            make_self_caches, output_logits)
 from transformer_jax.models.config import MODELS, ModelConfig
 from transformer_jax.nn.block import BlockInputs
+from transformer_jax.nn.moe import collect_moe_aux
 from transformer_jax.nn.positions import POSITIONS
 from transformer_jax.nn.stack import Stack
 from transformer_jax.ops.dropout import dropout
@@ -21,8 +22,10 @@ from transformer_jax.ops.masks import AttentionMask
 class DecoderLM(nnx.Module):
     """tokens -> embed (+ positions) -> N causal blocks -> [final norm] -> logits.
 
-    ``__call__`` returns ``(logits_BTV, aux)``; aux may hold ``hidden`` [L+1, B, T, D] and
-    ``cache`` (when a cache was given).
+    ``__call__`` returns ``(logits_BTV, aux)``; aux may hold ``hidden`` [L+1, B, T, D],
+    ``cache`` (when a cache was given) and, with MoE layers, ``losses`` (balance / z-losses
+    summed over layers) and ``metrics`` (per MoE layer: expert load [L, E], max/mean load,
+    dropped fraction).
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -82,6 +85,7 @@ class DecoderLM(nnx.Module):
         x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers,
                                         return_hidden=return_hidden)
         logits_BTV = output_logits(x_BTD, self.final_norm, self.lm_head, self.embed)
+        aux = {**{k: v for k, v in aux.items() if k != "moe"}, **collect_moe_aux(aux)}
         if cache is not None:
             aux["cache"] = cache
         return logits_BTV, aux

@@ -11,6 +11,7 @@ from transformer_jax.models.common import (cache_index, make_embed, make_final_n
                                            make_self_caches, output_logits)
 from transformer_jax.models.config import MODELS, ModelConfig
 from transformer_jax.nn.block import BlockInputs
+from transformer_jax.nn.moe import collect_moe_aux, merge_moe_aux
 from transformer_jax.nn.positions import POSITIONS
 from transformer_jax.nn.stack import Stack
 from transformer_jax.ops.dropout import dropout
@@ -145,7 +146,8 @@ class EncoderDecoder(nnx.Module):
         dropout_key: jax.Array | None = None,
         return_hidden: bool = False,
     ) -> tuple[Float[Array, "B T V"], dict]:
-        """Teacher-forced logits [B, T, V]; aux holds ``encoder``/``decoder`` diagnostics."""
+        """Teacher-forced logits [B, T, V]; aux holds ``encoder``/``decoder`` diagnostics and,
+        with MoE layers, ``losses``/``metrics`` named ``encoder/...`` and ``decoder/...``."""
         k_enc, k_dec = (None, None) if dropout_key is None else jax.random.split(dropout_key)
         memory, enc_aux = self.encode(src_BS, src_segment_ids_BS=src_segment_ids_BS,
                                       src_positions_BS=src_positions_BS, dropout_key=k_enc,
@@ -153,7 +155,8 @@ class EncoderDecoder(nnx.Module):
         logits, dec_aux = self.decode(tgt_BT, memory, src_segment_ids_BS=src_segment_ids_BS,
                                       tgt_segment_ids_BT=tgt_segment_ids_BT, tgt_positions_BT=tgt_positions_BT,
                                       dropout_key=k_dec, return_hidden=return_hidden)
-        aux = {}
+        aux = merge_moe_aux(collect_moe_aux(enc_aux, "encoder/"), collect_moe_aux(dec_aux, "decoder/"))
+        enc_aux, dec_aux = ({k: v for k, v in a.items() if k != "moe"} for a in (enc_aux, dec_aux))
         if enc_aux:
             aux["encoder"] = enc_aux
         if dec_aux:

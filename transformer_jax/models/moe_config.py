@@ -4,19 +4,94 @@ from __future__ import annotations
 
 import dataclasses
 
-from transformer_jax.configlib import check_positive, fail
+from transformer_jax.configlib import check_choice, check_positive, fail
+from transformer_jax.ops import moe_dispatch, routing
+from transformer_jax.ops.activations import FFN_ACTIVATIONS
 
 
 @dataclasses.dataclass(frozen=True)
 class MoEConfig:
-    """Which layers use experts and how tokens are routed to them."""
+    """Which layers use experts and how tokens are routed to them.
+
+    Sizes follow DeepSeekMoE (Dai et al. 2024): ``n_experts`` experts of width ``d_expert``
+    (None: the model's d_ff), ``top_k`` of them per token. Fine-grained segmentation splits each
+    into ``segments`` = m experts of width d_expert / m and multiplies k by m; shared-expert
+    isolation then takes ``n_shared`` of those fine experts out of the routing: every token
+    passes through them. So a layer has ``n_experts * m - n_shared`` routed experts of which each
+    token uses ``top_k * m - n_shared``, plus ``n_shared`` shared ones: parameters and FLOPs per
+    token stay those of (n_experts, top_k) whatever m and n_shared.
+
+    Routing: ``router`` (``softmax_topk`` | ``sigmoid_topk``), ``renormalize`` the selected
+    weights, group-limited routing over ``n_groups`` groups keeping ``topk_groups``
+    (``group_score`` max | top2_sum). ``capacity_factor``: each expert takes at most
+    ceil(factor * tokens * k / experts) assignments, dropped in ``drop_order`` (rank: all first
+    choices in token order, then second choices...; position; score); None: dropless.
+    ``dispatch``: ``auto`` (fastest for the backend), naive, dense, ragged, padded,
+    expert_parallel. Balancing: ``balance_coef * balance_loss`` (switch | expert | sequence),
+    ``z_loss_coef * router z-loss``, ``bias_update_rate`` (gamma of auxiliary-loss-free
+    balancing; 0 = off). ``every``: MoE in every n-th layer (layers i with (i+1) % every == 0).
+    """
 
     n_experts: int = 8
     top_k: int = 2
-    every: int = 1  # MoE in place of the FFN in every n-th layer
+    every: int = 1
+    d_expert: int | None = None
+    segments: int = 1
+    n_shared: int = 0
+    ffn: str | None = None  # None: model.ffn
+    router: str = "softmax_topk"
+    renormalize: bool = False
+    n_groups: int = 1
+    topk_groups: int = 1
+    group_score: str = "max"
+    capacity_factor: float | None = None
+    drop_order: str = "rank"
+    dispatch: str = "auto"
+    balance_loss: str = "switch"
+    balance_coef: float = 0.01
+    z_loss_coef: float = 0.0
+    bias_update_rate: float = 0.0
 
     def __post_init__(self):
-        check_positive("model.moe.n_experts", self.n_experts)
-        check_positive("model.moe.every", self.every)
+        for name in ("n_experts", "every", "segments", "n_groups", "topk_groups"):
+            check_positive(f"model.moe.{name}", getattr(self, name))
         if not 1 <= self.top_k <= self.n_experts:
             fail("model.moe.top_k", self.top_k, f"must be in [1, n_experts={self.n_experts}]")
+        check_positive("model.moe.n_shared", self.n_shared, allow_zero=True)
+        if self.n_shared >= self.top_k * self.segments:
+            fail("model.moe.n_shared", self.n_shared,
+                 f"leaves no routed expert per token (top_k * segments = {self.top_k * self.segments})",
+                 "shared experts are taken out of the top_k * segments active ones; lower n_shared or raise top_k")
+        if self.d_expert is not None:
+            check_positive("model.moe.d_expert", self.d_expert)
+            if self.d_expert % self.segments:
+                fail("model.moe.d_expert", self.d_expert, f"is not divisible by segments={self.segments}")
+        if self.ffn is not None:
+            check_choice("model.moe.ffn", self.ffn, FFN_ACTIVATIONS, "feed-forward kind")
+        check_choice("model.moe.router", self.router, routing.ROUTERS, "router")
+        check_choice("model.moe.group_score", self.group_score, routing.GROUP_SCORES, "group score")
+        check_choice("model.moe.drop_order", self.drop_order, routing.DROP_ORDERS, "drop order")
+        check_choice("model.moe.dispatch", self.dispatch, moe_dispatch.dispatch_names(), "MoE dispatch")
+        check_choice("model.moe.balance_loss", self.balance_loss, routing.BALANCE_LOSSES, "balance loss")
+        if self.n_routed % self.n_groups:
+            fail("model.moe.n_groups", self.n_groups, f"does not divide the {self.n_routed} routed experts")
+        if self.topk_groups > self.n_groups:
+            fail("model.moe.topk_groups", self.topk_groups, f"exceeds n_groups={self.n_groups}")
+        if self.topk_groups * (self.n_routed // self.n_groups) < self.routed_k:
+            fail("model.moe.topk_groups", self.topk_groups,
+                 f"the chosen groups hold {self.topk_groups * (self.n_routed // self.n_groups)} experts, fewer than "
+                 f"the {self.routed_k} each token needs", "raise topk_groups or lower n_groups")
+        if self.capacity_factor is not None and self.capacity_factor <= 0:
+            fail("model.moe.capacity_factor", self.capacity_factor, "must be positive (or None for dropless routing)")
+        for name in ("balance_coef", "z_loss_coef", "bias_update_rate"):
+            check_positive(f"model.moe.{name}", getattr(self, name), allow_zero=True)
+
+    @property
+    def n_routed(self) -> int:
+        """Routed experts per layer (after segmentation, without the shared ones)."""
+        return self.n_experts * self.segments - self.n_shared
+
+    @property
+    def routed_k(self) -> int:
+        """Routed experts each token uses."""
+        return self.top_k * self.segments - self.n_shared

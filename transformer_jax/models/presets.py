@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.registry import Registry
 
 PRESETS: Registry[ModelConfig] = Registry("model preset")
@@ -56,3 +57,31 @@ PRESETS.register("llama_like", ModelConfig(
 PRESETS.register("llama_tiny", dataclasses.replace(
     PRESETS.get("llama_like"), vocab_size=256, d_model=64, n_heads=4, n_kv_heads=2, d_ff=176, n_layers=2,
     max_len=128))
+
+# Mixture-of-Experts (model.moe). Tiny decoders for tests and CPU runs, plus a Mixtral-like recipe
+# at llama_like's size.
+# Switch Transformer (Fedus et al. 2021): top-1, capacity factor 1.25, MoE in every other layer.
+PRESETS.register("switch_tiny", dataclasses.replace(
+    PRESETS.get("gpt2_tiny"), moe=MoEConfig(n_experts=8, top_k=1, every=2, capacity_factor=1.25,
+                                            balance_loss="switch", balance_coef=0.01)))
+# GShard (Lepikhin et al. 2020): top-2 with normalised gates, capacity 2 T / E, every other layer.
+PRESETS.register("gshard_tiny", dataclasses.replace(
+    PRESETS.get("gpt2_tiny"), moe=MoEConfig(n_experts=8, top_k=2, every=2, renormalize=True, capacity_factor=2.0,
+                                            balance_loss="switch", balance_coef=0.01)))
+# DeepSeekMoE (Dai et al. 2024) scaled down: 4 experts top-2, each split in 4 (16 experts of width
+# d_expert / 4, 8 active), one of them shared: 1 shared + top-7 of 15 routed, as the paper's "1+7".
+PRESETS.register("deepseek_moe_tiny", dataclasses.replace(
+    PRESETS.get("llama_tiny"), moe=MoEConfig(n_experts=4, top_k=2, segments=4, n_shared=1, d_expert=128,
+                                             balance_loss="expert", balance_coef=0.01)))
+# DeepSeek-V3 style: sigmoid scores, renormalised top-k, group-limited routing, auxiliary-loss-free
+# bias balancing plus a tiny sequence-wise balance loss; 1 shared + top-2 of 8 routed.
+PRESETS.register("deepseek_v3_tiny", dataclasses.replace(
+    PRESETS.get("llama_tiny"), moe=MoEConfig(n_experts=9, top_k=3, n_shared=1, d_expert=64, router="sigmoid_topk",
+                                             renormalize=True, n_groups=4, topk_groups=2, group_score="top2_sum",
+                                             bias_update_rate=1e-3, balance_loss="sequence", balance_coef=1e-4)))
+# Mixtral (Jiang et al. 2024): 8 SwiGLU experts, top-2 with softmax over the chosen two, dropless.
+PRESETS.register("mixtral_like", dataclasses.replace(
+    PRESETS.get("llama_like"), moe=MoEConfig(n_experts=8, top_k=2, renormalize=True, balance_loss="expert",
+                                             balance_coef=0.002)))
+PRESETS.register("mixtral_tiny", dataclasses.replace(
+    PRESETS.get("llama_tiny"), moe=PRESETS.get("mixtral_like").moe))

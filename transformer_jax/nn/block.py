@@ -14,6 +14,7 @@ from jaxtyping import Array, Float, Int
 from transformer_jax.nn.attention import Attention, AttentionSpec, RopeSpec
 from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.mlp import FeedForward
+from transformer_jax.nn.moe import MoE, MoESpec
 from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import residual
 from transformer_jax.ops.dropout import dropout
@@ -26,6 +27,8 @@ class BlockConfig:
 
     ``alpha`` scales the residual stream inside the placement (DeepNorm: Norm(alpha x + F(x)));
     ``beta`` is the init gain of the value/output/FFN projections (DeepNorm's beta).
+    ``moe``: Mixture-of-Experts in place of the FFN; in a ``Stack``, only in every
+    ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0), the others keep the FFN.
     """
 
     d_model: int
@@ -48,6 +51,8 @@ class BlockConfig:
     init: InitScheme = InitScheme()
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    moe: MoESpec | None = None
+    moe_every: int = 1
 
 
 @jax.tree_util.register_dataclass
@@ -78,8 +83,12 @@ class Block(nnx.Module):
             self.cross_attn_norm = Norm(cfg.d_model, **norm)
         else:
             self.cross_attn = self.cross_attn_norm = None
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, kind=cfg.ffn, use_bias=cfg.use_bias, init=cfg.init,
-                               gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        ffn = dict(use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                   rngs=rngs)
+        if cfg.moe is None:
+            self.ffn = FeedForward(cfg.d_model, cfg.d_ff, kind=cfg.ffn, **ffn)
+        else:
+            self.ffn = MoE(cfg.d_model, cfg.moe, **ffn)
         self.ffn_norm = Norm(cfg.d_model, **norm)
 
     def __call__(
@@ -90,10 +99,13 @@ class Block(nnx.Module):
         cache: dict | None = None,
         dropout_key: jax.Array | None = None,
     ) -> tuple[Float[Array, "B T D"], dict | None, dict]:
-        """Returns (x, updated cache (``{"self": KVCache, "cross": KVCache}``) or None, aux)."""
+        """Returns (x, updated cache (``{"self": KVCache, "cross": KVCache}``) or None, aux);
+        aux["moe"] holds the MoE layer's ``{"losses", "metrics"}``. A call with a
+        ``dropout_key`` is a training call (it updates MoE balancing biases)."""
         cfg, apply = self.cfg, self.placement.apply
         keys = [None] * 3 if dropout_key is None else list(jax.random.split(dropout_key, 3))
         new_cache = {} if cache is not None else None
+        aux = {}
 
         def self_attention(h):
             y, c = self.self_attn(h, mask=inputs.mask, positions_BT=inputs.positions, bias=inputs.bias,
@@ -112,5 +124,13 @@ class Block(nnx.Module):
                 return dropout(y, cfg.dropout, keys[1])
 
             x_BTD = apply(x_BTD, cross_attention, self.cross_attn_norm, cfg.alpha)
-        x_BTD = apply(x_BTD, lambda h: dropout(self.ffn(h), cfg.dropout, keys[2]), self.ffn_norm, cfg.alpha)
-        return x_BTD, new_cache, {}
+        def feed_forward(h):
+            if cfg.moe is None:
+                return dropout(self.ffn(h), cfg.dropout, keys[2])
+            segments = None if inputs.mask is None else inputs.mask.q_segment_ids
+            y, aux["moe"] = self.ffn(h, valid_BT=None if segments is None else segments != 0,
+                                     train=dropout_key is not None)
+            return dropout(y, cfg.dropout, keys[2])
+
+        x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.alpha)
+        return x_BTD, new_cache, aux

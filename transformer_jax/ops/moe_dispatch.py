@@ -1,0 +1,173 @@
+"""Dispatch tokens to experts, run the expert FFNs, combine the results (pure ``jax.numpy``).
+
+Every implementation has the signature ``dispatch(x_TD, experts_TK, weights_TK, w, *, activation,
+capacity_factor=None, valid_T=None, drop_order="rank") -> (y_TD, keep_TK)``::
+
+    y_t = sum_k keep_tk * w_tk * FFN_{e_tk}(x_t)
+
+where ``keep_tk`` is False for invalid tokens and for assignments beyond an expert's capacity
+(``routing.capacity``; ``capacity_factor=None``: dropless) in the order ``drop_order``. They agree
+to float32 rounding; they differ in layout and speed:
+
+- ``naive``: a Python loop over experts, every token through every expert (test reference only);
+- ``dense``: GShard's one-hot dispatch/combine einsums over an [E, C, D] buffer (dropless: C = T);
+- ``ragged``: assignments grouped by expert (a counting sort), one grouped matmul per weight
+  (``jax.lax.ragged_dot``): no padding, no wasted FLOPs;
+- ``padded``: grouped by expert into an [E, C, D] buffer with C = the batch's largest load rounded
+  up to one of a few static sizes (``lax.switch``), then batched einsums: plain GEMMs, the fast
+  dropless layout on CPU, where ``ragged_dot`` is slow;
+- ``expert_parallel`` (in ``transformer_jax.parallel.expert``): experts sharded over the ``expert``
+  mesh axis, tokens exchanged with ``all_to_all``.
+
+``default_dispatch()`` picks the fastest one for ``jax.default_backend()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from transformer_jax.ops import routing
+from transformer_jax.ops.moe_buffer import (ExpertWeights, padded_ffn, combine_from_slots, expert_ffn, ffn_spec,
+                                             gather_to_slots)
+from transformer_jax.registry import Registry, unknown_name_message
+
+
+# Implementations ------------------------------------------------------------------------------
+
+
+def _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order):
+    cap = routing.capacity(experts_TK.shape[0], E, experts_TK.shape[1], capacity_factor)
+    return routing.expert_positions(experts_TK, E, cap, valid_T=valid_T, weights_TK=weights_TK,
+                                    drop_order=drop_order), cap
+
+
+def naive_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
+                   valid_T=None, drop_order="rank"):
+    """Reference: every token through every expert (E times the FLOPs), masked by the gates."""
+    E = w.n_experts
+    slots, _ = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
+    gate_TE = jnp.einsum("tke,tk->te", jax.nn.one_hot(experts_TK, E, dtype=x_TD.dtype),
+                         (weights_TK * slots.keep_TK).astype(x_TD.dtype))
+    y_TD = jnp.zeros_like(x_TD)
+    for e in range(E):
+        one = jax.tree.map(lambda a: a[e : e + 1], w)
+        y_TD = y_TD + gate_TE[:, e : e + 1] * expert_ffn(x_TD[None], one, activation)[0]
+    return y_TD, slots.keep_TK
+
+
+def dense_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
+                   valid_T=None, drop_order="rank"):
+    """GShard (Lepikhin et al. 2020, alg. 1): one-hot dispatch [T, E, C] and combine tensors,
+    ``einsum("tec,td->ecd")``, the experts, ``einsum("tec,ecd->td")``. Dropless: C = T."""
+    T, K = experts_TK.shape
+    E = w.n_experts
+    slots, cap = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
+    C = T if cap is None else cap
+    keep = slots.keep_TK.astype(x_TD.dtype)
+    dispatch_TKEC = (jax.nn.one_hot(experts_TK, E, dtype=x_TD.dtype)[..., None]
+                     * jax.nn.one_hot(slots.position_TK, C, dtype=x_TD.dtype)[:, :, None, :] * keep[..., None, None])
+    combine_TEC = jnp.einsum("tkec,tk->tec", dispatch_TKEC, weights_TK.astype(x_TD.dtype))
+    x_ECD = jnp.einsum("tec,td->ecd", jnp.sum(dispatch_TKEC, axis=1), x_TD)
+    return jnp.einsum("tec,ecd->td", combine_TEC, expert_ffn(x_ECD, w, activation)), slots.keep_TK
+
+
+def _grouped_dest(slots: routing.Slots, experts: Int[Array, "T K"], E: int):
+    """Destination row of each kept assignment when rows are grouped by expert (then by
+    position); dropped ones get T*K (out of range). Returns (dest_TK, rows per expert)."""
+    T, K = slots.keep_TK.shape
+    kept_E = jnp.einsum("tke,tk->e", jax.nn.one_hot(experts, E, dtype=jnp.int32), slots.keep_TK.astype(jnp.int32))
+    offset_E = jnp.cumsum(kept_E) - kept_E
+    dest_TK = jnp.where(slots.keep_TK, offset_E[experts] + slots.position_TK, T * K)
+    return dest_TK.astype(jnp.int32), kept_E.astype(jnp.int32)
+
+
+def ragged_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
+                    valid_T=None, drop_order="rank"):
+    """Sort-based dropless MoE (MegaBlocks-style, Gale et al. 2022): rows grouped by expert
+    without padding, each weight applied with one ``jax.lax.ragged_dot`` over the groups."""
+    T, K = experts_TK.shape
+    E = w.n_experts
+    spec = ffn_spec(activation)
+    slots, _ = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
+    dest_TK, sizes_E = _grouped_dest(slots, experts_TK, E)
+    x_RD, src_R = gather_to_slots(x_TD, dest_TK, T * K)
+    row_expert_R = jnp.minimum(jnp.searchsorted(jnp.cumsum(sizes_E), jnp.arange(T * K), side="right"), E - 1)
+    h = jax.lax.ragged_dot(x_RD, w.w_in_EDF, sizes_E)
+    if w.b_in_EF is not None:
+        h = h + w.b_in_EF[row_expert_R]
+    h = spec.activation(jax.lax.ragged_dot(x_RD, w.w_gate_EDF, sizes_E)) * h if spec.gated else spec.activation(h)
+    y_RD = jax.lax.ragged_dot(h, w.w_out_EFD, sizes_E)
+    if w.b_out_ED is not None:
+        y_RD = y_RD + w.b_out_ED[row_expert_R]
+    return combine_from_slots(y_RD, dest_TK, src_R, weights_TK * slots.keep_TK), slots.keep_TK
+
+
+def padded_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
+                    valid_T=None, drop_order="rank", first: float = 1.0, step: float = 0.125):
+    """Group by expert, pad every group to the same length C, batched einsums
+    (``moe_buffer.padded_ffn``). With a capacity factor, C is the capacity. Dropless, C is the
+    batch's largest load rounded up to ``first * mean + n * step * mean`` (mean = T K / E): a
+    first round of ``first * mean`` rows per expert, then a while loop of rounds of
+    ``step * mean`` rows. Only GEMMs, no wasted rows beyond that rounding: the fast CPU layout."""
+    T, K = experts_TK.shape
+    E = w.n_experts
+    slots, cap = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
+    mean = T * K / E
+    if cap is not None:
+        rows, more = cap, None
+    else:
+        rows, more = min(T, _round8(first * mean)), max(1, _round8(step * mean))
+    f = padded_ffn(rows, more, T, activation)
+    return f(x_TD, weights_TK, w, experts_TK, slots.position_TK, slots.keep_TK), slots.keep_TK
+
+
+def _round8(x: float) -> int:
+    return 8 * max(1, math.ceil(x / 8))
+
+
+DISPATCHES: Registry[Callable] = Registry("MoE dispatch")
+DISPATCHES.register("naive", naive_dispatch)
+DISPATCHES.register("dense", dense_dispatch)
+DISPATCHES.register("ragged", ragged_dispatch)
+DISPATCHES.register("padded", padded_dispatch)
+
+# Dispatches registered by a module of a higher layer, imported on first use (so that ops/ never
+# imports it eagerly): name -> module.
+DISPATCH_PROVIDERS: dict[str, str] = {"expert_parallel": "transformer_jax.parallel.expert"}
+
+# Fastest dropless layout per backend (measured; see the module docstring). Others: ragged.
+BACKEND_DEFAULTS: dict[str, str] = {"cpu": "padded"}
+
+
+def dispatch_names() -> tuple[str, ...]:
+    """Every valid ``dispatch`` name: ``auto``, the registered ones and the lazily provided ones."""
+    return ("auto",) + tuple(dict.fromkeys(DISPATCHES.names() + tuple(DISPATCH_PROVIDERS)))
+
+
+def default_dispatch(backend: str | None = None) -> str:
+    """The dispatch ``auto`` resolves to on ``backend`` (default: ``jax.default_backend()``)."""
+    return BACKEND_DEFAULTS.get(backend or jax.default_backend(), "ragged")
+
+
+def get_dispatch(name: str) -> Callable:
+    """The implementation registered as ``name`` (``auto``: `default_dispatch`), under ``jax.jit``
+    (options static) so that eager calls compile once per shape."""
+    if name == "auto":
+        name = default_dispatch()
+    if name not in DISPATCHES and name in DISPATCH_PROVIDERS:
+        importlib.import_module(DISPATCH_PROVIDERS[name])
+    if name not in DISPATCHES:
+        raise KeyError(unknown_name_message("MoE dispatch", name, dispatch_names()))
+    return _jitted(DISPATCHES.get(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(fn: Callable) -> Callable:
+    return jax.jit(fn, static_argnames=("activation", "capacity_factor", "drop_order"))
