@@ -19,6 +19,10 @@ from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import residual
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.masks import AttentionMask
+from transformer_jax.sharding import constrain
+
+# Logical axes of the residual stream at block boundaries (mesh axes from the active rules).
+ACTIVATION_AXES = ("batch", "length", "act_embed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +110,7 @@ class Block(nnx.Module):
         keys = [None] * 3 if dropout_key is None else list(jax.random.split(dropout_key, 3))
         new_cache = {} if cache is not None else None
         aux = {}
+        x_BTD = constrain(x_BTD, ACTIVATION_AXES)
 
         def self_attention(h):
             y, c = self.self_attn(h, mask=inputs.mask, positions_BT=inputs.positions, bias=inputs.bias,
@@ -133,4 +138,4 @@ class Block(nnx.Module):
             return dropout(y, cfg.dropout, keys[2])
 
         x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.alpha)
-        return x_BTD, new_cache, aux
+        return constrain(x_BTD, ACTIVATION_AXES), new_cache, aux
