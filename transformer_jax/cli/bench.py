@@ -5,8 +5,12 @@ from __future__ import annotations
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks: figures and ratios (not tests)")
-    p.add_argument("what", choices=["data"], help="data: input pipeline vs train-step tokens/s")
+    p.add_argument("what", choices=["data", "decode", "compile", "train"],
+                   help="data: input pipeline vs train-step tokens/s; decode: KV-cache decoding speed vs "
+                        "torch_gpt.py; compile: train-step compile time vs depth, with and without scan; "
+                        "train: train-step time, tokens/s and MFU on a torch_gpt.py config")
     p.add_argument("--config", default="experiments/shakespeare_char.py")
+    p.add_argument("--cfg", default="small", choices=["small", "medium"], help="torch_gpt.py size (compile, train)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     p.set_defaults(fn=run)
 
@@ -14,9 +18,18 @@ def register(sub) -> None:
 def run(args) -> dict:
     import tempfile
 
+    if args.what == "compile":
+        from transformer_jax.benchmarks.compile import bench_compile
+
+        return bench_compile(args.cfg)
+    if args.what == "train":
+        from transformer_jax.benchmarks.train import bench_train
+
+        return bench_train(args.cfg)
     from transformer_jax.benchmarks.data import bench_data
+    from transformer_jax.benchmarks.decode import bench_decode
     from transformer_jax.train.experiment import load_experiment
 
     cfg = load_experiment(args.config, args.set)
     with tempfile.TemporaryDirectory() as workdir:
-        return {"data": bench_data}[args.what](cfg, workdir)
+        return {"data": bench_data, "decode": bench_decode}[args.what](cfg, workdir)
