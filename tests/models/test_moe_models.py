@@ -223,3 +223,27 @@ def test_train_step_logs_moe_metrics_and_updates_the_bias(tmp_path):
         writer.write(1, {f"train/{k}": v for k, v in jax.device_get(metrics).items() if k.startswith("aux")})
     record = read_metrics(tmp_path)[0]
     assert np.asarray(record["train/aux_metrics/moe_load"]).shape == (2, 4)
+
+
+def test_cached_decoding_ignores_capacity_so_rows_stay_independent():
+    """A capacity of 1/4 token per expert would drop most of a batch's assignments; decoding with a
+    KV cache is dropless, so each row decodes as it would alone (no other row takes its slot)."""
+    cfg = get_preset("gpt2_tiny", moe=MoEConfig(n_experts=4, top_k=1, capacity_factor=0.25, dispatch="dense"))
+    model = build_model(cfg)
+    graphdef, state = nnx.split(model)
+    tokens = random_tokens(jax.random.key(0), (3, 4), 200)
+    step = jax.jit(lambda s, t, c: nnx.merge(graphdef, s)(t, cache=c))
+
+    def decode(rows):
+        cache, out = model.init_cache(rows.shape[0], 8), []
+        for t in range(rows.shape[1]):
+            logits, aux = step(state, rows[:, t:t + 1], cache)
+            cache = aux["cache"]
+            out.append(logits[:, 0])
+        return jnp.stack(out, axis=1)
+
+    together = decode(tokens)
+    for b in range(3):
+        np.testing.assert_allclose(together[b], decode(tokens[b:b + 1])[0], atol=1e-5, rtol=1e-5)
+    _, aux = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))(state, tokens)
+    assert float(jnp.max(aux["metrics"]["moe_dropped_fraction"])) > 0.3  # the full pass does drop

@@ -161,3 +161,19 @@ def test_registry_names_and_backend_default():
     assert moe_dispatch.get_dispatch("auto") is moe_dispatch.get_dispatch(moe_dispatch.default_dispatch())
     with pytest.raises(KeyError, match="padded"):
         moe_dispatch.get_dispatch("paded")
+
+
+def test_padded_round_sizes_are_static_options():
+    """``first``/``step`` (the padded layout's round sizes) pass through ``get_dispatch``: several
+    small rounds give the naive loop's values and gradients."""
+    x, experts, weights = _inputs(seed=3, skew=2.0)
+    w = _weights("gelu", True)
+    fn = moe_dispatch.get_dispatch("padded")
+    naive = moe_dispatch.get_dispatch("naive")
+
+    def loss(f, **kw):
+        return lambda x, w: jnp.sum(jnp.sin(3 * f(x, experts, weights, w, activation="gelu", **kw)[0]))
+
+    got = jax.value_and_grad(loss(fn, first=0.25, step=0.125), argnums=(0, 1))(x, w)
+    want = jax.value_and_grad(loss(naive), argnums=(0, 1))(x, w)
+    _assert_trees_close(got, want)

@@ -44,5 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     if jax.process_index() == 0:  # only process 0 reports
-        print(summary_line(result), flush=True)
+        # A command whose stdout is its product (translate) reports on stderr.
+        stream = sys.stderr if getattr(args, "summary_to_stderr", False) else sys.stdout
+        print(summary_line(result), flush=True, file=stream)
     return 0

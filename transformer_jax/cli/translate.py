@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--best", action="store_true", help="use the best checkpoint instead of the latest")
     p.add_argument("--input", default="-", help="source file (default: stdin)")
     p.add_argument("--output", default="-", help="hypothesis file (default: stdout)")
-    p.set_defaults(fn=run)
+    p.set_defaults(fn=run, summary_to_stderr=True)
 
 
 def run(args) -> dict:
@@ -59,6 +59,5 @@ def run(args) -> dict:
     dst.flush()
     if dst is not out:
         dst.close()
-    sys.stdout = sys.stderr  # the summary line that cli.main prints goes to stderr
     return {"sentences": len(hyps), "beam": args.beam, "alpha": args.alpha, "seconds": seconds,
             "sentences_per_s": len(hyps) / max(seconds, 1e-9)}

@@ -134,7 +134,7 @@ class Block(nnx.Module):
                 return dropout(self.ffn(h), cfg.dropout, keys[2])
             segments = None if inputs.mask is None else inputs.mask.q_segment_ids
             y, aux["moe"] = self.ffn(h, valid_BT=None if segments is None else segments != 0,
-                                     train=dropout_key is not None)
+                                     train=dropout_key is not None, dropless=cache is not None)
             return dropout(y, cfg.dropout, keys[2])
 
         x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.alpha)

@@ -104,12 +104,14 @@ class MoE(nnx.Module):
                                           b_out_ED=get(self.b_out))
 
     def __call__(self, x_BTD: Float[Array, "B T D"], *, valid_BT: Bool[Array, "B T"] | None = None,
-                 train: bool = False) -> tuple[Float[Array, "B T D"], dict]:
+                 train: bool = False, dropless: bool = False) -> tuple[Float[Array, "B T D"], dict]:
         """Returns (y, aux). aux["losses"]: the coefficient-weighted ``moe_balance`` and
         ``router_z`` (when their coefficients are > 0); aux["metrics"]: ``moe_load`` [E] (share of
         assignments per expert, before drops), ``moe_load_max_over_mean``,
         ``moe_dropped_fraction``. ``valid_BT`` False (padding) tokens take no expert capacity and
-        count in no statistic. A ``train`` call updates the balancing bias."""
+        count in no statistic. A ``train`` call updates the balancing bias. ``dropless`` ignores
+        the capacity factor (KV-cache decoding: capacity is a per-batch training budget, and
+        finished rows or other beams must not take a live token's slot)."""
         spec = self.spec
         B, T, D = x_BTD.shape
         E, K = spec.n_experts, spec.top_k
@@ -121,7 +123,8 @@ class MoE(nnx.Module):
                                 n_groups=spec.n_groups, topk_groups=spec.topk_groups, group_score=spec.group_score)
         dispatch = moe_dispatch.get_dispatch(spec.dispatch)
         y_TD, keep_TK = dispatch(x_TD, r.experts_TK, r.weights_TK.astype(self.dtype), self.expert_weights(),
-                                 activation=spec.ffn, capacity_factor=spec.capacity_factor, valid_T=valid_T,
+                                 activation=spec.ffn, capacity_factor=None if dropless else spec.capacity_factor,
+                                 valid_T=valid_T,
                                  drop_order=spec.drop_order)
         if self.shared is not None:
             y_TD = y_TD + self.shared(x_TD)

@@ -16,7 +16,7 @@ to float32 rounding; they differ in layout and speed:
 - ``padded``: grouped by expert into an [E, C, D] buffer with C = the batch's largest load rounded
   up to one of a few static sizes (``lax.switch``), then batched einsums: plain GEMMs, the fast
   dropless layout on CPU, where ``ragged_dot`` is slow;
-- ``expert_parallel`` (in ``transformer_jax.parallel.expert``): experts sharded over the ``expert``
+- ``expert_parallel`` (``ops.moe_expert_parallel``): experts sharded over the ``expert``
   mesh axis, tokens exchanged with ``all_to_all``.
 
 ``default_dispatch()`` picks the fastest one for ``jax.default_backend()``.
@@ -25,7 +25,7 @@ to float32 rounding; they differ in layout and speed:
 from __future__ import annotations
 
 import functools
-import importlib
+import inspect
 import math
 from collections.abc import Callable
 
@@ -36,6 +36,7 @@ from jaxtyping import Array, Float, Int
 from transformer_jax.ops import routing
 from transformer_jax.ops.moe_buffer import (ExpertWeights, padded_ffn, combine_from_slots, expert_ffn, ffn_spec,
                                              gather_to_slots)
+from transformer_jax.ops.moe_expert_parallel import expert_parallel_dispatch
 from transformer_jax.registry import Registry, unknown_name_message
 
 
@@ -137,18 +138,15 @@ DISPATCHES.register("naive", naive_dispatch)
 DISPATCHES.register("dense", dense_dispatch)
 DISPATCHES.register("ragged", ragged_dispatch)
 DISPATCHES.register("padded", padded_dispatch)
-
-# Dispatches registered by a module of a higher layer, imported on first use (so that ops/ never
-# imports it eagerly): name -> module.
-DISPATCH_PROVIDERS: dict[str, str] = {"expert_parallel": "transformer_jax.parallel.expert"}
+DISPATCHES.register("expert_parallel", expert_parallel_dispatch)
 
 # Fastest dropless layout per backend (measured; see the module docstring). Others: ragged.
 BACKEND_DEFAULTS: dict[str, str] = {"cpu": "padded"}
 
 
 def dispatch_names() -> tuple[str, ...]:
-    """Every valid ``dispatch`` name: ``auto``, the registered ones and the lazily provided ones."""
-    return ("auto",) + tuple(dict.fromkeys(DISPATCHES.names() + tuple(DISPATCH_PROVIDERS)))
+    """Every valid ``dispatch`` name: ``auto`` and the registered ones."""
+    return ("auto",) + tuple(DISPATCHES.names())
 
 
 def default_dispatch(backend: str | None = None) -> str:
@@ -161,13 +159,15 @@ def get_dispatch(name: str) -> Callable:
     (options static) so that eager calls compile once per shape."""
     if name == "auto":
         name = default_dispatch()
-    if name not in DISPATCHES and name in DISPATCH_PROVIDERS:
-        importlib.import_module(DISPATCH_PROVIDERS[name])
     if name not in DISPATCHES:
         raise KeyError(unknown_name_message("MoE dispatch", name, dispatch_names()))
     return _jitted(DISPATCHES.get(name))
 
 
+STATIC_OPTIONS = ("activation", "capacity_factor", "drop_order", "first", "step", "axis")
+
+
 @functools.lru_cache(maxsize=None)
 def _jitted(fn: Callable) -> Callable:
-    return jax.jit(fn, static_argnames=("activation", "capacity_factor", "drop_order"))
+    params = inspect.signature(fn).parameters
+    return jax.jit(fn, static_argnames=tuple(n for n in STATIC_OPTIONS if n in params))
