@@ -29,9 +29,11 @@ def get_config():
     return dataclasses.replace(cfg, name="shakespeare_char_moe", model=dataclasses.replace(cfg.model, moe=moe))
 
 
-def _bench(variants: dict, rounds: int, steps: int) -> dict:
+def _bench(variants: dict, rounds: int, steps: int, warmup: int = 0) -> dict:
     """Median seconds per real jitted train step of each config, measured in alternation (one
-    device, batches prefetched in memory), as in ``transformer_jax.benchmarks.data``."""
+    device, batches prefetched in memory), as in ``transformer_jax.benchmarks.data``. Each model
+    first trains ``warmup`` steps on the real data, so that its router has left the
+    initialisation (a dropless MoE step costs what the load imbalance makes it cost)."""
     import tempfile
     import time
 
@@ -48,10 +50,16 @@ def _bench(variants: dict, rounds: int, steps: int) -> dict:
         run, _ = setup(cfg, tempfile.mkdtemp(prefix=f"moe_bench_{name}_"), restore=False, devices=jax.devices()[:1])
         step = jax.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
                                        make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
+        state = run.state
         with run.data.train_iterator() as it:
+            for i in range(warmup):
+                state, _ = step(state, run.put_batch(next(it)), jax.random.key(i))
             batches = [run.put_batch(next(it)) for _ in range(4)]
-        state, _ = step(run.state, batches[0], jax.random.key(0))
+        state, metrics = step(state, batches[0], jax.random.key(0))
         jax.block_until_ready(state)
+        imbalance = metrics.get("aux_metrics/moe_load_max_over_mean")
+        if imbalance is not None:
+            print(f"{name}: max/mean expert load per layer after {warmup} steps: {np.round(np.asarray(imbalance), 2)}")
         runs[name] = [run, step, batches, state]
     times = {name: [] for name in variants}
     for r in range(rounds):
@@ -70,19 +78,23 @@ def _bench(variants: dict, rounds: int, steps: int) -> dict:
 
 if __name__ == "__main__":
     # Step time of the dropless MoE (E=8, top-2) against the dense model at equal active parameters:
-    #   python experiments/shakespeare_char_moe.py [rounds] [steps] [dispatch ...]
+    #   python experiments/shakespeare_char_moe.py [rounds] [steps] [dispatch ...] [--warmup N]
+    import argparse
     import json
-    import sys
 
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-    dispatches = sys.argv[3:] or ["auto"]
+    parser = argparse.ArgumentParser(description="MoE vs dense train-step time, measured in alternation")
+    parser.add_argument("rounds", type=int, nargs="?", default=10)
+    parser.add_argument("steps", type=int, nargs="?", default=10, help="steps per round")
+    parser.add_argument("dispatch", nargs="*", default=["auto"])
+    parser.add_argument("--warmup", type=int, default=300, help="training steps before timing")
+    args = parser.parse_args()
+    rounds, steps, dispatches = args.rounds, args.steps, args.dispatch
     moe_cfg = get_config()
     variants = {"dense": base_config()}
     for d in dispatches:
         variants[f"moe_{d}"] = dataclasses.replace(moe_cfg, model=dataclasses.replace(
             moe_cfg.model, moe=dataclasses.replace(moe_cfg.model.moe, dispatch=d)))
-    result = _bench(variants, rounds, steps)
+    result = _bench(variants, rounds, steps, args.warmup)
     for name, r in result.items():
         r["ratio_to_dense_median"] = r["median_ms"] / result["dense"]["median_ms"]
         r["ratio_to_dense_min"] = r["min_ms"] / result["dense"]["min_ms"]

@@ -132,13 +132,13 @@ def test_capacity_drops_exactly_the_overflow_in_rank_order(impl):
     np.testing.assert_allclose(y, want, atol=1e-5, rtol=1e-5)
 
 
-def test_padded_rounds_cover_the_largest_load():
-    """Other splits of the padded rounds (first round half the mean load, then rounds of half
+def test_padded_tiles_cover_the_largest_load():
+    """Other splits of the padded layout (first round half the mean load, then tiles of half
     the mean) give the same output."""
     x, experts, weights = _inputs(seed=4, skew=1.5)
     w = _weights("swiglu", True)
     y_ref, _, _ = _run("naive", A, x, experts, weights)
-    fn = functools.partial(moe_dispatch.padded_dispatch, first=0.5, step=0.5)
+    fn = functools.partial(moe_dispatch.padded_dispatch, first=0.5, tile=0.5)
     y, _ = jax.jit(lambda x: fn(x, experts, weights, w, activation="swiglu"))(x)
     _assert_trees_close(y, y_ref)
 
@@ -163,9 +163,9 @@ def test_registry_names_and_backend_default():
         moe_dispatch.get_dispatch("paded")
 
 
-def test_padded_round_sizes_are_static_options():
-    """``first``/``step`` (the padded layout's round sizes) pass through ``get_dispatch``: several
-    small rounds give the naive loop's values and gradients."""
+def test_padded_tile_sizes_are_static_options():
+    """``first``/``tile`` (the padded layout's first round and tile sizes) pass through
+    ``get_dispatch``: many small tiles give the naive loop's values and gradients."""
     x, experts, weights = _inputs(seed=3, skew=2.0)
     w = _weights("gelu", True)
     fn = moe_dispatch.get_dispatch("padded")
@@ -174,6 +174,40 @@ def test_padded_round_sizes_are_static_options():
     def loss(f, **kw):
         return lambda x, w: jnp.sum(jnp.sin(3 * f(x, experts, weights, w, activation="gelu", **kw)[0]))
 
-    got = jax.value_and_grad(loss(fn, first=0.25, step=0.125), argnums=(0, 1))(x, w)
+    got = jax.value_and_grad(loss(fn, first=0.25, tile=0.125), argnums=(0, 1))(x, w)
     want = jax.value_and_grad(loss(naive), argnums=(0, 1))(x, w)
+    _assert_trees_close(got, want)
+
+
+def test_overflow_tiles_hold_each_overflow_assignment_once():
+    """Every kept assignment at position >= first sits in exactly one tile row, inside a tile of
+    its own expert at its own position; tiles in use = sum_e ceil(max(0, load_e - first) / m)."""
+    x, experts, weights = _inputs(seed=5, skew=1.0)
+    first, m = 3, 2
+    slots = routing.expert_positions(experts, E)
+    tiles = moe_buffer.overflow_tiles(experts, slots.position_TK, slots.keep_TK, E, first, m)
+    ex, pos = np.asarray(experts).ravel(), np.asarray(slots.position_TK).ravel()
+    load = np.bincount(ex, minlength=E)
+    assert int(tiles.n) == sum(-(-max(0, n - first) // m) for n in load) > 0
+    row, expert_J, start_J = np.asarray(tiles.row_A), np.asarray(tiles.expert_J), np.asarray(tiles.start_J)
+    over = pos >= first
+    assert len(set(row[over])) == over.sum() and np.all(row[~over] >= expert_J.size * m)
+    for a in np.flatnonzero(over):
+        j, r = divmod(int(row[a]), m)
+        assert j < int(tiles.n) and expert_J[j] == ex[a] and start_J[j] + r == pos[a]
+
+
+@pytest.mark.parametrize("skew", [0.0, 1.5, 4.0])
+def test_padded_equals_naive_under_skew(skew):
+    """Balanced, skewed and nearly all-to-one loads (several tiles per expert, several
+    overflowing experts): values and gradients equal the naive loop."""
+    x, experts, weights = _inputs(seed=7, skew=skew)
+    w = _weights("gelu", True)
+    fn, naive = moe_dispatch.get_dispatch("padded"), moe_dispatch.get_dispatch("naive")
+
+    def loss(f, **kw):
+        return lambda x, wt, w: jnp.sum(jnp.sin(3 * f(x, experts, wt, w, activation="gelu", **kw)[0]))
+
+    got = jax.value_and_grad(loss(fn, first=0.5, tile=0.25), argnums=(0, 1, 2))(x, weights, w)
+    want = jax.value_and_grad(loss(naive), argnums=(0, 1, 2))(x, weights, w)
     _assert_trees_close(got, want)

@@ -5,10 +5,10 @@ row ``e * C + p`` of an [E * C, D] buffer (a "slot"); empty slots hold zeros. Th
 as batched einsums over [E, C, D]. Moving rows in and out is a gather in both directions (also in
 the backward pass), never a scatter-add.
 
-`padded_ffn` runs the whole dispatch -> experts -> combine with a hand-written backward pass whose
-residuals have static shapes ([T * K, F], in assignment order), so that the dropless version can
-pick the capacity C per batch with ``lax.switch`` at no autodiff cost (autodiff of a switch returns
-every branch's residuals, zero-filled to the largest C: ~10x slower on CPU).
+`padded_ffn` runs the whole dropless dispatch -> experts -> combine: a first round of equal-sized
+buffers, then the overflow of the busiest experts in one-expert tiles inside a loop whose trip
+count depends on the batch. Reverse-mode autodiff cannot see through such a loop, so the backward
+pass is written by hand (it also keeps the residuals small: the first round's activations only).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def buffer_dest(experts_TK: Int[Array, "T K"], position_TK: Int[Array, "T K"], k
     return jnp.where(keep_TK, experts_TK * C + position_TK, n_experts * C).astype(jnp.int32)
 
 
-# Padded layout, in rounds, with a hand-written backward pass ---------------------------------
+# Padded layout: a batched first round, then overflow tiles; a hand-written backward pass --------
 
 
 def slot_table(experts_TK: Int[Array, "T K"], position_TK: Int[Array, "T K"], keep_TK: Bool[Array, "T K"],
@@ -124,6 +124,38 @@ def slot_table(experts_TK: Int[Array, "T K"], position_TK: Int[Array, "T K"], ke
     rows = jnp.where(keep_TK, experts_TK, n_experts).ravel()
     return (jnp.full((n_experts, n_positions), A, jnp.int32)
             .at[rows, position_TK.ravel()].set(jnp.arange(A, dtype=jnp.int32), mode="drop"))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class OverflowTiles:
+    """The kept assignments at positions >= ``first`` (beyond the first round), cut into tiles of
+    ``m`` rows that each belong to one expert: ``n`` tiles in use (of a static bound J); tile j
+    holds positions ``start_J[j] + [0, m)`` of expert ``expert_J[j]``; assignment a sits in row
+    ``row_A[a]`` of the [J * m] overflow buffer (out of range if it is not an overflow one)."""
+
+    n: Int[Array, ""]
+    expert_J: Int[Array, "J"]
+    start_J: Int[Array, "J"]
+    row_A: Int[Array, "A"]
+
+
+def overflow_tiles(experts_TK, position_TK, keep_TK, n_experts: int, first: int, m: int) -> OverflowTiles:
+    """`OverflowTiles` of a routing: expert e with load L_e needs ceil(max(0, L_e - first) / m)
+    tiles, so at most ``ceil(T K / m) + E`` tiles exist (the static bound J)."""
+    E, A = n_experts, experts_TK.size
+    n_tiles = -(-A // m) + E
+    load_E = jnp.zeros((E,), jnp.int32).at[experts_TK.ravel()].add(keep_TK.ravel().astype(jnp.int32))
+    tiles_E = (jnp.maximum(load_E - first, 0) + m - 1) // m
+    end_E = jnp.cumsum(tiles_E)
+    begin_E = end_E - tiles_E
+    j = jnp.arange(n_tiles, dtype=jnp.int32)
+    expert_J = jnp.minimum(jnp.sum(end_E[None, :] <= j[:, None], axis=1), E - 1).astype(jnp.int32)
+    start_J = first + (j - begin_E[expert_J]) * m
+    over_TK = keep_TK & (position_TK >= first)
+    row_TK = jnp.where(over_TK, begin_E[experts_TK] * m + position_TK - first, n_tiles * m)
+    return OverflowTiles(n=end_E[-1], expert_J=expert_J, start_J=start_J.astype(jnp.int32),
+                         row_A=row_TK.ravel().astype(jnp.int32))
 
 
 def _tokens_of(src_EC, K, T):
@@ -165,8 +197,14 @@ def _experts_backward(spec, w, x, h, g, d_y, acc):
     return d_x
 
 
-def _put(buf_AX, src_EC, rows_ECX):
-    return buf_AX.at[src_EC.ravel()].set(rows_ECX.reshape(src_EC.size, -1), mode="drop")
+def _one_expert(w: ExpertWeights, e) -> ExpertWeights:
+    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, e, 0, keepdims=True), w)
+
+
+def _add_at(acc_E, e, part_1):
+    """``acc[e] += part[0]`` as a dynamic slice update (no scatter)."""
+    old = jax.lax.dynamic_index_in_dim(acc_E, e, 0, keepdims=True)
+    return jax.lax.dynamic_update_index_in_dim(acc_E, old + part_1, e, 0)
 
 
 def _loop_if_needed(n, body, init):
@@ -175,43 +213,44 @@ def _loop_if_needed(n, body, init):
     return jax.lax.cond(n > 0, lambda: jax.lax.fori_loop(0, n, body, init()), init)
 
 
-def padded_ffn(first: int, step: int | None, n_positions: int, activation: str | FfnSpec):
+def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str | FfnSpec):
     """``f(x_TD, weights_TK, w, experts_TK, position_TK, keep_TK) -> y_TD`` with
-    ``y_t = sum_k keep_tk w_tk FFN_{e_tk}(x_t)``: every expert's kept assignments, in position
-    order, run through the experts as batched einsums [E, C, D] in rounds: positions
-    [0, first), then ``step`` more at a time (a while loop) up to the largest load of the batch
-    (``step=None``: only the first round; every kept position must then be < ``first``). Each
-    expert is thus padded to the batch's largest load rounded up to ``first + n * step``.
-    ``n_positions`` bounds the positions (T). Differentiable in x, weights and w, with a
-    hand-written backward pass: the first round keeps its activations (static shapes), the
-    extra rounds recompute theirs; rows move by gathers, except the extra rounds' scatters."""
+    ``y_t = sum_k keep_tk w_tk FFN_{e_tk}(x_t)``. Every expert's kept assignments at positions
+    [0, first) run as one batched einsum [E, first, D]; the rest (an expert's load beyond
+    ``first``) in `OverflowTiles` of ``tile`` rows, one expert per tile, in a loop over the tiles
+    in use (``tile=None``: no overflow; every kept position must then be < ``first``). Padding is
+    thus the first round's empty rows plus under one tile per overflowing expert, however skewed
+    the load. ``n_positions`` bounds the positions (T). Differentiable in x, weights and w, with a
+    hand-written backward pass: the first round keeps its activations, the tiles recompute theirs;
+    rows move by gathers and slice updates, never a scatter."""
     spec = ffn_spec(activation)
-    n_cols = n_positions + first + (step or 0)
+    n_cols = max(first, n_positions) + (tile or 0)
 
     def setup(experts, position, keep, E):
-        T, K = experts.shape
         table = slot_table(experts, position, keep, E, n_cols)
-        n_rows = jnp.max(jnp.zeros((E,), jnp.int32).at[experts.ravel()].add(keep.ravel().astype(jnp.int32)))
-        n_extra = 0 if step is None else jnp.maximum(0, (n_rows - first + step - 1) // step)
         dest0_A = jnp.where(keep & (position < first), experts * first + position, E * first).ravel()
-        return table, n_extra, dest0_A
+        tiles = None if tile is None else overflow_tiles(experts, position, keep, E, first, tile)
+        return table, dest0_A, tiles
 
-    def extra_src(table, i):
-        return jax.lax.dynamic_slice_in_dim(table, first + i * step, step, axis=1)
+    def tile_src(table, tiles, i):
+        row = jax.lax.dynamic_index_in_dim(table, tiles.expert_J[i], 0, keepdims=True)
+        return jax.lax.dynamic_slice_in_dim(row, tiles.start_J[i], tile, axis=1)
 
     def forward(x, wt, w, experts, position, keep):
         T, K = experts.shape
         E, D = w.n_experts, x.shape[-1]
-        table, n_extra, dest0_A = setup(experts, position, keep, E)
+        table, dest0_A, tiles = setup(experts, position, keep, E)
         rows = lambda src: _take(x, _tokens_of(src, K, T).ravel()).reshape(src.shape + (D,))  # noqa: E731
         y0, h0, g0 = _experts_forward(spec, w, rows(table[:, :first]))
         y_AD = _take(y0.reshape(E * first, D), dest0_A)
-        if step is not None:
-            def extra(i, y_AD):
-                src = extra_src(table, i)
-                return _put(y_AD, src, _experts_forward(spec, w, rows(src))[0])
+        if tiles is not None:
+            def body(i, buf):
+                src = tile_src(table, tiles, i)
+                y = _experts_forward(spec, _one_expert(w, tiles.expert_J[i]), rows(src))[0]
+                return jax.lax.dynamic_update_slice_in_dim(buf, y[0], i * tile, axis=0)
 
-            y_AD = y_AD + _loop_if_needed(n_extra, extra, lambda: jnp.zeros_like(y_AD))
+            buf = _loop_if_needed(tiles.n, body, lambda: jnp.zeros((tiles.expert_J.size * tile, D), x.dtype))
+            y_AD = y_AD + _take(buf, tiles.row_A)
         y_TD = jnp.einsum("tkd,tk->td", y_AD.reshape(T, K, D), (wt * keep).astype(x.dtype))
         return y_TD, (y_AD, h0, g0)
 
@@ -227,7 +266,7 @@ def padded_ffn(first: int, step: int | None, n_positions: int, activation: str |
         (x, wt, w, experts, position, keep), (y_AD, h0, g0) = saved
         T, K = experts.shape
         E, D = w.n_experts, x.shape[-1]
-        table, n_extra, dest0_A = setup(experts, position, keep, E)
+        table, dest0_A, tiles = setup(experts, position, keep, E)
         rows = lambda z, src: _take(z, src.ravel()).reshape(src.shape + (z.shape[-1],))  # noqa: E731
         x_rows = lambda src: rows(x, _tokens_of(src, K, T))  # noqa: E731
         wk = (wt * keep).astype(g_TD.dtype)
@@ -237,19 +276,22 @@ def padded_ffn(first: int, step: int | None, n_positions: int, activation: str |
         src0 = table[:, :first]
         d_x0 = _experts_backward(spec, w, x_rows(src0), h0, g0, rows(d_y_AD, src0), acc)
         d_x_AD = _take(d_x0.reshape(E * first, D), dest0_A)
-        if step is not None:
-            def extra(i, carry):
-                acc, d_x_AD = carry
-                src = extra_src(table, i)
-                x_ECD = x_rows(src)
-                _, h, g = _experts_forward(spec, w, x_ECD)
-                d_x = _experts_backward(spec, w, x_ECD, h, g, rows(d_y_AD, src), acc)
-                return acc, _put(d_x_AD, src, d_x)
+        if tiles is not None:
+            def body(i, carry):
+                acc, buf = carry
+                src, e = tile_src(table, tiles, i), tiles.expert_J[i]
+                w_e, x_1CD = _one_expert(w, e), x_rows(src)
+                _, h, g = _experts_forward(spec, w_e, x_1CD)
+                part = {k: jnp.zeros_like(v[:1]) for k, v in acc.items()}
+                d_x = _experts_backward(spec, w_e, x_1CD, h, g, rows(d_y_AD, src), part)
+                acc = {k: _add_at(v, e, part[k]) for k, v in acc.items()}
+                return acc, jax.lax.dynamic_update_slice_in_dim(buf, d_x[0], i * tile, axis=0)
 
-            zeros = lambda: ({k: jnp.zeros_like(v) for k, v in acc.items()}, jnp.zeros_like(d_x_AD))  # noqa: E731
-            acc_extra, d_x_extra = _loop_if_needed(n_extra, extra, zeros)
-            acc = {k: v + acc_extra[k] for k, v in acc.items()}
-            d_x_AD = d_x_AD + d_x_extra
+            zeros = lambda: ({k: jnp.zeros_like(v) for k, v in acc.items()},  # noqa: E731
+                             jnp.zeros((tiles.expert_J.size * tile, D), x.dtype))
+            acc_tiles, buf = _loop_if_needed(tiles.n, body, zeros)
+            acc = {k: v + acc_tiles[k] for k, v in acc.items()}
+            d_x_AD = d_x_AD + _take(buf, tiles.row_A)
         d_x = jnp.sum(d_x_AD.reshape(T, K, D), axis=1)
         d_w = ExpertWeights(**{k: acc.get(k) for k in dataclasses.asdict(w)})
         return d_x.astype(x.dtype), d_wt.astype(wt.dtype), d_w, None, None, None

@@ -13,9 +13,9 @@ to float32 rounding; they differ in layout and speed:
 - ``dense``: GShard's one-hot dispatch/combine einsums over an [E, C, D] buffer (dropless: C = T);
 - ``ragged``: assignments grouped by expert (a counting sort), one grouped matmul per weight
   (``jax.lax.ragged_dot``): no padding, no wasted FLOPs;
-- ``padded``: grouped by expert into an [E, C, D] buffer with C = the batch's largest load rounded
-  up to one of a few static sizes (``lax.switch``), then batched einsums: plain GEMMs, the fast
-  dropless layout on CPU, where ``ragged_dot`` is slow;
+- ``padded``: grouped by expert into an [E, C, D] buffer (C about the mean load) run as batched
+  einsums, the excess of busier experts in one-expert tiles: plain GEMMs with little padding,
+  the fast dropless layout on CPU, where ``ragged_dot`` is slow;
 - ``expert_parallel`` (``ops.moe_expert_parallel``): experts sharded over the ``expert``
   mesh axis, tokens exchanged with ``all_to_all``.
 
@@ -111,12 +111,12 @@ def ragged_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activatio
 
 
 def padded_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
-                    valid_T=None, drop_order="rank", first: float = 1.0, step: float = 0.125):
+                    valid_T=None, drop_order="rank", first: float = 1.0, tile: float = 0.25):
     """Group by expert, pad every group to the same length C, batched einsums
-    (``moe_buffer.padded_ffn``). With a capacity factor, C is the capacity. Dropless, C is the
-    batch's largest load rounded up to ``first * mean + n * step * mean`` (mean = T K / E): a
-    first round of ``first * mean`` rows per expert, then a while loop of rounds of
-    ``step * mean`` rows. Only GEMMs, no wasted rows beyond that rounding: the fast CPU layout."""
+    (``moe_buffer.padded_ffn``). With a capacity factor, C is the capacity. Dropless, C is
+    ``first * mean`` (mean = T K / E, rounded up to 8) and each expert's load beyond C runs in
+    tiles of ``tile * mean`` rows, one expert per tile: padding stays under C E - T K plus one
+    tile per overflowing expert. Only GEMMs: the fast CPU layout."""
     T, K = experts_TK.shape
     E = w.n_experts
     slots, cap = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
@@ -124,7 +124,7 @@ def padded_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activatio
     if cap is not None:
         rows, more = cap, None
     else:
-        rows, more = min(T, _round8(first * mean)), max(1, _round8(step * mean))
+        rows, more = min(T, _round8(first * mean)), min(T, _round8(tile * mean))
     f = padded_ffn(rows, more, T, activation)
     return f(x_TD, weights_TK, w, experts_TK, slots.position_TK, slots.keep_TK), slots.keep_TK
 
@@ -164,7 +164,7 @@ def get_dispatch(name: str) -> Callable:
     return _jitted(DISPATCHES.get(name))
 
 
-STATIC_OPTIONS = ("activation", "capacity_factor", "drop_order", "first", "step", "axis")
+STATIC_OPTIONS = ("activation", "capacity_factor", "drop_order", "first", "tile", "axis")
 
 
 @functools.lru_cache(maxsize=None)
