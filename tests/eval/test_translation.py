@@ -46,3 +46,18 @@ def test_validation_bleu_on_a_synthetic_task(model):
     state = types.SimpleNamespace(params=nnx.to_pure_dict(params), model_state=nnx.to_pure_dict(rest))
     out = validation_bleu(run, state, "val", max_batches=1)
     assert set(out) == {"bleu"} and 0.0 <= out["bleu"] <= 100.0
+
+
+def test_sampled_translation_is_seeded_and_top_k_1_is_greedy(model):
+    from transformer_jax.decode import SamplingConfig
+
+    graphdef, state = nnx.split(model)
+    rng = np.random.default_rng(1)
+    sources = [rng.integers(4, 40, n).tolist() for n in (3, 9, 5, 7)]
+    base = dict(beam_size=1, batch_size=4, length_bucket=16, max_new_tokens=8, max_src_len=16)
+    greedy = translate_ids(graphdef, state, sources, TranslateConfig(**base))
+    top1 = translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=SamplingConfig("top_k", top_k=1)))
+    assert top1 == greedy
+    hot = SamplingConfig("sample", temperature=5.0)
+    a, b, c = (translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=hot, seed=s)) for s in (0, 0, 1))
+    assert a == b and a != c

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from transformer_jax.decode import translate, translate_beam
+from transformer_jax.decode import SamplingConfig, translate, translate_beam
 from transformer_jax.eval.bleu import corpus_bleu
 
 BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
@@ -21,8 +21,9 @@ BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
 @dataclasses.dataclass(frozen=True)
 class TranslateConfig:
-    """``beam_size`` 1 = greedy; ``alpha``: GNMT length penalty; ``batch_size`` sentences per
-    call; sources are cut to ``max_src_len`` tokens (EOS included); at most
+    """``beam_size`` 1: token by token with ``sampling`` (default greedy; top-k/top-p draws use
+    ``seed``), else beam search with the GNMT length penalty ``alpha``; ``batch_size`` sentences
+    per call; sources are cut to ``max_src_len`` tokens (EOS included); at most
     ``min(max_new_tokens, len_a * source bucket + len_b)`` target tokens (EOS included)."""
 
     beam_size: int = 4
@@ -33,6 +34,8 @@ class TranslateConfig:
     len_a: float = 1.5
     len_b: int = 10
     length_bucket: int = 16
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = 0
 
     def __post_init__(self):
         for name in ("beam_size", "batch_size", "max_src_len", "max_new_tokens", "length_bucket"):
@@ -59,7 +62,8 @@ def translate_ids(graphdef, params, sources: Sequence[Sequence[int]], cfg: Trans
             src[r, :len(srcs[i])] = srcs[i]
         n_new = max(1, min(cfg.max_new_tokens, int(cfg.len_a * bucket) + cfg.len_b))
         if cfg.beam_size == 1:
-            tokens = translate(graphdef, params, src_BS=src, max_new_tokens=n_new, bos_id=BOS_ID, eos_id=EOS_ID).tokens
+            tokens = translate(graphdef, params, src_BS=src, max_new_tokens=n_new, bos_id=BOS_ID, eos_id=EOS_ID,
+                               sampling=cfg.sampling, key=jax.random.fold_in(jax.random.key(cfg.seed), lo)).tokens
         else:
             tokens = translate_beam(graphdef, params, src_BS=src, max_new_tokens=n_new, beam_size=cfg.beam_size,
                                     alpha=cfg.alpha, bos_id=BOS_ID, eos_id=EOS_ID).tokens[:, 0]
