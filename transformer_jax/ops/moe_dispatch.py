@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Int
 
 from transformer_jax.ops import routing
 from transformer_jax.ops.moe_buffer import (ExpertWeights, padded_ffn, combine_from_slots, expert_ffn, ffn_spec,

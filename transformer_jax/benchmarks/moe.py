@@ -1,0 +1,89 @@
+"""``bench moe``: the dropless MoE train step against the dense one at equal active parameters.
+
+The real jitted train step of each model (one device, batches of the experiment's data prefetched
+in memory), timed in alternation, dense first (rounds of ``steps`` steps, medians). Each model
+first trains ``warmup`` steps: a dropless step costs what the router's load imbalance makes it
+cost, and the imbalance right after initialisation is not the one training sees. The MoE model
+is the experiment's (``model.moe``), or, for a dense experiment, 8 experts of half the FFN width
+with top-2 routing (GShard-style: renormalised gates, Switch balance loss 0.01).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from transformer_jax.models import count_params
+from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.train.config import Config
+
+
+def moe_variants(cfg: Config, dispatches=("auto",)) -> dict[str, Config]:
+    """``{"dense": ..., "moe_<dispatch>": ...}``: the dense model (``model.moe=None``) and the MoE
+    model with each dispatch implementation."""
+    moe = cfg.model.moe or MoEConfig(n_experts=8, top_k=2, d_expert=(cfg.model.d_ff or 4 * cfg.model.d_model) // 2,
+                                     renormalize=True, balance_loss="switch", balance_coef=0.01)
+    out = {"dense": dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, moe=None))}
+    for d in dispatches:
+        out[f"moe_{d}"] = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, moe=dataclasses.replace(
+            moe, dispatch=d)))
+    return out
+
+
+def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: int = 10, warmup: int = 300) -> dict:
+    """Per-variant ``median_ms``/``min_ms`` of one train step over ``rounds`` alternating rounds,
+    after ``warmup`` training steps each; MoE variants also report ``load_max_over_mean`` (per
+    layer) after the warm-up."""
+    from transformer_jax.train.loop import setup
+    from transformer_jax.train.optim import make_schedule
+    from transformer_jax.train.step import make_train_step
+    from transformer_jax.train.tasks import TASKS
+
+    runs, out = {}, {}
+    for name, cfg in variants.items():
+        run, _ = setup(cfg, tempfile.mkdtemp(prefix=f"bench_moe_{name}_"), restore=False, devices=jax.devices()[:1])
+        step = jax.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
+                                       make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
+        state = run.state
+        with run.data.train_iterator() as it:
+            for i in range(warmup):
+                state, _ = step(state, run.put_batch(next(it)), jax.random.key(i))
+            batches = [run.put_batch(next(it)) for _ in range(4)]
+        state, metrics = step(state, batches[0], jax.random.key(0))
+        jax.block_until_ready(state)
+        out[name] = {"params": count_params(run.cfg.model)}
+        imbalance = metrics.get("aux_metrics/moe_load_max_over_mean")
+        if imbalance is not None:
+            out[name]["load_max_over_mean"] = [round(float(x), 3) for x in np.asarray(imbalance)]
+        runs[name] = [run, step, batches, state]
+    times = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, entry in runs.items():
+            run, step, batches, state = entry
+            t0 = time.perf_counter()
+            for i in range(steps):
+                state, _ = step(state, batches[i % 4], jax.random.key(i))
+            jax.block_until_ready(state)
+            entry[3] = state
+            times[name].append((time.perf_counter() - t0) / steps)
+    for run, *_ in runs.values():
+        run.checkpoints.close()
+    for name, t in times.items():
+        out[name].update(median_ms=1e3 * float(np.median(t)), min_ms=1e3 * float(np.min(t)))
+    return out
+
+
+def bench_moe(cfg: Config, workdir: str | None = None, *, rounds: int = 10, steps: int = 10, warmup: int = 300,
+              dispatches=("auto",)) -> dict:
+    """The module docstring's figures, with each MoE variant's ratio to the dense step."""
+    del workdir
+    result = time_train_steps(moe_variants(cfg, dispatches), rounds=rounds, steps=steps, warmup=warmup)
+    dense = result["dense"]
+    for name, r in result.items():
+        r["ratio_to_dense_median"] = r["median_ms"] / dense["median_ms"]
+        r["ratio_to_dense_min"] = r["min_ms"] / dense["min_ms"]
+    return {"bench": "moe", "rounds": rounds, "steps": steps, "warmup": warmup, **result}
