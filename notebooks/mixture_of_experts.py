@@ -1,0 +1,148 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Mixture-of-Experts at equal active parameters
+#
+# An MoE layer replaces the FFN with E expert FFNs of which each token uses k: more parameters at
+# the same compute per token. **Claims** (Shazeer et al. 2017, GShard, Switch, DeepSeekMoE,
+# DeepSeek-V3, and the notes):
+# 1. at equal active parameters, MoE reaches a lower loss than the dense model in the same steps;
+# 2. DeepSeekMoE's fine-grained experts with a shared expert do at least as well as coarse top-2;
+# 3. without a balancing term the router concentrates tokens on a few experts;
+# 4. the balance loss evens the load, and so does DeepSeek-V3's auxiliary-loss-free bias.
+#
+# Character-level Shakespeare, 4 layers, d_model 128. Dense FFN width 512; MoE: 8 experts of
+# width 512 top-1 (Switch), 8 of width 256 top-2 (GShard), or the same split 4 ways with one
+# shared (DeepSeekMoE: 1 shared + top-7 of 31 routed experts of width 64): 512 active hidden units
+# per token everywhere. All dropless. `TRANSFORMER_JAX_SMOKE=1`: tiny sizes.
+
+# %%
+# On Colab: install the package first (TRANSFORMER_JAX_SOURCE: a pip spec of your copy, e.g. a git URL).
+import importlib.util
+import os
+import subprocess
+import sys
+
+if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+
+# %%
+import dataclasses
+
+import jax
+import matplotlib.pyplot as plt
+import numpy as np
+
+from transformer_jax import ablation
+from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.train.metrics import read_metrics
+
+NOTEBOOK = "mixture_of_experts"
+STEPS = ablation.pick(smoke=20, full=2000)
+print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| devices:", jax.devices())
+
+# %%
+dense = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
+F = dense.model.d_ff
+
+
+def moe(**kw) -> object:
+    return dataclasses.replace(dense, model=dataclasses.replace(dense.model, moe=MoEConfig(**kw)))
+
+
+configs = {
+    "dense": dense,
+    "switch top-1": moe(n_experts=8, top_k=1, d_expert=F, balance_loss="switch", balance_coef=0.01),
+    "gshard top-2": moe(n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_loss="switch",
+                        balance_coef=0.01),
+    "deepseekmoe": moe(n_experts=8, top_k=2, d_expert=F // 2, segments=4, n_shared=1, balance_loss="expert",
+                       balance_coef=0.01),
+    "gshard, no balancing": moe(n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_coef=0.0),
+    "gshard, loss-free bias": moe(n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_coef=0.0,
+                                  bias_update_rate=1e-3),
+}
+curves = {name: ablation.train_curves(cfg, name.replace(" ", "_").replace(",", ""), NOTEBOOK)
+          for name, cfg in configs.items()}
+
+# %% [markdown]
+# ## Loss against tokens
+
+# %%
+tokens_per_step = dense.train.batch_size * dense.data.seq_len
+fig_loss, ax = plt.subplots(figsize=(8, 4.5))
+for name in ("dense", "switch top-1", "gshard top-2", "deepseekmoe"):
+    c = curves[name]
+    ax.plot(np.array(c.steps) * tokens_per_step, c.train_loss, label=f"{name} ({c.summary.get('params', 0):,} params)")
+    ax.plot(np.array(c.val_steps) * tokens_per_step, c.val_loss, "o", color=ax.lines[-1].get_color())
+ax.set(xlabel="training tokens", ylabel="loss (nats/char): lines train, dots validation",
+       title="Dense vs MoE at equal active parameters")
+ax.legend(fontsize=8)
+plt.show()
+final = {name: c.final_val for name, c in curves.items()}
+print({k: round(v, 4) for k, v in final.items()})
+
+# %% [markdown]
+# ## Expert load
+# Share of the routed assignments per expert over the last logged steps, per layer.
+
+# %%
+def last_load(workdir: str) -> np.ndarray:
+    recs = [r for r in read_metrics(workdir) if "train/aux_metrics/moe_load" in r]
+    return np.asarray(recs[-1]["train/aux_metrics/moe_load"])  # [layers, experts]
+
+
+balance_runs = ("gshard top-2", "gshard, no balancing", "gshard, loss-free bias")
+loads = {name: last_load(curves[name].workdir) for name in balance_runs}
+max_over_mean = {name: float(np.max(np.max(load, axis=1) / np.mean(load, axis=1))) for name, load in loads.items()}
+fig_load, axes = plt.subplots(1, len(balance_runs), figsize=(15, 3.8), sharey=True)
+for ax, name in zip(axes, balance_runs):
+    load = loads[name]
+    width = 0.8 / load.shape[0]
+    for layer in range(load.shape[0]):
+        ax.bar(np.arange(load.shape[1]) + layer * width, load[layer], width=width, label=f"layer {layer}")
+    ax.axhline(1 / load.shape[1], color="k", ls=":")
+    ax.set(title=f"{name}\nmax/mean {max_over_mean[name]:.2f}", xlabel="expert")
+axes[0].set_ylabel("share of assignments")
+axes[0].legend(fontsize=7)
+plt.show()
+
+# %% [markdown]
+# ## Verdict
+
+# %%
+best_moe = min(("switch top-1", "gshard top-2", "deepseekmoe"), key=final.get)
+table = ablation.verdict_table([
+    ("At equal active parameters MoE beats dense in the same steps",
+     f"val loss dense {final['dense']:.3f}; switch {final['switch top-1']:.3f}, gshard {final['gshard top-2']:.3f}, "
+     f"deepseekmoe {final['deepseekmoe']:.3f}",
+     ablation.verdict(final[best_moe] < final["dense"] - 0.01)),
+    ("Fine-grained + shared experts do at least as well as coarse top-2",
+     f"deepseekmoe {final['deepseekmoe']:.3f} vs gshard {final['gshard top-2']:.3f}",
+     ablation.verdict(final["deepseekmoe"] <= final["gshard top-2"] + 0.01)),
+    ("Without balancing, the router concentrates the load",
+     f"max/mean load {max_over_mean['gshard, no balancing']:.2f} without vs "
+     f"{max_over_mean['gshard top-2']:.2f} with the balance loss",
+     ablation.verdict(max_over_mean["gshard, no balancing"] > 1.5 * max_over_mean["gshard top-2"])),
+    ("The loss-free bias evens the load without an auxiliary loss",
+     f"max/mean load {max_over_mean['gshard, loss-free bias']:.2f} (no balancing: "
+     f"{max_over_mean['gshard, no balancing']:.2f})",
+     ablation.verdict(max_over_mean["gshard, loss-free bias"] < max_over_mean["gshard, no balancing"]
+                      and max_over_mean["gshard, loss-free bias"] < 1.5)),
+])
+print(table)
+out = ablation.save_results(NOTEBOOK, {"final_val": final, "loads": loads, "max_over_mean": max_over_mean,
+                                       "curves": curves, "verdicts": table},
+                            figures={"loss": fig_loss, "load": fig_load}, configs=configs)
+print("results in", out)

@@ -1,0 +1,73 @@
+"""``transformer_jax.ablation`` (the notebooks' helpers) and the notebooks' pairing: every
+``notebooks/*.py`` has an ``.ipynb`` twin with the same cells and no stored outputs."""
+
+import json
+import pathlib
+
+import jupytext
+import matplotlib
+import pytest
+
+from transformer_jax import ablation
+from transformer_jax.train.metrics import MetricsWriter
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def test_pick_follows_the_smoke_variable(monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    assert ablation.smoke() and ablation.pick(smoke=1, full=2) == 1
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")
+    assert not ablation.smoke() and ablation.pick(smoke=1, full=2) == 2
+
+
+def test_verdict_table_escapes_pipes_and_rejects_unknown_verdicts():
+    table = ablation.verdict_table([("a claim", "|x| = 3", ablation.verdict(True)),
+                                    ("another", "n/a", ablation.verdict(None))])
+    lines = table.splitlines()
+    assert lines[2] == "| a claim | \\|x\\| = 3 | holds |" and lines[3].endswith("| inconclusive |")
+    assert all(line.count("|") - line.count("\\|") == 4 for line in lines)
+    with pytest.raises(ValueError, match="holds, does not hold, inconclusive"):
+        ablation.verdict_table([("c", "m", "maybe")])
+
+
+def test_save_results_in_smoke_mode_goes_to_a_temporary_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    out = ablation.save_results("unit_test_nb", {"x": 1.5}, figures={"curve": fig}, configs={"c": {"a": 1}}, seed=3)
+    assert ablation.repo_root() not in out.parents
+    record = json.loads((out / "results.json").read_text())
+    assert record["mode"] == "smoke" and record["seed"] == 3 and record["results"] == {"x": 1.5}
+    assert record["configs"] == {"c": {"a": 1}} and "git_commit" in record
+    assert (out / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_read_curves_from_a_metrics_file(tmp_path):
+    writer = MetricsWriter(str(tmp_path))
+    writer.write(10, {"train/loss": 2.0})
+    writer.write(20, {"train/loss": 1.5, "val/loss": 1.7})
+    writer.close()
+    c = ablation.read_curves(str(tmp_path), "run")
+    assert (c.steps, c.train_loss, c.val_steps, c.val_loss) == ([10, 20], [2.0, 1.5], [20], [1.7])
+    assert c.final_val == 1.7 and not c.diverged
+
+
+SOURCES = [p for p in sorted(NOTEBOOKS.glob("*.py")) if p.name != "conftest.py"]
+
+
+def test_there_are_notebooks():
+    assert len(SOURCES) >= 3
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_notebook_pairs_match_and_hold_no_outputs(source):
+    paired = source.with_suffix(".ipynb")
+    assert paired.is_file(), f"{paired.name} missing: run `jupytext --to ipynb {source}`"
+    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]  # noqa: E731
+    ipynb = jupytext.read(paired)
+    assert cells(jupytext.read(source)) == cells(ipynb), f"{paired.name} is out of date: run `jupytext --sync {source}`"
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in ipynb.cells if c.cell_type == "code")
