@@ -38,9 +38,12 @@ def smoke() -> bool:
     return os.environ.get(SMOKE_ENV, "0") not in ("", "0", "false", "False")
 
 
+_smoke_mode = smoke  # `pick`'s keyword shadows the function
+
+
 def pick(*, smoke: Any, full: Any) -> Any:
     """``smoke`` in SMOKE mode, else ``full``."""
-    return smoke if globals()["smoke"]() else full
+    return smoke if _smoke_mode() else full
 
 
 def repo_root() -> pathlib.Path:
