@@ -24,7 +24,7 @@ def map_cache_rows(cache, fn: Callable[[Array, int], Array], *, names: tuple[str
     axis = 0 if isinstance(cache, list) else 1
 
     def kv(c: KVCache) -> KVCache:
-        return KVCache(k=fn(c.k, axis), v=fn(c.v, axis), index=c.index)
+        return KVCache(k_BKDS=fn(c.k_BKDS, axis), v_BKDS=fn(c.v_BKDS, axis), index=c.index)
 
     def other(x):
         return fn(x, 0) if getattr(x, "ndim", 0) >= 1 else x

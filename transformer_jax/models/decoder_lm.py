@@ -71,7 +71,7 @@ class DecoderLM(nnx.Module):
         else:
             if segment_ids_BT is not None:
                 raise ValueError("segment_ids_BT is not supported together with a KV cache")
-            S = cache[0]["self"].max_len if isinstance(cache, list) else cache["self"].k.shape[2]
+            S = (cache[0] if isinstance(cache, list) else cache)["self"].max_len
             kv_index_BS = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
         positions_BT = index_BT if positions_BT is None else positions_BT
         mask = AttentionMask(causal=cfg.causal, q_segment_ids=segment_ids_BT, kv_segment_ids=segment_ids_BT,

@@ -111,7 +111,7 @@ class EncoderDecoder(nnx.Module):
         else:
             if tgt_segment_ids_BT is not None:
                 raise ValueError("tgt_segment_ids_BT is not supported together with a KV cache")
-            S_max = cache[0]["self"].max_len if isinstance(cache, list) else cache["self"].k.shape[2]
+            S_max = (cache[0] if isinstance(cache, list) else cache)["self"].max_len
             kv_index = _index(B, S_max)
         positions_BT = index_BT if tgt_positions_BT is None else tgt_positions_BT
         self_mask = AttentionMask(causal=cfg.causal, q_segment_ids=tgt_segment_ids_BT, kv_segment_ids=tgt_segment_ids_BT,

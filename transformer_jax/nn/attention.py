@@ -12,7 +12,7 @@ from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
-from transformer_jax.ops.kv_cache import KVCache, update_kv_cache
+from transformer_jax.ops.kv_cache import KVCache, cached_attention, kv_cache_of, update_kv_cache
 from transformer_jax.ops.masks import AttentionMask
 
 
@@ -70,8 +70,7 @@ class Attention(nnx.Module):
 
     def project_kv(self, kv_BSD: Float[Array, "B S D"]) -> KVCache:
         """Keys/values of a fixed memory (cross-attention), computed once and reused every step."""
-        k, v = self.k(kv_BSD), self.v(kv_BSD)
-        return KVCache(k=k, v=v, index=jnp.asarray(k.shape[1], jnp.int32))
+        return kv_cache_of(self.k(kv_BSD), self.v(kv_BSD))
 
     def __call__(
         self,
@@ -94,10 +93,7 @@ class Attention(nnx.Module):
             if cache is None and kv_BSD is None:
                 raise ValueError("cross-attention needs kv_BSD (the encoder output) or a cache from project_kv")
             if cache is None:
-                cache_kv = self.project_kv(kv_BSD)
-                k_BSKD, v_BSKD = cache_kv.k, cache_kv.v
-            else:
-                k_BSKD, v_BSKD = cache.k.astype(q_BTHD.dtype), cache.v.astype(q_BTHD.dtype)
+                k_BSKD, v_BSKD = self.k(kv_BSD), self.v(kv_BSD)
         else:
             k_BSKD, v_BSKD = self.k(x_BTD), self.v(x_BTD)
             if self.rope is not None:
@@ -107,9 +103,18 @@ class Attention(nnx.Module):
                 k_BSKD = self.rope(k_BSKD, positions_BT)
             if cache is not None:
                 cache = update_kv_cache(cache, k_BSKD, v_BSKD)
-                k_BSKD, v_BSKD = cache.k.astype(q_BTHD.dtype), cache.v.astype(q_BTHD.dtype)
+        if cache is not None and self.spec.kind == "softmax":
+            if mask is not None:
+                mask.validate(q_BTHD.shape[1], cache.max_len, q_BTHD.shape[0], q_BTHD.shape[2])
+            y_BTHD = cached_attention(q_BTHD, cache, scale=self.spec.scale, bias_BHTS=bias,
+                                      mask_BHTS=None if mask is None else mask.materialize(q_BTHD.shape[1],
+                                                                                           cache.max_len))
+            return self.o(y_BTHD), cache
+        if cache is not None:
+            k_BSKD, v_BSKD = cache.keys_values()
         y_BTHD = attention_ops.attention(
-            q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=self.spec.scale, kind=self.spec.kind,
+            q_BTHD, k_BSKD.astype(q_BTHD.dtype), v_BSKD.astype(q_BTHD.dtype), mask=mask, bias=bias,
+            scale=self.spec.scale, kind=self.spec.kind,
             impl=self.spec.impl, window=self.spec.window, block_size=self.spec.block_size,
         )
         return self.o(y_BTHD), cache
