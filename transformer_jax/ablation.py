@@ -224,3 +224,42 @@ def verdict_table(rows: Sequence[tuple[str, str, str]]) -> str:
     lines = ["| claim | measured | verdict |", "| --- | --- | --- |"]
     lines += [f"| {cell(c)} | {cell(m)} | {v} |" for c, m, v in rows]
     return "\n".join(lines)
+
+
+GALLERY_START, GALLERY_END = "<!-- gallery:start -->", "<!-- gallery:end -->"
+
+
+def gallery_markdown(root: pathlib.Path | None = None) -> str:
+    """The README gallery: for each ``experiments/results/<notebook>/results.json`` of a FULL run
+    (sorted by name), a heading, its PNG figures and its verdict table, with commit and date."""
+    root = repo_root() if root is None else root
+    parts = []
+    for path in sorted((root / "experiments" / "results").glob("*/results.json")):
+        record = json.loads(path.read_text())
+        if record.get("mode") != "full":
+            continue
+        folder = path.parent.relative_to(root).as_posix()
+        figures = "\n".join(f"![{png.stem}]({folder}/{png.name})" for png in sorted(path.parent.glob("*.png")))
+        parts.append(f"### {record['notebook']}\n\n{figures}\n\n{record['results'].get('verdicts', '')}\n\n"
+                     f"`notebooks/{record['notebook']}.py`, FULL mode, commit {str(record.get('git_commit'))[:12]}, "
+                     f"{record.get('date', '')}; numbers and configs in `{folder}/results.json`.")
+    return "\n\n".join(parts) if parts else "(no FULL results committed yet)"
+
+
+def update_readme_gallery(readme: pathlib.Path | None = None) -> bool:
+    """Rewrites the part of README.md between the gallery markers from `gallery_markdown`;
+    returns whether it changed."""
+    readme = repo_root() / "README.md" if readme is None else readme
+    text = readme.read_text()
+    if GALLERY_START not in text or GALLERY_END not in text:
+        raise ValueError(f"{readme} has no {GALLERY_START} ... {GALLERY_END} section to fill")
+    head, rest = text.split(GALLERY_START, 1)
+    _, tail = rest.split(GALLERY_END, 1)
+    new = f"{head}{GALLERY_START}\n{gallery_markdown(readme.parent)}\n{GALLERY_END}{tail}"
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    print("README gallery", "updated" if update_readme_gallery() else "already up to date")

@@ -71,3 +71,30 @@ def test_notebook_pairs_match_and_hold_no_outputs(source):
     ipynb = jupytext.read(paired)
     assert cells(jupytext.read(source)) == cells(ipynb), f"{paired.name} is out of date: run `jupytext --sync {source}`"
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in ipynb.cells if c.cell_type == "code")
+
+
+def test_readme_gallery_is_generated_from_the_committed_results():
+    readme = ablation.repo_root() / "README.md"
+    text = readme.read_text()
+    section = text.split(ablation.GALLERY_START, 1)[1].split(ablation.GALLERY_END, 1)[0]
+    assert section.strip() == ablation.gallery_markdown().strip(), (
+        "README gallery is stale: run `python -m transformer_jax.ablation`")
+
+
+def test_gallery_lists_full_results_with_figures_and_verdicts(tmp_path):
+    folder = tmp_path / "experiments" / "results" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "loss.png").write_bytes(b"png")
+    record = {"notebook": "demo", "mode": "full", "git_commit": "abc", "date": "today",
+              "results": {"verdicts": "| claim | measured | verdict |"}}
+    (folder / "results.json").write_text(json.dumps(record))
+    smoke = tmp_path / "experiments" / "results" / "smoky"
+    smoke.mkdir()
+    (smoke / "results.json").write_text(json.dumps({**record, "notebook": "smoky", "mode": "smoke"}))
+    md = ablation.gallery_markdown(tmp_path)
+    assert "### demo" in md and "experiments/results/demo/loss.png" in md and "| claim |" in md
+    assert "smoky" not in md
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{ablation.GALLERY_START}\nold\n{ablation.GALLERY_END}\nbottom\n")
+    assert ablation.update_readme_gallery(readme) and not ablation.update_readme_gallery(readme)
+    assert "### demo" in readme.read_text() and readme.read_text().endswith("bottom\n")
