@@ -8,6 +8,8 @@ from flax import nnx
 from jax.nn import initializers
 from jaxtyping import Array, Float
 
+from transformer_jax.ops import linear as linear_ops
+
 Initializer = jax.nn.initializers.Initializer
 
 
@@ -48,7 +50,7 @@ class DenseGeneral(nnx.Module):
     def __call__(self, x: Float[Array, "... In"]) -> Float[Array, "... Out"]:
         n_in = len(self.in_shape)
         kernel = self.kernel[...].astype(self.dtype)
-        y = jnp.tensordot(x.astype(self.dtype), kernel, axes=(tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in))))
+        y = linear_ops.dense(x.astype(self.dtype), kernel, n_in)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
