@@ -212,13 +212,15 @@ class Trainer:
                     if t0 is not None:
                         jax.block_until_ready(state.step)
                         self.compile_s = time.time() - t0
-                        last_log_time = time.time()
+                        last_log_time, last_log_step = time.time(), step + 1  # rates exclude the compiling step
                     step += 1
                     pending.append(metrics)
                     if tc.nonfinite == "halt" or step % tc.log_every == 0 or step == tc.steps:
+                        logged = _reduce(jax.device_get(pending))  # waits for the interval's steps
                         now = time.time()
-                        tok_s = tokens_per_step * (step - last_log_step) / max(now - last_log_time, 1e-9)
-                        self._log(step, pending, tok_s)
+                        tok_s = (tokens_per_step * (step - last_log_step) / max(now - last_log_time, 1e-9)
+                                 if step > last_log_step else None)
+                        self._log(step, logged, tok_s)
                         pending, last_log_time, last_log_step = [], now, step
                     evaluated = step % tc.eval_every == 0 or step == tc.steps
                     if evaluated:
@@ -230,6 +232,8 @@ class Trainer:
                     if step % tc.checkpoint_every == 0:
                         self.save(step, state, evaluated=evaluated)
                         last_saved = step
+                    if not pending and (evaluated or last_saved == step):
+                        last_log_time = time.time()  # tokens/s counts training, not validation or saving
                 if stop_reason != "steps" and (self.val is None or step % tc.eval_every):
                     self.val = self.validate(state, step)
                 if step != last_saved or self.ckpts.latest_step() is None:
@@ -246,13 +250,13 @@ class Trainer:
                 "wall_s": time.time() - self.t_start, "params": self.n_params, "stopped": stop_reason,
                 "skipped_steps": int(jax.device_get(state.total_skips))}
 
-    def _log(self, step: int, pending: list[dict], tok_s: float) -> None:
-        logged = _reduce(jax.device_get(pending))
+    def _log(self, step: int, logged: dict, tok_s: float | None) -> None:
         _check_finite(logged, step, self.tc)
         self.train_loss = logged["loss"]
-        logged.update(tokens_per_s=tok_s, mfu=tok_s * self.flops_per_token / self.peak if self.peak else None)
+        logged.update(tokens_per_s=tok_s,
+                      mfu=tok_s * self.flops_per_token / self.peak if self.peak and tok_s is not None else None)
         self.writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
-        self.bar.update(step, loss=self.train_loss, tok_s=tok_s)
+        self.bar.update(step, loss=self.train_loss, **({} if tok_s is None else {"tok_s": tok_s}))
 
     def _close(self) -> None:
         """Always runs: finishes in-flight checkpoint writes (the last good checkpoint must land
