@@ -30,12 +30,17 @@ from transformer_jax import configlib
 from transformer_jax.train.config import Config
 
 SMOKE_ENV = "TRANSFORMER_JAX_SMOKE"
+REUSE_ENV = "TRANSFORMER_JAX_REUSE_RUNS"
 VERDICTS = ("holds", "does not hold", "inconclusive")
 
 
 def smoke() -> bool:
     """True when ``TRANSFORMER_JAX_SMOKE`` is set to 1 (CI's quick pass over every notebook)."""
-    return os.environ.get(SMOKE_ENV, "0") not in ("", "0", "false", "False")
+    return _flag(SMOKE_ENV)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("", "0", "false", "False")
 
 
 _smoke_mode = smoke  # `pick`'s keyword shadows the function
@@ -143,10 +148,18 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
     """Trains ``cfg`` from scratch in ``runs_dir(notebook)/name`` (removed first when ``fresh``)
     and returns its `Curves`. A run that stops on non-finite losses (``train.nonfinite``) is
     returned with ``summary["halted"]`` and its message instead of raising: divergence is a
-    result here."""
+    result here.
+
+    With ``TRANSFORMER_JAX_REUSE_RUNS=1`` a finished run already in that folder is read back
+    instead of retrained, but only when its saved ``config.json`` equals ``cfg`` and its metrics
+    reach ``cfg.train.steps`` (re-running a notebook's analysis after a change that does not touch
+    training); `save_results` then lists it under ``reused_runs``."""
     from transformer_jax.train.loop import NonFiniteError, train
 
     workdir = runs_dir(notebook) / name
+    if _flag(REUSE_ENV) and (reused := _finished_run(cfg, workdir, name)) is not None:
+        _REUSED[name] = reused.summary["reused_from"]
+        return reused
     if fresh and workdir.exists():
         shutil.rmtree(workdir)
     t0 = time.time()
@@ -154,7 +167,35 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
         summary = train(cfg, str(workdir))
     except NonFiniteError as err:
         summary = {"halted": True, "error": str(err), "wall_s": time.time() - t0}
+    (workdir / SUMMARY_FILE).write_text(json.dumps({**summary, "git_commit": START_COMMIT}, default=str) + "\n")
     return read_curves(str(workdir), name, summary)
+
+
+SUMMARY_FILE = "ablation_summary.json"
+_REUSED: dict[str, str] = {}
+
+
+def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | None:
+    """`Curves` of a finished run of exactly ``cfg`` in ``workdir``, else None."""
+    try:
+        saved = json.loads((workdir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    wanted = json.loads(json.dumps(configlib.to_dict(cfg)))
+    for d in (saved, wanted):  # training sets the vocabulary size from the data, which is compared
+        d.get("model", {}).pop("vocab_size", None)
+    if saved != wanted:
+        return None
+    try:
+        summary = json.loads((workdir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        summary = {}
+    curves = read_curves(str(workdir), name, summary)
+    if not summary.get("halted") and (not curves.steps or curves.steps[-1] < cfg.train.steps):
+        return None
+    mtime = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime((workdir / "config.json").stat().st_mtime))
+    summary["reused_from"] = f"{workdir} (trained {mtime} UTC, commit {summary.get('git_commit', 'not recorded')})"
+    return curves
 
 
 def eval_loss(workdir: str, overrides: Sequence[str] = (), split: str = "val",
@@ -183,6 +224,10 @@ def git_commit() -> str | None:
         return None
 
 
+START_COMMIT = git_commit()
+"""The commit of the code this process imported (a later commit does not change what ran)."""
+
+
 def config_dict(cfg: Any) -> Any:
     """A JSON-ready dict of a config dataclass (as saved in a run's config.json)."""
     return configlib.to_dict(cfg) if dataclasses.is_dataclass(cfg) else cfg
@@ -193,9 +238,11 @@ def save_results(notebook: str, results: dict[str, Any], *, figures: dict[str, A
     """Writes ``results.json`` (the figures' numbers, the exact configs, seed, git commit, mode,
     date) and one PNG per matplotlib figure into `results_dir`; returns the folder."""
     out = results_dir(notebook)
-    record = {"notebook": notebook, "mode": "smoke" if smoke() else "full", "git_commit": git_commit(),
+    record = {"notebook": notebook, "mode": "smoke" if smoke() else "full", "git_commit": START_COMMIT,
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seed": seed, "results": results,
               "configs": {k: config_dict(v) for k, v in (configs or {}).items()}}
+    if _REUSED:
+        record["reused_runs"] = dict(_REUSED)
     (out / "results.json").write_text(json.dumps(record, indent=1, default=_jsonable) + "\n")
     for name, fig in (figures or {}).items():
         fig.savefig(out / f"{name}.png", dpi=110, bbox_inches="tight")

@@ -56,6 +56,30 @@ def test_read_curves_from_a_metrics_file(tmp_path):
     assert c.final_val == 1.7 and not c.diverged
 
 
+def test_reuse_reads_back_a_finished_run_of_the_same_config_only(monkeypatch, tmp_path):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    monkeypatch.setenv("TRANSFORMER_JAX_RUNS", str(tmp_path))
+    monkeypatch.setenv(ablation.REUSE_ENV, "1")
+    monkeypatch.setattr(ablation, "_REUSED", {})
+    cfg = ablation.shakespeare_config("reuse", steps=4, batch_size=8)
+    first = ablation.train_curves(cfg, "run", "unit_test_nb")
+    metrics = pathlib.Path(first.workdir) / "metrics.jsonl"
+    stamp = metrics.stat().st_mtime_ns
+    assert "reused_from" not in first.summary and first.steps[-1] == 4
+
+    again = ablation.train_curves(cfg, "run", "unit_test_nb")
+    assert metrics.stat().st_mtime_ns == stamp, "a reused run must not be retrained"
+    assert (again.steps, again.train_loss, again.val_loss) == (first.steps, first.train_loss, first.val_loss)
+    assert "run" in ablation._REUSED and again.summary["params"] == first.summary["params"]
+
+    longer = ablation.train_curves(ablation.shakespeare_config("reuse", steps=6, batch_size=8), "run", "unit_test_nb")
+    assert longer.steps[-1] == 6 and "reused_from" not in longer.summary
+
+    monkeypatch.setenv(ablation.REUSE_ENV, "0")
+    fresh = ablation.train_curves(ablation.shakespeare_config("reuse", steps=6, batch_size=8), "run", "unit_test_nb")
+    assert metrics.stat().st_mtime_ns != stamp and "reused_from" not in fresh.summary
+
+
 SOURCES = [p for p in sorted(NOTEBOOKS.glob("*.py")) if p.name != "conftest.py"]
 
 
