@@ -194,7 +194,7 @@ def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | Non
     if not summary.get("halted") and (not curves.steps or curves.steps[-1] < cfg.train.steps):
         return None
     mtime = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime((workdir / "config.json").stat().st_mtime))
-    summary["reused_from"] = f"{workdir} (trained {mtime} UTC, commit {summary.get('git_commit', 'not recorded')})"
+    curves.summary["reused_from"] = f"{workdir} (trained {mtime} UTC, commit {summary.get('git_commit', 'not recorded')})"
     return curves
 
 

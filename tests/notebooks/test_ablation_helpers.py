@@ -72,6 +72,10 @@ def test_reuse_reads_back_a_finished_run_of_the_same_config_only(monkeypatch, tm
     assert (again.steps, again.train_loss, again.val_loss) == (first.steps, first.train_loss, first.val_loss)
     assert "run" in ablation._REUSED and again.summary["params"] == first.summary["params"]
 
+    (pathlib.Path(first.workdir) / ablation.SUMMARY_FILE).unlink()  # a run trained before summaries were kept
+    assert "reused_from" in ablation.train_curves(cfg, "run", "unit_test_nb").summary
+    assert metrics.stat().st_mtime_ns == stamp
+
     longer = ablation.train_curves(ablation.shakespeare_config("reuse", steps=6, batch_size=8), "run", "unit_test_nb")
     assert longer.steps[-1] == 6 and "reused_from" not in longer.summary
 
