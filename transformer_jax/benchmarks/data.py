@@ -7,6 +7,7 @@ import time
 import jax
 import numpy as np
 
+from transformer_jax import compiler
 from transformer_jax.data.bench import measure_throughput
 from transformer_jax.train.config import Config
 from transformer_jax.train.loop import setup
@@ -18,7 +19,7 @@ from transformer_jax.train.tasks import TASKS
 def train_step_tokens_per_s(cfg: Config, workdir: str, steps: int = 30) -> float:
     """Median tokens/s of the real jitted train step on one device (data prefetched in memory)."""
     run, _ = setup(cfg, workdir, restore=False, devices=jax.devices()[:1])
-    step = jax.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
+    step = compiler.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
                                    make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
     with run.data.train_iterator() as it:
         batches = [run.put_batch(next(it)) for _ in range(4)]

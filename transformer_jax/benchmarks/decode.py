@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from transformer_jax import compiler
 from transformer_jax.decode import generate
 from transformer_jax.models import ModelConfig, build_model, get_preset
 
@@ -67,7 +68,7 @@ def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), rep
     step); ``cached_sized_ms``: a cache only p + k[1] long. ``recompute_ms``: one full forward over
     p tokens, what each token costs without a cache."""
     graphdef, state = nnx.split(model)
-    forward = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)[0][:, -1])
+    forward = compiler.jit(lambda s, x: nnx.merge(graphdef, s)(x)[0][:, -1])
     extra = k[1] - k[0]
     wide = max(positions)
     out = {"cached_ms": {}, "cached_sized_ms": {}, "recompute_ms": {}}

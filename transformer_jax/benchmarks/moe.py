@@ -17,6 +17,7 @@ import time
 import jax
 import numpy as np
 
+from transformer_jax import compiler
 from transformer_jax.models import count_params
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.train.config import Config
@@ -46,7 +47,7 @@ def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: in
     runs, out = {}, {}
     for name, cfg in variants.items():
         run, _ = setup(cfg, tempfile.mkdtemp(prefix=f"bench_moe_{name}_"), restore=False, devices=jax.devices()[:1])
-        step = jax.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
+        step = compiler.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
                                        make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
         state = run.state
         with run.data.train_iterator() as it:

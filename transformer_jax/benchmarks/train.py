@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax import compiler
 from transformer_jax.models import count_params, get_preset
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
@@ -46,7 +47,7 @@ def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_o
                 "segment_ids": jnp.ones((B, T), jnp.int32),
                 "positions": jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)),
                 "weights": jnp.ones((B, T), jnp.float32)} for x in tokens]
-    step = jax.jit(make_train_step(graphdef, tx, TASKS.get("lm"), tc, make_schedule(tc.optim, 10_000)),
+    step = compiler.jit(make_train_step(graphdef, tx, TASKS.get("lm"), tc, make_schedule(tc.optim, 10_000)),
                    donate_argnums=(0,))
     key = jax.random.key(0)
     with sharding_context(mesh):

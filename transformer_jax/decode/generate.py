@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
 
+from transformer_jax import compiler
 from transformer_jax.decode.beam import BeamOutput, beam_loop
 from transformer_jax.decode.cache import gather_rows, repeat_rows
 from transformer_jax.decode.loop import Generation, as_graph, check_length, merge, sample_loop
@@ -35,7 +36,7 @@ def _step(model):
     return step
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "start", "max_new_tokens", "sampling", "eos_id",
+@functools.partial(compiler.jit, static_argnames=("graphdef", "start", "max_new_tokens", "sampling", "eos_id",
                                              "return_logits"))
 def _sample(graphdef, params, seq_BL, lengths_B, key, *, start, max_new_tokens, sampling, eos_id, return_logits):
     model = merge(graphdef, params)
@@ -45,7 +46,7 @@ def _sample(graphdef, params, seq_BL, lengths_B, key, *, start, max_new_tokens, 
                        prefill_logits_BTV=logits, return_logits=return_logits)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "start", "beam_size", "max_new_tokens", "alpha", "eos_id"))
+@functools.partial(compiler.jit, static_argnames=("graphdef", "start", "beam_size", "max_new_tokens", "alpha", "eos_id"))
 def _beam(graphdef, params, seq_BL, lengths_B, *, start, beam_size, max_new_tokens, alpha, eos_id):
     model = merge(graphdef, params)
     logits, cache = _prefill(model, seq_BL, start)

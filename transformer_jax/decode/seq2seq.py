@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int
 
+from transformer_jax import compiler
 from transformer_jax.decode.beam import BeamOutput, beam_loop
 from transformer_jax.decode.cache import gather_rows, repeat_rows
 from transformer_jax.decode.loop import PAD_ID, Generation, as_graph, check_length, merge, sample_loop
@@ -41,7 +42,7 @@ def _step(model, seg_BS):
     return step
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "sampling", "bos_id", "eos_id",
+@functools.partial(compiler.jit, static_argnames=("graphdef", "max_new_tokens", "sampling", "bos_id", "eos_id",
                                              "return_logits"))
 def _sample(graphdef, params, src_BS, seg_BS, key, *, max_new_tokens, sampling, bos_id, eos_id, return_logits):
     model = merge(graphdef, params)
@@ -51,7 +52,7 @@ def _sample(graphdef, params, src_BS, seg_BS, key, *, max_new_tokens, sampling, 
                        key=key, sampling=sampling, eos_id=eos_id, return_logits=return_logits)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_new_tokens", "alpha", "bos_id", "eos_id"))
+@functools.partial(compiler.jit, static_argnames=("graphdef", "beam_size", "max_new_tokens", "alpha", "bos_id", "eos_id"))
 def _beam(graphdef, params, src_BS, seg_BS, *, beam_size, max_new_tokens, alpha, bos_id, eos_id):
     model = merge(graphdef, params)
     logits, cache, seq = _prefill(model, src_BS, seg_BS, max_new_tokens, bos_id)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import types
 from collections.abc import Iterable
 
-import jax
 
+from transformer_jax import compiler
 
 def perplexity(graphdef, params, model_state, batches: Iterable[dict], task: str, *, put_batch=None) -> dict:
     """``{"loss", "perplexity", "accuracy", "tokens"}`` of the model over ``batches`` of ``task``
@@ -17,7 +17,7 @@ def perplexity(graphdef, params, model_state, batches: Iterable[dict], task: str
     from transformer_jax.train.tasks import TASKS
 
     state = types.SimpleNamespace(params=params, model_state=model_state)
-    step = jax.jit(make_eval_step(graphdef, TASKS.get(task)))
+    step = compiler.jit(make_eval_step(graphdef, TASKS.get(task)))
     return evaluate(step, state, batches, put_batch or (lambda b: b))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from transformer_jax import compiler
 from transformer_jax import configlib
 from transformer_jax.data import build_data, tokenizer_from_json
 from transformer_jax.models import count_params
@@ -148,9 +149,9 @@ class Trainer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # make_optimizer in setup() already warned
             schedule = make_schedule(self.tc.optim, self.tc.steps)
-        self.train_step = jax.jit(make_train_step(run.graphdef, run.tx, self.task, self.tc, schedule),
+        self.train_step = compiler.jit(make_train_step(run.graphdef, run.tx, self.task, self.tc, schedule),
                                   donate_argnums=(0,), out_shardings=(state_sharding_tree(run.state), None))
-        self.eval_step = jax.jit(make_eval_step(run.graphdef, self.task))
+        self.eval_step = compiler.jit(make_eval_step(run.graphdef, self.task))
         m = self.cfg.model
         self.n_params = count_params(m)
         n_positions = m.max_len * m.d_model if m.position == "learned" else 0
