@@ -5,12 +5,15 @@ They go to that one program only (``jax.jit(compiler_options=...)``), never to t
 project that imports our modules keeps its own XLA settings.
 
 CPU: YNNPACK dot fusions off (``xla_cpu_experimental_ynn_fusion_type=""``), so dots run on XLA's
-own CPU GEMMs. With jax 0.10.2 on 2 CPU cores (A/B in one process or alternating processes):
+own CPU GEMMs. YNNPACK pays a fixed cost per call that small and batched GEMMs feel. jax 0.10.2,
+2 CPU cores, before -> after:
 
-- a batched expert GEMM [8, 192, 128] x [8, 128, 256], forward and backward: 11.4 -> 7.2 ms
-  (a 2-D GEMM of the same FLOPs: 7.2 -> 7.0 ms);
-- ``bench train --cfg small``: 82 / 80 -> 72 / 69 ms per step; ``medium``: 1.49 / 1.53 s (no change);
-- ``bench moe`` (E=8, top-2): 145 / 143 -> 117 / 134 ms per MoE step.
+- a batched expert GEMM [8, 192, 128] x [8, 128, 256], forward and backward, A/B in one process:
+  11.4 -> 7.2 ms (a 2-D GEMM of the same FLOPs: 7.2 -> 7.0 ms);
+- ``experiments/bench/compare_torch.py``, ratios to torch_gpt.py: train ``small`` 0.67x before,
+  0.83x / 0.89x after (two runs); ``medium`` 0.61x -> 0.79x / 0.88x; greedy decoding at batch 8
+  1.60x -> 4.1x / 1.9x (batch 1: 5.5x -> 7.7x / 5.8x);
+- ``bench moe`` (E=8, top-2), alternating processes: MoE step 145 / 143 -> 117 / 134 ms.
 
 A flag named in ``XLA_FLAGS`` is left to it; ``TRANSFORMER_JAX_XLA_DEFAULTS=0`` turns all of this off.
 """
