@@ -63,9 +63,6 @@ class _Jit:
     def lower(self, *args, **kwargs):
         return self.jitted.lower(*args, **kwargs)
 
-    def eval_shape(self, *args, **kwargs):
-        return self.jitted.eval_shape(*args, **kwargs)
-
 
 def jit(fun: Callable | None = None, **jit_kwargs: Any):
     """``jax.jit(fun, **jit_kwargs)`` with this backend's `compiler_options`; usable as a decorator,

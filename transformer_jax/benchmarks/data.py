@@ -20,7 +20,7 @@ def train_step_tokens_per_s(cfg: Config, workdir: str, steps: int = 30) -> float
     """Median tokens/s of the real jitted train step on one device (data prefetched in memory)."""
     run, _ = setup(cfg, workdir, restore=False, devices=jax.devices()[:1])
     step = compiler.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
-                                   make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
+                                        make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
     with run.data.train_iterator() as it:
         batches = [run.put_batch(next(it)) for _ in range(4)]
     state, key = run.state, jax.random.key(0)

@@ -48,7 +48,7 @@ def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: in
     for name, cfg in variants.items():
         run, _ = setup(cfg, tempfile.mkdtemp(prefix=f"bench_moe_{name}_"), restore=False, devices=jax.devices()[:1])
         step = compiler.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
-                                       make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
+                                            make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
         state = run.state
         with run.data.train_iterator() as it:
             for i in range(warmup):

@@ -48,7 +48,7 @@ def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_o
                 "positions": jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)),
                 "weights": jnp.ones((B, T), jnp.float32)} for x in tokens]
     step = compiler.jit(make_train_step(graphdef, tx, TASKS.get("lm"), tc, make_schedule(tc.optim, 10_000)),
-                   donate_argnums=(0,))
+                        donate_argnums=(0,))
     key = jax.random.key(0)
     with sharding_context(mesh):
         state = init_state(cfg, tx, seed=0, mesh=mesh)

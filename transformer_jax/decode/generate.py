@@ -37,7 +37,7 @@ def _step(model):
 
 
 @functools.partial(compiler.jit, static_argnames=("graphdef", "start", "max_new_tokens", "sampling", "eos_id",
-                                             "return_logits"))
+                                                  "return_logits"))
 def _sample(graphdef, params, seq_BL, lengths_B, key, *, start, max_new_tokens, sampling, eos_id, return_logits):
     model = merge(graphdef, params)
     logits, cache = _prefill(model, seq_BL, start)

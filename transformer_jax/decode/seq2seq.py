@@ -43,7 +43,7 @@ def _step(model, seg_BS):
 
 
 @functools.partial(compiler.jit, static_argnames=("graphdef", "max_new_tokens", "sampling", "bos_id", "eos_id",
-                                             "return_logits"))
+                                                  "return_logits"))
 def _sample(graphdef, params, src_BS, seg_BS, key, *, max_new_tokens, sampling, bos_id, eos_id, return_logits):
     model = merge(graphdef, params)
     logits, cache, seq = _prefill(model, src_BS, seg_BS, max_new_tokens, bos_id)

@@ -15,8 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax import compiler
-from transformer_jax import configlib
+from transformer_jax import compiler, configlib
 from transformer_jax.data import build_data, tokenizer_from_json
 from transformer_jax.models import count_params
 from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
@@ -150,7 +149,7 @@ class Trainer:
             warnings.simplefilter("ignore")  # make_optimizer in setup() already warned
             schedule = make_schedule(self.tc.optim, self.tc.steps)
         self.train_step = compiler.jit(make_train_step(run.graphdef, run.tx, self.task, self.tc, schedule),
-                                  donate_argnums=(0,), out_shardings=(state_sharding_tree(run.state), None))
+                                       donate_argnums=(0,), out_shardings=(state_sharding_tree(run.state), None))
         self.eval_step = compiler.jit(make_eval_step(run.graphdef, self.task))
         m = self.cfg.model
         self.n_params = count_params(m)
