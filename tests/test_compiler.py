@@ -46,3 +46,26 @@ def test_jit_as_a_decorator_with_static_arguments():
     assert f.__name__ == "f"
     assert float(f(jnp.float32(3.0), power=2)) == 9.0 and float(f(jnp.float32(2.0), power=3)) == 8.0
     assert compiler.jit()(lambda x: x + 1)(jnp.int32(1)) == 2
+
+
+def test_donation_by_backend_and_switches(monkeypatch):
+    monkeypatch.delenv(compiler.DONATE_ENV, raising=False)
+    monkeypatch.delenv(compiler.DEFAULTS_ENV, raising=False)
+    assert not compiler.donates("cpu") and compiler.donates("gpu") and compiler.donates("tpu")
+    monkeypatch.setenv(compiler.DEFAULTS_ENV, "0")
+    assert compiler.donates("cpu"), "with our defaults off, jit is plain jax.jit"
+    monkeypatch.setenv(compiler.DONATE_ENV, "0")
+    assert not compiler.donates("gpu")
+    monkeypatch.delenv(compiler.DEFAULTS_ENV)
+    monkeypatch.setenv(compiler.DONATE_ENV, "1")
+    assert compiler.donates("cpu")
+
+
+def test_donated_argument_survives_on_cpu_unless_forced(monkeypatch):
+    monkeypatch.delenv(compiler.DEFAULTS_ENV, raising=False)
+    for forced, deleted in (("", False), ("1", True)):
+        monkeypatch.setenv(compiler.DONATE_ENV, forced)
+        x = jnp.arange(1024, dtype=jnp.float32) + 0  # a fresh buffer, not a cached constant
+        y = compiler.jit(lambda a: a * 2, donate_argnums=(0,))(x)
+        assert float(y[3]) == 6.0
+        assert x.is_deleted() is deleted
