@@ -18,9 +18,9 @@ own CPU GEMMs. YNNPACK pays a fixed cost per call that small and batched GEMMs f
 A flag named in ``XLA_FLAGS`` is left to it.
 
 Buffer donation (``donate_argnums``) is kept on accelerators, where it halves the train state's
-memory, and dropped on CPU (`donates`), where it made the MoE train step slower: XLA then copies
-donated parameters that the step reads inside control flow (the expert weights in the MoE tile
-loops) at the start of every step. Train step of ``experiments/shakespeare_char_moe.py`` after 300
+memory, and dropped on CPU (`donates`), where it made the MoE train step slower: the compiled step
+then begins by copying donated parameters, the expert weights among them (read inside the MoE tile
+loops). Train step of ``experiments/shakespeare_char_moe.py`` after 300
 steps, the four variants alternating in one process (9 rounds of 10 steps, medians): MoE 87.6 ms
 donated, 70.6 ms not; the dense model 54.7 / 56.6 ms (no difference). On CPU the old and the new
 train state are thus both alive during a step. ``TRANSFORMER_JAX_DONATE=1`` (or ``0``) forces
