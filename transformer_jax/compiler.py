@@ -20,11 +20,10 @@ A flag named in ``XLA_FLAGS`` is left to it.
 Buffer donation (``donate_argnums``) is kept on accelerators, where it halves the train state's
 memory, and dropped on CPU (`donates`), where it made the MoE train step slower: the compiled step
 then begins by copying donated parameters, the expert weights among them (read inside the MoE tile
-loops). Train step of ``experiments/shakespeare_char_moe.py`` after 300
-steps, the four variants alternating in one process (9 rounds of 10 steps, medians): MoE 87.6 ms
-donated, 70.6 ms not; the dense model 54.7 / 56.6 ms (no difference). On CPU the old and the new
-train state are thus both alive during a step. ``TRANSFORMER_JAX_DONATE=1`` (or ``0``) forces
-donation on (off) on every backend.
+loops). Train step of ``experiments/shakespeare_char_moe.py`` after 300 steps, the four variants
+alternating in one process (9 rounds of 10 steps, medians): MoE 87.6 ms donated, 70.6 ms not; the
+dense model 54.7 / 56.6 ms (no difference). On CPU the old and the new train state are thus both
+alive during a step. ``TRANSFORMER_JAX_DONATE=1`` (or ``0``) forces donation on (off) everywhere.
 
 ``TRANSFORMER_JAX_XLA_DEFAULTS=0`` turns all of this off: `jit` is then plain ``jax.jit``.
 """
@@ -46,8 +45,11 @@ BACKEND_OPTIONS: dict[str, dict[str, str]] = {
 }
 
 
+FALSE = ("0", "false", "False")
+
+
 def _off(env: str) -> bool:
-    return os.environ.get(env, "1") in ("0", "false", "False")
+    return os.environ.get(env, "1") in FALSE
 
 
 def compiler_options(backend: str | None = None) -> dict[str, str] | None:
@@ -65,7 +67,7 @@ def donates(backend: str | None = None) -> bool:
     """Whether `jit` keeps ``donate_argnums`` on ``backend`` (default: JAX's default backend)."""
     forced = os.environ.get(DONATE_ENV, "")
     if forced:
-        return forced not in ("0", "false", "False")
+        return forced not in FALSE
     if _off(DEFAULTS_ENV):
         return True
     return (backend or jax.default_backend()) not in NO_DONATION_BACKENDS
