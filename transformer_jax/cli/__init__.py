@@ -24,6 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. From the real command line (``argv`` None) the process first re-executes
+    itself with huge pages for malloc and then tunes glibc malloc (`transformer_jax.hostmem`)."""
+    from transformer_jax import hostmem
+
+    if argv is None:
+        hostmem.reexec_with_hugepages(sys.argv[1:])
+    hostmem.tune_malloc()
     args = build_parser().parse_args(argv)
     from transformer_jax.cli.common import quiet
 
