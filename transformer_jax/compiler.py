@@ -37,6 +37,8 @@ from typing import Any
 
 import jax
 
+from transformer_jax import envflags
+
 DEFAULTS_ENV = "TRANSFORMER_JAX_XLA_DEFAULTS"
 DONATE_ENV = "TRANSFORMER_JAX_DONATE"
 NO_DONATION_BACKENDS = ("cpu",)
@@ -45,17 +47,10 @@ BACKEND_OPTIONS: dict[str, dict[str, str]] = {
 }
 
 
-FALSE = ("0", "false", "False")
-
-
-def _off(env: str) -> bool:
-    return os.environ.get(env, "1") in FALSE
-
-
 def compiler_options(backend: str | None = None) -> dict[str, str] | None:
     """The options for ``backend`` (default: JAX's default backend), less those set in ``XLA_FLAGS``;
     None when there are none or ``TRANSFORMER_JAX_XLA_DEFAULTS=0``."""
-    if _off(DEFAULTS_ENV):
+    if envflags.off(DEFAULTS_ENV):
         return None
     flags = os.environ.get("XLA_FLAGS", "")
     options = {k: v for k, v in BACKEND_OPTIONS.get(backend or jax.default_backend(), {}).items()
@@ -67,8 +62,8 @@ def donates(backend: str | None = None) -> bool:
     """Whether `jit` keeps ``donate_argnums`` on ``backend`` (default: JAX's default backend)."""
     forced = os.environ.get(DONATE_ENV, "")
     if forced:
-        return forced not in FALSE
-    if _off(DEFAULTS_ENV):
+        return not envflags.is_false(forced)
+    if envflags.off(DEFAULTS_ENV):
         return True
     return (backend or jax.default_backend()) not in NO_DONATION_BACKENDS
 

@@ -31,6 +31,8 @@ import os
 import platform
 import sys
 
+from transformer_jax import envflags
+
 ENV = "TRANSFORMER_JAX_MALLOC"
 TUNABLE = "glibc.malloc.hugetlb"
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
@@ -40,8 +42,7 @@ TRIM_THRESHOLD = 2**31 - 1
 
 def applies(environ=None) -> bool:
     """True on Linux with glibc unless ``TRANSFORMER_JAX_MALLOC=0``."""
-    environ = os.environ if environ is None else environ
-    if environ.get(ENV, "1") in ("0", "false", "False"):
+    if envflags.off(ENV, environ):
         return False
     return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
