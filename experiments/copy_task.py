@@ -12,9 +12,22 @@ def get_config() -> Config:
     return Config(
         name="copy_task",
         model=get_preset("llama_tiny", d_model=64, n_heads=4, n_kv_heads=4, d_ff=172, n_layers=2, max_len=40),
-        data=DataConfig(dataset="copy", seq_len=40, synthetic_min_len=4, synthetic_max_len=16, synthetic_vocab=16,
-                        synthetic_train_size=20000, synthetic_val_size=500),
-        train=TrainConfig(steps=600, batch_size=32, eval_every=200, log_every=20, checkpoint_every=200,
-                          sample_prompt="",
-                          optim=OptimConfig(lr=3e-3, warmup_steps=50, min_lr=3e-4, weight_decay=0.0)),
+        data=DataConfig(
+            dataset="copy",
+            seq_len=40,
+            synthetic_min_len=4,
+            synthetic_max_len=16,
+            synthetic_vocab=16,
+            synthetic_train_size=20000,
+            synthetic_val_size=500,
+        ),
+        train=TrainConfig(
+            steps=600,
+            batch_size=32,
+            eval_every=200,
+            log_every=20,
+            checkpoint_every=200,
+            sample_prompt="",
+            optim=OptimConfig(lr=3e-3, warmup_steps=50, min_lr=3e-4, weight_decay=0.0),
+        ),
     )

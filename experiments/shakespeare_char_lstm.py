@@ -7,15 +7,23 @@ trains a GRU instead."""
 
 import dataclasses
 
+from shakespeare_char import get_config as transformer_config
+
 from transformer_jax.models import BaselineConfig, baseline_model_config
 from transformer_jax.train.config import Config
-
-from shakespeare_char import get_config as transformer_config
 
 
 def get_config() -> Config:
     base = transformer_config()
-    model = baseline_model_config("rnn_lm", BaselineConfig(cell="lstm"), vocab_size=65, d_model=222, n_layers=2,
-                                  tie_embeddings=True, dropout=0.0, init_std=1.0)
+    model = baseline_model_config(
+        "rnn_lm",
+        BaselineConfig(cell="lstm"),
+        vocab_size=65,
+        d_model=222,
+        n_layers=2,
+        tie_embeddings=True,
+        dropout=0.0,
+        init_std=1.0,
+    )
     train = dataclasses.replace(base.train, optim=dataclasses.replace(base.train.optim, lr=3e-3))
     return Config(name="shakespeare_char_lstm", model=model, data=base.data, train=train, mesh=base.mesh)

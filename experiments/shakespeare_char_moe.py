@@ -18,9 +18,9 @@ Other knobs: ``model.moe.capacity_factor=1.25`` (token dropping), ``model.moe.di
 
 import dataclasses
 
-from transformer_jax.models.moe_config import MoEConfig
+from shakespeare_char import get_config as base_config
 
-from shakespeare_char import get_config as base_config  # noqa: E402  (experiments/ is on sys.path)
+from transformer_jax.models.moe_config import MoEConfig
 
 
 def get_config():
@@ -44,5 +44,11 @@ if __name__ == "__main__":
     parser.add_argument("dispatch", nargs="*", default=["auto"])
     parser.add_argument("--warmup", type=int, default=300, help="training steps before timing")
     args = parser.parse_args()
-    print(json.dumps(bench_moe(get_config(), rounds=args.rounds, steps=args.steps, warmup=args.warmup,
-                               dispatches=tuple(args.dispatch)), indent=1))
+    print(
+        json.dumps(
+            bench_moe(
+                get_config(), rounds=args.rounds, steps=args.steps, warmup=args.warmup, dispatches=tuple(args.dispatch)
+            ),
+            indent=1,
+        )
+    )

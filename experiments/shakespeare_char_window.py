@@ -6,15 +6,24 @@ position of a 64-token row is a training example; its window never reaches befor
 
 import dataclasses
 
+from shakespeare_char import get_config as transformer_config
+
 from transformer_jax.models import BaselineConfig, baseline_model_config
 from transformer_jax.train.config import Config
-
-from shakespeare_char import get_config as transformer_config
 
 
 def get_config() -> Config:
     base = transformer_config()
-    model = baseline_model_config("window_lm", BaselineConfig(window=16, direct=False), vocab_size=65, d_model=48,
-                                  d_ff=960, n_layers=1, tie_embeddings=False, dropout=0.0, init_std=1.0)
+    model = baseline_model_config(
+        "window_lm",
+        BaselineConfig(window=16, direct=False),
+        vocab_size=65,
+        d_model=48,
+        d_ff=960,
+        n_layers=1,
+        tie_embeddings=False,
+        dropout=0.0,
+        init_std=1.0,
+    )
     train = dataclasses.replace(base.train, optim=dataclasses.replace(base.train.optim, lr=3e-3))
     return Config(name="shakespeare_char_window", model=model, data=base.data, train=train, mesh=base.mesh)

@@ -21,15 +21,30 @@ import jax
 import numpy as np
 
 from transformer_jax.train.experiment import workdir_config
-from transformer_jax.train.loop import setup
+from transformer_jax.train.run import setup
 
 EXPERIMENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shakespeare_char.py")
 
 
 def command(workdir, steps):
-    return [sys.executable, "-m", "transformer_jax", "train", "--config", EXPERIMENT, "--workdir", workdir,
-            "--sample-tokens", "0", "--set", f"train.steps={steps}", "train.checkpoint_every=20",
-            "train.eval_every=100", "train.eval_batches=10", "train.log_every=5"]
+    return [
+        sys.executable,
+        "-m",
+        "transformer_jax",
+        "train",
+        "--config",
+        EXPERIMENT,
+        "--workdir",
+        workdir,
+        "--sample-tokens",
+        "0",
+        "--set",
+        f"train.steps={steps}",
+        "train.checkpoint_every=20",
+        "train.eval_every=100",
+        "train.eval_batches=10",
+        "train.log_every=5",
+    ]
 
 
 def final_state(workdir):
@@ -51,8 +66,9 @@ def main():
     subprocess.run(command(straight, args.steps), check=True, capture_output=True)
     events = []
     while len(events) < args.interruptions:
-        proc = subprocess.Popen(command(broken, args.steps), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        proc = subprocess.Popen(
+            command(broken, args.steps), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         time.sleep(rng.uniform(4.0, 14.0))
         if proc.poll() is not None:
             break  # finished before this interruption: the run is complete
@@ -60,13 +76,26 @@ def main():
         proc.send_signal(sig)
         out, _ = proc.communicate()
         resumed = [line for line in out.splitlines() if line.startswith("model:")]
-        events.append({"signal": sig.name, "returncode": proc.returncode,
-                       "started": resumed[0].split(";")[-1].strip() if resumed else "before start-up"})
+        events.append(
+            {
+                "signal": sig.name,
+                "returncode": proc.returncode,
+                "started": resumed[0].split(";")[-1].strip() if resumed else "before start-up",
+            }
+        )
     out = subprocess.run(command(broken, args.steps), check=True, capture_output=True, text=True).stdout
     (a, data_a), (b, data_b) = final_state(straight), final_state(broken)
     equal = data_a == data_b and all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-    print(json.dumps({"interruptions": len(events), "events": events, "final": json.loads(out.splitlines()[-1]),
-                      "bitwise_equal_to_uninterrupted": bool(equal)}))
+    print(
+        json.dumps(
+            {
+                "interruptions": len(events),
+                "events": events,
+                "final": json.loads(out.splitlines()[-1]),
+                "bitwise_equal_to_uninterrupted": bool(equal),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

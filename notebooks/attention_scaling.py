@@ -34,8 +34,10 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
+        check=True,
+    )
 
 # %%
 import dataclasses
@@ -74,10 +76,13 @@ def probe(d_k: int, scale: float | None, seed: int = 0) -> dict:
     jac = jax.vmap(jax.jacfwd(jax.nn.softmax))(logits)
     # Gradient of <g, attention(q, k, v)> with respect to the query, per sample.
     grad_q = jax.grad(lambda q: jnp.sum(g * attention(q, k, v, scale=scale)))(q)
-    return {"logit_var": float(jnp.var(logits)), "max_weight": float(jnp.mean(jnp.max(p, axis=-1))),
-            "entropy": float(jnp.mean(-jnp.sum(p * jnp.log(p + 1e-30), axis=-1))),
-            "softmax_jacobian": float(jnp.mean(jnp.linalg.norm(jac, axis=(-2, -1)))),
-            "grad_q_norm": float(jnp.mean(jnp.linalg.norm(grad_q.reshape(N, -1), axis=-1)))}
+    return {
+        "logit_var": float(jnp.var(logits)),
+        "max_weight": float(jnp.mean(jnp.max(p, axis=-1))),
+        "entropy": float(jnp.mean(-jnp.sum(p * jnp.log(p + 1e-30), axis=-1))),
+        "softmax_jacobian": float(jnp.mean(jnp.linalg.norm(jac, axis=(-2, -1)))),
+        "grad_q_norm": float(jnp.mean(jnp.linalg.norm(grad_q.reshape(N, -1), axis=-1))),
+    }
 
 
 probes = {"scaled 1/sqrt(d_k)": [probe(d, None) for d in DKS], "unscaled": [probe(d, 1.0) for d in DKS]}
@@ -136,29 +141,48 @@ for name in final:
         gaps[name.split()[0]] = final[name] - final[name.replace("unscaled", "scaled")]
 big = max(gaps, key=lambda k: int(k.split("=")[1]))
 rows = [
-    ("Unscaled logits have variance ~ d_k; scaled ones ~ 1",
-     f"unscaled slope {slope:.2f}, variance {un[0]['logit_var']:.1f}..{un[-1]['logit_var']:.0f}; "
-     f"scaled {min(r['logit_var'] for r in sc):.2f}..{max(r['logit_var'] for r in sc):.2f}",
-     ablation.verdict(0.9 < slope < 1.1 and all(0.7 < r["logit_var"] < 1.3 for r in sc))),
-    ("Without scaling the softmax saturates as d_k grows",
-     f"largest weight {un[0]['max_weight']:.2f} -> {un[-1]['max_weight']:.2f} (scaled {sc[-1]['max_weight']:.2f})",
-     ablation.verdict(un[-1]["max_weight"] > 0.8 and sc[-1]["max_weight"] < 0.5)),
-    ("... and the gradient through the softmax vanishes",
-     f"softmax Jacobian norm {un[0]['softmax_jacobian']:.3g} -> {un[-1]['softmax_jacobian']:.3g} unscaled, "
-     f"{sc[0]['softmax_jacobian']:.3g} -> {sc[-1]['softmax_jacobian']:.3g} scaled (the gradient reaching q "
-     f"still grows, {un[0]['grad_q_norm']:.3g} -> {un[-1]['grad_q_norm']:.3g}, since the logits scale with |k|)",
-     ablation.verdict(un[-1]["softmax_jacobian"] < 0.5 * min(un[0]["softmax_jacobian"], sc[-1]["softmax_jacobian"]))),
+    (
+        "Unscaled logits have variance ~ d_k; scaled ones ~ 1",
+        f"unscaled slope {slope:.2f}, variance {un[0]['logit_var']:.1f}..{un[-1]['logit_var']:.0f}; "
+        f"scaled {min(r['logit_var'] for r in sc):.2f}..{max(r['logit_var'] for r in sc):.2f}",
+        ablation.verdict(0.9 < slope < 1.1 and all(0.7 < r["logit_var"] < 1.3 for r in sc)),
+    ),
+    (
+        "Without scaling the softmax saturates as d_k grows",
+        f"largest weight {un[0]['max_weight']:.2f} -> {un[-1]['max_weight']:.2f} (scaled {sc[-1]['max_weight']:.2f})",
+        ablation.verdict(un[-1]["max_weight"] > 0.8 and sc[-1]["max_weight"] < 0.5),
+    ),
+    (
+        "... and the gradient through the softmax vanishes",
+        f"softmax Jacobian norm {un[0]['softmax_jacobian']:.3g} -> {un[-1]['softmax_jacobian']:.3g} unscaled, "
+        f"{sc[0]['softmax_jacobian']:.3g} -> {sc[-1]['softmax_jacobian']:.3g} scaled (the gradient reaching q "
+        f"still grows, {un[0]['grad_q_norm']:.3g} -> {un[-1]['grad_q_norm']:.3g}, since the logits scale with |k|)",
+        ablation.verdict(un[-1]["softmax_jacobian"] < 0.5 * min(un[0]["softmax_jacobian"], sc[-1]["softmax_jacobian"])),
+    ),
 ]
 # one row per head size (a gap within 0.02 nats is noise), then whether the harm grows with d_k
-rows += [(f"Training without the factor ends worse at {k}", f"unscaled - scaled = {v:+.3f} nats (final val loss)",
-          ablation.verdict(None if abs(v) < 0.02 else v > 0)) for k, v in gaps.items()]
+rows += [
+    (
+        f"Training without the factor ends worse at {k}",
+        f"unscaled - scaled = {v:+.3f} nats (final val loss)",
+        ablation.verdict(None if abs(v) < 0.02 else v > 0),
+    )
+    for k, v in gaps.items()
+]
 small = min(gaps, key=lambda k: int(k.split("=")[1]))
-rows.append(("... and more so at larger d_k",
-             f"gap {gaps[small]:+.3f} at {small} -> {gaps[big]:+.3f} at {big}",
-             ablation.verdict(None if abs(gaps[big] - gaps[small]) < 0.02 else gaps[big] > gaps[small])))
+rows.append(
+    (
+        "... and more so at larger d_k",
+        f"gap {gaps[small]:+.3f} at {small} -> {gaps[big]:+.3f} at {big}",
+        ablation.verdict(None if abs(gaps[big] - gaps[small]) < 0.02 else gaps[big] > gaps[small]),
+    )
+)
 table = ablation.verdict_table(rows)
 print(table)
-out = ablation.save_results(NOTEBOOK, {"probes": probes, "dks": DKS, "slope": slope, "final_val": final,
-                                       "curves": curves, "verdicts": table},
-                            figures={"probes": fig_probe, "training": fig_train}, configs=configs)
+out = ablation.save_results(
+    NOTEBOOK,
+    {"probes": probes, "dks": DKS, "slope": slope, "final_val": final, "curves": curves, "verdicts": table},
+    figures={"probes": fig_probe, "training": fig_train},
+    configs=configs,
+)
 print("results in", out)

@@ -34,8 +34,10 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
+        check=True,
+    )
 
 # %%
 import dataclasses
@@ -54,8 +56,7 @@ print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| devices:", jax.device
 
 # %%
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
-configs = {"masked": base,
-           "unmasked": dataclasses.replace(base, model=dataclasses.replace(base.model, causal=False))}
+configs = {"masked": base, "unmasked": dataclasses.replace(base, model=dataclasses.replace(base.model, causal=False))}
 curves = {name: ablation.train_curves(cfg, name, NOTEBOOK) for name, cfg in configs.items()}
 
 # %% [markdown]
@@ -79,8 +80,12 @@ plt.show()
 
 # %%
 masked_loss = {name: ablation.eval_loss(c.workdir, ["model.causal=true"]) for name, c in curves.items()}
-samples = {name: sample_text(c.workdir, prompt="ROMEO:", max_new_tokens=ablation.pick(smoke=40, full=300),
-                             strategy="top_k", top_k=10, seed=0) for name, c in curves.items()}
+samples = {
+    name: sample_text(
+        c.workdir, prompt="ROMEO:", max_new_tokens=ablation.pick(smoke=40, full=300), strategy="top_k", top_k=10, seed=0
+    )
+    for name, c in curves.items()
+}
 for name, text in samples.items():
     print(f"--- {name} ---\n{text}\n")
 
@@ -104,12 +109,18 @@ def real_word_char_share(text: str) -> float:
     return sum(len(w) for w in words if w in corpus_words) / max(len(text), 1)
 
 
-word_share = {name: real_word_share(text[len("ROMEO:"):]) for name, text in samples.items()}
-char_share = {name: real_word_char_share(text[len("ROMEO:"):]) for name, text in samples.items()}
-rows = {name: {"final train loss": curves[name].train_loss[-1], "val loss as trained": curves[name].final_val,
-               "val loss with the mask": masked_loss[name], "real-word share of a sample": word_share[name],
-               "real-word character share of a sample": char_share[name]}
-        for name in curves}
+word_share = {name: real_word_share(text[len("ROMEO:") :]) for name, text in samples.items()}
+char_share = {name: real_word_char_share(text[len("ROMEO:") :]) for name, text in samples.items()}
+rows = {
+    name: {
+        "final train loss": curves[name].train_loss[-1],
+        "val loss as trained": curves[name].final_val,
+        "val loss with the mask": masked_loss[name],
+        "real-word share of a sample": word_share[name],
+        "real-word character share of a sample": char_share[name],
+    }
+    for name in curves
+}
 for name, r in rows.items():
     print(name, {k: round(v, 3) for k, v in r.items()})
 
@@ -127,20 +138,34 @@ plt.show()
 
 # %%
 m, u = rows["masked"], rows["unmasked"]
-table = ablation.verdict_table([
-    ("Without the mask the training loss collapses (the model copies the visible next token)",
-     f"final train loss {u['final train loss']:.3f} unmasked vs {m['final train loss']:.3f} masked",
-     ablation.verdict(u["final train loss"] < 0.5 * m["final train loss"])),
-    ("... but evaluation with the mask fails",
-     f"masked val loss {u['val loss with the mask']:.3f} unmasked-trained vs {m['val loss with the mask']:.3f}",
-     ablation.verdict(u["val loss with the mask"] > m["val loss with the mask"] + 0.5)),
-    ("... and so does generation",
-     f"characters in real words {u['real-word character share of a sample']:.2f} unmasked-trained vs "
-     f"{m['real-word character share of a sample']:.2f} (share of words that are real: "
-     f"{u['real-word share of a sample']:.2f} vs {m['real-word share of a sample']:.2f})",
-     ablation.verdict(u["real-word character share of a sample"] < m["real-word character share of a sample"] - 0.2)),
-])
+table = ablation.verdict_table(
+    [
+        (
+            "Without the mask the training loss collapses (the model copies the visible next token)",
+            f"final train loss {u['final train loss']:.3f} unmasked vs {m['final train loss']:.3f} masked",
+            ablation.verdict(u["final train loss"] < 0.5 * m["final train loss"]),
+        ),
+        (
+            "... but evaluation with the mask fails",
+            f"masked val loss {u['val loss with the mask']:.3f} unmasked-trained vs {m['val loss with the mask']:.3f}",
+            ablation.verdict(u["val loss with the mask"] > m["val loss with the mask"] + 0.5),
+        ),
+        (
+            "... and so does generation",
+            f"characters in real words {u['real-word character share of a sample']:.2f} unmasked-trained vs "
+            f"{m['real-word character share of a sample']:.2f} (share of words that are real: "
+            f"{u['real-word share of a sample']:.2f} vs {m['real-word share of a sample']:.2f})",
+            ablation.verdict(
+                u["real-word character share of a sample"] < m["real-word character share of a sample"] - 0.2
+            ),
+        ),
+    ]
+)
 print(table)
-out = ablation.save_results(NOTEBOOK, {"rows": rows, "samples": samples, "curves": curves, "verdicts": table},
-                            figures={"loss_curves": fig_loss, "masked_eval": fig_bar}, configs=configs)
+out = ablation.save_results(
+    NOTEBOOK,
+    {"rows": rows, "samples": samples, "curves": curves, "verdicts": table},
+    figures={"loss_curves": fig_loss, "masked_eval": fig_bar},
+    configs=configs,
+)
 print("results in", out)

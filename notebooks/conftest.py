@@ -6,8 +6,13 @@ import os
 import pytest
 
 os.environ.setdefault("TRANSFORMER_JAX_SMOKE", "1")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ.get(
-    "TRANSFORMER_JAX_TEST_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jax_test_cache")))
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.environ.get(
+        "TRANSFORMER_JAX_TEST_CACHE",
+        os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jax_test_cache"),
+    ),
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
 

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -34,8 +36,10 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
+        check=True,
+    )
 
 # %%
 import dataclasses
@@ -54,19 +58,29 @@ from transformer_jax.eval.bleu import corpus_bleu
 from transformer_jax.models import build_model, get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.experiment import load_experiment, workdir_config
-from transformer_jax.train.loop import setup, train
+from transformer_jax.train.loop import train
+from transformer_jax.train.run import setup
 
 NOTEBOOK = "decoding"
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| devices:", jax.devices())
 
 # %%
 if ablation.smoke():
-    cfg = Config(name="decoding_smoke",
-                 model=get_preset("original_tiny", vocab_size=16, dropout=0.0, n_layers=1, n_encoder_layers=1),
-                 data=DataConfig(dataset="reverse", task_format="seq2seq", synthetic_vocab=10, synthetic_min_len=2,
-                                 synthetic_max_len=6, synthetic_val_size=32, max_src_len=8, seq_len=8),
-                 train=TrainConfig(steps=40, batch_size=16, eval_every=40, log_every=10, checkpoint_every=40,
-                                   sample_tokens=0))
+    cfg = Config(
+        name="decoding_smoke",
+        model=get_preset("original_tiny", vocab_size=16, dropout=0.0, n_layers=1, n_encoder_layers=1),
+        data=DataConfig(
+            dataset="reverse",
+            task_format="seq2seq",
+            synthetic_vocab=10,
+            synthetic_min_len=2,
+            synthetic_max_len=6,
+            synthetic_val_size=32,
+            max_src_len=8,
+            seq_len=8,
+        ),
+        train=TrainConfig(steps=40, batch_size=16, eval_every=40, log_every=10, checkpoint_every=40, sample_tokens=0),
+    )
     workdir = ablation.runs_dir(NOTEBOOK) / "reverse"
     train(cfg, str(workdir))
 else:
@@ -95,20 +109,26 @@ strategies = {
 
 
 def distinct2(texts) -> float:
-    bigrams = [tuple(w[i:i + 2]) for w in (t.split() for t in texts) for i in range(len(w) - 1)]
+    bigrams = [tuple(w[i : i + 2]) for w in (t.split() for t in texts) for i in range(len(w) - 1)]
     return len(set(bigrams)) / max(len(bigrams), 1)
 
 
 results, examples = {}, {}
 for name, tc in strategies.items():
     tc = dataclasses.replace(tc, max_src_len=run.cfg.data.max_src_len, max_new_tokens=n_new)
-    outs = [[run.data.tokenizer.decode(x).replace("\n", " ")
-             for x in translate_ids(run.graphdef, params, sources, dataclasses.replace(tc, seed=seed))]
-            for seed in (0, 1)]
-    results[name] = {"bleu": corpus_bleu(outs[0], refs)["bleu"],
-                     "mean words": float(np.mean([len(h.split()) for h in outs[0]])),
-                     "distinct-2": distinct2(outs[0]),
-                     "seed agreement": float(np.mean([a == b for a, b in zip(*outs)]))}
+    outs = [
+        [
+            run.data.tokenizer.decode(x).replace("\n", " ")
+            for x in translate_ids(run.graphdef, params, sources, dataclasses.replace(tc, seed=seed))
+        ]
+        for seed in (0, 1)
+    ]
+    results[name] = {
+        "bleu": corpus_bleu(outs[0], refs)["bleu"],
+        "mean words": float(np.mean([len(h.split()) for h in outs[0]])),
+        "distinct-2": distinct2(outs[0]),
+        "seed agreement": float(np.mean([a == b for a, b in zip(*outs)])),
+    }
     examples[name] = outs[0][:3]
     print(f"{name:14s}", {k: round(v, 3) for k, v in results[name].items()})
 print("reference words:", round(float(np.mean([len(r.split()) for r in refs])), 2))
@@ -133,7 +153,9 @@ plt.show()
 # %%
 positions = ablation.pick(smoke=(16, 32), full=(64, 128, 256, 512, 1024))
 lm = build_model(dataclasses.replace(get_preset("nanogpt_char"), max_len=2 * max(positions) + 256, dropout=0.0))
-times = per_token_times(lm, positions, k=ablation.pick(smoke=(4, 12), full=(16, 112)), reps=ablation.pick(smoke=2, full=7))
+times = per_token_times(
+    lm, positions, k=ablation.pick(smoke=(4, 12), full=(16, 112)), reps=ablation.pick(smoke=2, full=7)
+)
 fig_cache, ax = plt.subplots(figsize=(6.5, 4))
 ax.loglog(positions, [times["cached_ms"][p] for p in positions], "o-", label="KV cache")
 ax.loglog(positions, [times["recompute_ms"][p] for p in positions], "o-", label="recompute the prefix")
@@ -142,8 +164,10 @@ ax.legend()
 plt.show()
 cache_ratio = times["cached_ms"][positions[-1]] / times["cached_ms"][positions[0]]
 recompute_ratio = times["recompute_ms"][positions[-1]] / times["recompute_ms"][positions[0]]
-print(f"last/first position: cached {cache_ratio:.2f}x, recompute {recompute_ratio:.2f}x "
-      f"(positions grow {positions[-1] / positions[0]:.0f}x)")
+print(
+    f"last/first position: cached {cache_ratio:.2f}x, recompute {recompute_ratio:.2f}x "
+    f"(positions grow {positions[-1] / positions[0]:.0f}x)"
+)
 
 # %% [markdown]
 # ## Verdict
@@ -151,23 +175,43 @@ print(f"last/first position: cached {cache_ratio:.2f}x, recompute {recompute_rat
 # %%
 g, b = results["greedy"], results["beam 4"]
 samplers = ("top-k (k=10)", "top-p (p=0.9)")
-table = ablation.verdict_table([
-    ("Beam search beats greedy", f"BLEU beam 4 {b['bleu']:.2f} vs greedy {g['bleu']:.2f}",
-     ablation.verdict(b["bleu"] > g["bleu"])),
-    ("Sampling trades quality for diversity",
-     "; ".join(f"{n}: BLEU {results[n]['bleu']:.2f}, distinct-2 {results[n]['distinct-2']:.3f}, "
-               f"seed agreement {results[n]['seed agreement']:.2f}" for n in samplers)
-     + f" (greedy: {g['bleu']:.2f}, {g['distinct-2']:.3f})",
-     ablation.verdict(all(results[n]["bleu"] < g["bleu"] and results[n]["seed agreement"] < 1 for n in samplers))),
-    ("Beam search with a length penalty does not shorten the output",
-     f"mean words beam {b['mean words']:.2f}, greedy {g['mean words']:.2f}",
-     ablation.verdict(b["mean words"] >= g["mean words"] - 0.1)),
-    ("With a KV cache the cost per token stays flat; recomputation grows",
-     f"cost at position {positions[-1]} over {positions[0]}: cached {cache_ratio:.2f}x, recompute {recompute_ratio:.2f}x",
-     ablation.verdict(cache_ratio < 1.5 and recompute_ratio > 2 * cache_ratio)),
-])
+table = ablation.verdict_table(
+    [
+        (
+            "Beam search beats greedy",
+            f"BLEU beam 4 {b['bleu']:.2f} vs greedy {g['bleu']:.2f}",
+            ablation.verdict(b["bleu"] > g["bleu"]),
+        ),
+        (
+            "Sampling trades quality for diversity",
+            "; ".join(
+                f"{n}: BLEU {results[n]['bleu']:.2f}, distinct-2 {results[n]['distinct-2']:.3f}, "
+                f"seed agreement {results[n]['seed agreement']:.2f}"
+                for n in samplers
+            )
+            + f" (greedy: {g['bleu']:.2f}, {g['distinct-2']:.3f})",
+            ablation.verdict(
+                all(results[n]["bleu"] < g["bleu"] and results[n]["seed agreement"] < 1 for n in samplers)
+            ),
+        ),
+        (
+            "Beam search with a length penalty does not shorten the output",
+            f"mean words beam {b['mean words']:.2f}, greedy {g['mean words']:.2f}",
+            ablation.verdict(b["mean words"] >= g["mean words"] - 0.1),
+        ),
+        (
+            "With a KV cache the cost per token stays flat; recomputation grows",
+            f"cost at position {positions[-1]} over {positions[0]}: cached {cache_ratio:.2f}x, "
+            f"recompute {recompute_ratio:.2f}x",
+            ablation.verdict(cache_ratio < 1.5 and recompute_ratio > 2 * cache_ratio),
+        ),
+    ]
+)
 print(table)
-out = ablation.save_results(NOTEBOOK, {"strategies": results, "examples": examples, "per_token_ms": times,
-                                       "verdicts": table},
-                            figures={"strategies": fig_strat, "kv_cache": fig_cache}, configs={"run": run.cfg})
+out = ablation.save_results(
+    NOTEBOOK,
+    {"strategies": results, "examples": examples, "per_token_ms": times, "verdicts": table},
+    figures={"strategies": fig_strat, "kv_cache": fig_cache},
+    configs={"run": run.cfg},
+)
 print("results in", out)

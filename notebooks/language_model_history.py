@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -37,8 +39,10 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
+        check=True,
+    )
 
 # %%
 import dataclasses
@@ -61,22 +65,40 @@ fast = dataclasses.replace(transformer.train, optim=dataclasses.replace(transfor
 
 
 def baseline(kind: str, settings: BaselineConfig, **model) -> object:
-    return dataclasses.replace(transformer, model=baseline_model_config(kind, settings, vocab_size=V, **model),
-                               train=fast)
+    return dataclasses.replace(
+        transformer, model=baseline_model_config(kind, settings, vocab_size=V, **model), train=fast
+    )
 
 
 small = ablation.smoke()
 configs = {
-    "3-gram (Kneser-Ney)": dataclasses.replace(baseline("ngram", BaselineConfig(ngram_order=3, smoothing="kneser_ney")),
-                                               train=dataclasses.replace(fast, steps=1)),
-    "6-gram (Kneser-Ney)": dataclasses.replace(baseline("ngram", BaselineConfig(ngram_order=6, smoothing="kneser_ney")),
-                                               train=dataclasses.replace(fast, steps=1)),
-    "fixed-window (Bengio 2003)": baseline("window_lm", BaselineConfig(window=ablation.pick(smoke=4, full=16),
-                                                                       direct=False),
-                                           d_model=ablation.pick(smoke=8, full=48), d_ff=ablation.pick(smoke=32, full=960),
-                                           n_layers=1, tie_embeddings=False, dropout=0.0, init_std=1.0),
-    "LSTM (2 layers)": baseline("rnn_lm", BaselineConfig(cell="lstm"), d_model=ablation.pick(smoke=16, full=222),
-                                n_layers=2, tie_embeddings=True, dropout=0.0, init_std=1.0),
+    "3-gram (Kneser-Ney)": dataclasses.replace(
+        baseline("ngram", BaselineConfig(ngram_order=3, smoothing="kneser_ney")),
+        train=dataclasses.replace(fast, steps=1),
+    ),
+    "6-gram (Kneser-Ney)": dataclasses.replace(
+        baseline("ngram", BaselineConfig(ngram_order=6, smoothing="kneser_ney")),
+        train=dataclasses.replace(fast, steps=1),
+    ),
+    "fixed-window (Bengio 2003)": baseline(
+        "window_lm",
+        BaselineConfig(window=ablation.pick(smoke=4, full=16), direct=False),
+        d_model=ablation.pick(smoke=8, full=48),
+        d_ff=ablation.pick(smoke=32, full=960),
+        n_layers=1,
+        tie_embeddings=False,
+        dropout=0.0,
+        init_std=1.0,
+    ),
+    "LSTM (2 layers)": baseline(
+        "rnn_lm",
+        BaselineConfig(cell="lstm"),
+        d_model=ablation.pick(smoke=16, full=222),
+        n_layers=2,
+        tie_embeddings=True,
+        dropout=0.0,
+        init_std=1.0,
+    ),
     "Transformer": transformer,
 }
 curves = {name: ablation.train_curves(cfg, name.split()[0].lower(), NOTEBOOK) for name, cfg in configs.items()}
@@ -85,8 +107,12 @@ curves = {name: ablation.train_curves(cfg, name.split()[0].lower(), NOTEBOOK) fo
 rows = {}
 for name, c in curves.items():
     s = c.summary
-    rows[name] = {"val perplexity": math.exp(c.final_val) if c.val_loss else s.get("val_perplexity"),
-                  "parameters": s.get("params"), "train seconds": s.get("wall_s"), "tokens/s": s.get("tokens_per_s")}
+    rows[name] = {
+        "val perplexity": math.exp(c.final_val) if c.val_loss else s.get("val_perplexity"),
+        "parameters": s.get("params"),
+        "train seconds": s.get("wall_s"),
+        "tokens/s": s.get("tokens_per_s"),
+    }
     print(f"{name:28s}", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[name].items()})
 
 fig, axes = plt.subplots(1, 3, figsize=(16, 4))
@@ -111,18 +137,33 @@ ppl = {n: rows[n]["val perplexity"] for n in rows}
 best_ngram = min((ppl[n], n) for n in rows if "gram" in n)[1]
 win, lstm, tf = "fixed-window (Bengio 2003)", "LSTM (2 layers)", "Transformer"
 tps = {n: rows[n]["tokens/s"] for n in (lstm, tf)}
-table = ablation.verdict_table([
-    ("A neural fixed-window LM beats the n-gram", f"window {ppl[win]:.3f} vs {best_ngram} {ppl[best_ngram]:.3f}",
-     ablation.verdict(ppl[win] < ppl[best_ngram])),
-    ("An RNN beats the fixed-window LM", f"LSTM {ppl[lstm]:.3f} vs window {ppl[win]:.3f}",
-     ablation.verdict(ppl[lstm] < ppl[win])),
-    ("The Transformer beats the RNN at about the same parameters and steps",
-     f"Transformer {ppl[tf]:.3f} ({rows[tf]['parameters']:,} params) vs LSTM {ppl[lstm]:.3f} "
-     f"({rows[lstm]['parameters']:,} params)", ablation.verdict(ppl[tf] < ppl[lstm])),
-    ("The Transformer trains faster than the RNN", f"{tps[tf]:,.0f} vs {tps[lstm]:,.0f} tokens/s",
-     ablation.verdict(None if None in tps.values() else tps[tf] > tps[lstm])),
-])
+table = ablation.verdict_table(
+    [
+        (
+            "A neural fixed-window LM beats the n-gram",
+            f"window {ppl[win]:.3f} vs {best_ngram} {ppl[best_ngram]:.3f}",
+            ablation.verdict(ppl[win] < ppl[best_ngram]),
+        ),
+        (
+            "An RNN beats the fixed-window LM",
+            f"LSTM {ppl[lstm]:.3f} vs window {ppl[win]:.3f}",
+            ablation.verdict(ppl[lstm] < ppl[win]),
+        ),
+        (
+            "The Transformer beats the RNN at about the same parameters and steps",
+            f"Transformer {ppl[tf]:.3f} ({rows[tf]['parameters']:,} params) vs LSTM {ppl[lstm]:.3f} "
+            f"({rows[lstm]['parameters']:,} params)",
+            ablation.verdict(ppl[tf] < ppl[lstm]),
+        ),
+        (
+            "The Transformer trains faster than the RNN",
+            f"{tps[tf]:,.0f} vs {tps[lstm]:,.0f} tokens/s",
+            ablation.verdict(None if None in tps.values() else tps[tf] > tps[lstm]),
+        ),
+    ]
+)
 print(table)
-out = ablation.save_results(NOTEBOOK, {"rows": rows, "curves": curves, "verdicts": table},
-                            figures={"comparison": fig}, configs=configs)
+out = ablation.save_results(
+    NOTEBOOK, {"rows": rows, "curves": curves, "verdicts": table}, figures={"comparison": fig}, configs=configs
+)
 print("results in", out)

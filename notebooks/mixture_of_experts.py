@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -35,8 +37,10 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
+        check=True,
+    )
 
 # %%
 import dataclasses
@@ -65,16 +69,20 @@ def moe(**kw) -> object:
 configs = {
     "dense": dense,
     "switch top-1": moe(n_experts=8, top_k=1, d_expert=F, balance_loss="switch", balance_coef=0.01),
-    "gshard top-2": moe(n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_loss="switch",
-                        balance_coef=0.01),
-    "deepseekmoe": moe(n_experts=8, top_k=2, d_expert=F // 2, segments=4, n_shared=1, balance_loss="expert",
-                       balance_coef=0.01),
+    "gshard top-2": moe(
+        n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_loss="switch", balance_coef=0.01
+    ),
+    "deepseekmoe": moe(
+        n_experts=8, top_k=2, d_expert=F // 2, segments=4, n_shared=1, balance_loss="expert", balance_coef=0.01
+    ),
     "gshard, no balancing": moe(n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_coef=0.0),
-    "gshard, loss-free bias": moe(n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_coef=0.0,
-                                  bias_update_rate=1e-3),
+    "gshard, loss-free bias": moe(
+        n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_coef=0.0, bias_update_rate=1e-3
+    ),
 }
-curves = {name: ablation.train_curves(cfg, name.replace(" ", "_").replace(",", ""), NOTEBOOK)
-          for name, cfg in configs.items()}
+curves = {
+    name: ablation.train_curves(cfg, name.replace(" ", "_").replace(",", ""), NOTEBOOK) for name, cfg in configs.items()
+}
 
 # %% [markdown]
 # ## Loss against tokens
@@ -86,8 +94,11 @@ for name in ("dense", "switch top-1", "gshard top-2", "deepseekmoe"):
     c = curves[name]
     ax.plot(np.array(c.steps) * tokens_per_step, c.train_loss, label=f"{name} ({c.summary.get('params', 0):,} params)")
     ax.plot(np.array(c.val_steps) * tokens_per_step, c.val_loss, "o", color=ax.lines[-1].get_color())
-ax.set(xlabel="training tokens", ylabel="loss (nats/char): lines train, dots validation",
-       title="Dense vs MoE at equal active parameters")
+ax.set(
+    xlabel="training tokens",
+    ylabel="loss (nats/char): lines train, dots validation",
+    title="Dense vs MoE at equal active parameters",
+)
 ax.legend(fontsize=8)
 plt.show()
 final = {name: c.final_val for name, c in curves.items()}
@@ -96,6 +107,7 @@ print({k: round(v, 4) for k, v in final.items()})
 # %% [markdown]
 # ## Expert load
 # Share of the routed assignments per expert over the last logged steps, per layer.
+
 
 # %%
 def last_load(workdir: str) -> np.ndarray:
@@ -123,26 +135,42 @@ plt.show()
 
 # %%
 best_moe = min(("switch top-1", "gshard top-2", "deepseekmoe"), key=final.get)
-table = ablation.verdict_table([
-    ("At equal active parameters MoE beats dense in the same steps",
-     f"val loss dense {final['dense']:.3f}; switch {final['switch top-1']:.3f}, gshard {final['gshard top-2']:.3f}, "
-     f"deepseekmoe {final['deepseekmoe']:.3f}",
-     ablation.verdict(final[best_moe] < final["dense"] - 0.01)),
-    ("Fine-grained + shared experts do at least as well as coarse top-2",
-     f"deepseekmoe {final['deepseekmoe']:.3f} vs gshard {final['gshard top-2']:.3f}",
-     ablation.verdict(final["deepseekmoe"] <= final["gshard top-2"] + 0.01)),
-    ("Without balancing, the router concentrates the load",
-     f"max/mean load {max_over_mean['gshard, no balancing']:.2f} without vs "
-     f"{max_over_mean['gshard top-2']:.2f} with the balance loss",
-     ablation.verdict(max_over_mean["gshard, no balancing"] > 1.5 * max_over_mean["gshard top-2"])),
-    ("The loss-free bias evens the load without an auxiliary loss",
-     f"max/mean load {max_over_mean['gshard, loss-free bias']:.2f} (no balancing: "
-     f"{max_over_mean['gshard, no balancing']:.2f})",
-     ablation.verdict(max_over_mean["gshard, loss-free bias"] < max_over_mean["gshard, no balancing"]
-                      and max_over_mean["gshard, loss-free bias"] < 1.5)),
-])
+table = ablation.verdict_table(
+    [
+        (
+            "At equal active parameters MoE beats dense in the same steps",
+            f"val loss dense {final['dense']:.3f}; switch {final['switch top-1']:.3f}, "
+            f"gshard {final['gshard top-2']:.3f}, "
+            f"deepseekmoe {final['deepseekmoe']:.3f}",
+            ablation.verdict(final[best_moe] < final["dense"] - 0.01),
+        ),
+        (
+            "Fine-grained + shared experts do at least as well as coarse top-2",
+            f"deepseekmoe {final['deepseekmoe']:.3f} vs gshard {final['gshard top-2']:.3f}",
+            ablation.verdict(final["deepseekmoe"] <= final["gshard top-2"] + 0.01),
+        ),
+        (
+            "Without balancing, the router concentrates the load",
+            f"max/mean load {max_over_mean['gshard, no balancing']:.2f} without vs "
+            f"{max_over_mean['gshard top-2']:.2f} with the balance loss",
+            ablation.verdict(max_over_mean["gshard, no balancing"] > 1.5 * max_over_mean["gshard top-2"]),
+        ),
+        (
+            "The loss-free bias evens the load without an auxiliary loss",
+            f"max/mean load {max_over_mean['gshard, loss-free bias']:.2f} (no balancing: "
+            f"{max_over_mean['gshard, no balancing']:.2f})",
+            ablation.verdict(
+                max_over_mean["gshard, loss-free bias"] < max_over_mean["gshard, no balancing"]
+                and max_over_mean["gshard, loss-free bias"] < 1.5
+            ),
+        ),
+    ]
+)
 print(table)
-out = ablation.save_results(NOTEBOOK, {"final_val": final, "loads": loads, "max_over_mean": max_over_mean,
-                                       "curves": curves, "verdicts": table},
-                            figures={"loss": fig_loss, "load": fig_load}, configs=configs)
+out = ablation.save_results(
+    NOTEBOOK,
+    {"final_val": final, "loads": loads, "max_over_mean": max_over_mean, "curves": curves, "verdicts": table},
+    figures={"loss": fig_loss, "load": fig_load},
+    configs=configs,
+)
 print("results in", out)

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -38,8 +40,10 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
+        check=True,
+    )
 
 # %%
 import dataclasses
@@ -61,18 +65,31 @@ PLACEMENTS = ("post", "pre", "deepnorm")
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| devices:", jax.devices())
 
 # %%
-base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, nonfinite="halt", max_consecutive_skips=1)
-base = dataclasses.replace(base, model=dataclasses.replace(
-    base.model, d_model=ablation.pick(smoke=32, full=64), n_heads=ablation.pick(smoke=2, full=4),
-    d_ff=ablation.pick(smoke=64, full=256), scan_layers=True))
+base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, nonfinite="halt")
+base = dataclasses.replace(
+    base,
+    model=dataclasses.replace(
+        base.model,
+        d_model=ablation.pick(smoke=32, full=64),
+        n_heads=ablation.pick(smoke=2, full=4),
+        d_ff=ablation.pick(smoke=64, full=256),
+        scan_layers=True,
+    ),
+)
 
 
 def variant(placement: str, depth: int, *, warmup: bool = True, optimizer: str = "adam", steps: int = STEPS):
     model = dataclasses.replace(base.model, placement=placement, n_layers=depth)
     lr = 1e-3 if optimizer == "adam" else 0.1
-    optim = dataclasses.replace(base.train.optim, optimizer=optimizer, lr=lr, weight_decay=0.0,
-                                warmup_steps=ablation.pick(smoke=3, full=200) if warmup else 0,
-                                min_lr=lr / 10, momentum=0.9)
+    optim = dataclasses.replace(
+        base.train.optim,
+        optimizer=optimizer,
+        lr=lr,
+        weight_decay=0.0 if optimizer == "sgd" else base.train.optim.weight_decay,  # Adam never decays
+        warmup_steps=ablation.pick(smoke=3, full=200) if warmup else 0,
+        min_lr=lr / 10,
+        momentum=0.9,
+    )
     return dataclasses.replace(base, model=model, train=dataclasses.replace(base.train, steps=steps, optim=optim))
 
 
@@ -95,8 +112,9 @@ for placement in PLACEMENTS:
     tokens = jax.random.randint(jax.random.key(0), (4, base.data.seq_len), 0, cfg.model.vocab_size)
     _, aux = model(tokens, return_hidden=True)
     h = aux["hidden"]  # [L + 1, B, T, D]: entering each layer, then leaving the last
-    rel_change[placement] = np.asarray(jnp.mean(jnp.linalg.norm(h[1:] - h[:-1], axis=-1)
-                                                 / jnp.linalg.norm(h[:-1], axis=-1), axis=(1, 2)))
+    rel_change[placement] = np.asarray(
+        jnp.mean(jnp.linalg.norm(h[1:] - h[:-1], axis=-1) / jnp.linalg.norm(h[:-1], axis=-1), axis=(1, 2))
+    )
 
 layers = np.arange(1, deep + 1)
 fig_init, axes = plt.subplots(1, 2, figsize=(13, 4))
@@ -105,8 +123,11 @@ for placement in PLACEMENTS:
     axes[1].plot(layers, rel_change[placement], "o-", ms=3, label=placement)
 post = init_grads["post"]
 axes[0].semilogy(layers, post[-1] * 2.0 ** (-(deep - layers) / 2), "k:", label="2^(-(L-l)/2) (notes, Post-LN)")
-axes[0].set(xlabel="layer l (1 = next to the input)", ylabel="gradient norm at init",
-            title=f"Per-layer gradient norm, {deep} layers")
+axes[0].set(
+    xlabel="layer l (1 = next to the input)",
+    ylabel="gradient norm at init",
+    title=f"Per-layer gradient norm, {deep} layers",
+)
 axes[1].set(xlabel="layer l", ylabel="||x_{l+1} - x_l|| / ||x_l||", title="Relative change of the residual stream")
 for ax in axes:
     ax.legend(fontsize=8)
@@ -140,8 +161,12 @@ for ax, depth in zip(axes, DEPTHS):
     for (placement, d, warmup, opt), c in runs.items():
         if d != depth or opt != "adam":
             continue
-        ax.plot(c.steps, c.train_loss, ls="-" if warmup else "--",
-                label=f"{placement}{'' if warmup else ', no warmup'}" + (" (diverged)" if c.diverged else ""))
+        ax.plot(
+            c.steps,
+            c.train_loss,
+            ls="-" if warmup else "--",
+            label=f"{placement}{'' if warmup else ', no warmup'}" + (" (diverged)" if c.diverged else ""),
+        )
     ax.set(title=f"{depth} layers, Adam", xlabel="step", ylim=(1.0, 4.5))
     ax.legend(fontsize=7)
 axes[0].set_ylabel("train loss (nats/char)")
@@ -155,39 +180,65 @@ gap_nowarm = {d: final(("post", d, False, "adam")) - final(("post", d, True, "ad
 pre_gap = {d: final(("pre", d, False, "adam")) - final(("pre", d, True, "adam")) for d in DEPTHS}
 shallow, deepest = DEPTHS[0], DEPTHS[-1]
 sgd_hurt = {p: final((p, shallow, True, "sgd")) - final((p, shallow, True, "adam")) for p in ("post", "pre")}
-fmt = lambda d: ", ".join(f"{k}: {v:+.3f}" for k, v in d.items())  # noqa: E731
+fmt = lambda d: ", ".join(f"{k}: {v:+.3f}" for k, v in d.items())
 slope = np.polyfit(layers, np.log2(init_grads["post"]), 1)[0]
 pre_spread = float(np.max(init_grads["pre"]) / np.min(init_grads["pre"]))
 rows = [
-    ("Post-LN without warmup trains worse, more so with depth; warmup rescues it",
-     f"loss(no warmup) - loss(warmup) by depth {fmt(gap_nowarm)}",
-     ablation.verdict(gap_nowarm[deepest] > 0.05 and gap_nowarm[deepest] >= gap_nowarm[shallow])),
-    ("Pre-LN trains without warmup", f"loss(no warmup) - loss(warmup) by depth {fmt(pre_gap)}",
-     ablation.verdict(max(pre_gap.values()) < 0.05)),
-    ("Post-LN (with warmup) can end lower than Pre-LN at shallow depth",
-     f"{shallow} layers: post {final(('post', shallow, True, 'adam')):.3f}, pre {final(('pre', shallow, True, 'adam')):.3f}",
-     ablation.verdict(final(("post", shallow, True, "adam")) < final(("pre", shallow, True, "adam")))),
-    ("Adam is less hurt than SGD by Post-LN", f"loss(SGD) - loss(Adam) at {shallow} layers: {fmt(sgd_hurt)}",
-     ablation.verdict(sgd_hurt["post"] > sgd_hurt["pre"])),
-    ("DeepNorm trains deep Post-LN stably",
-     f"{deepest} layers: deepnorm {final(('deepnorm', deepest, True, 'adam')):.3f} / no warmup "
-     f"{final(('deepnorm', deepest, False, 'adam')):.3f}; post {final(('post', deepest, True, 'adam')):.3f} / "
-     f"{final(('post', deepest, False, 'adam')):.3f}",
-     ablation.verdict(max(final(("deepnorm", deepest, w, "adam")) for w in (True, False))
-                      <= min(final(("post", deepest, w, "adam")) for w in (True, False)) + 0.02)),
-    ("At init, Post-LN gradients shrink towards the input like 2^(-l/2); Pre-LN's are flat",
-     f"Post-LN log2 slope {slope:+.3f} per layer (notes: +0.5 towards the output); Pre-LN max/min {pre_spread:.2f}",
-     ablation.verdict(0.25 < slope < 0.75 and pre_spread < 2.0)),
-    ("Pre-LN's relative residual change falls with depth",
-     f"pre: {rel_change['pre'][0]:.3f} (layer 1) -> {rel_change['pre'][-1]:.3f} (layer {deep}); "
-     f"post: {rel_change['post'][0]:.3f} -> {rel_change['post'][-1]:.3f}",
-     ablation.verdict(rel_change["pre"][-1] < 0.5 * rel_change["pre"][0])),
+    (
+        "Post-LN without warmup trains worse, more so with depth; warmup rescues it",
+        f"loss(no warmup) - loss(warmup) by depth {fmt(gap_nowarm)}",
+        ablation.verdict(gap_nowarm[deepest] > 0.05 and gap_nowarm[deepest] >= gap_nowarm[shallow]),
+    ),
+    (
+        "Pre-LN trains without warmup",
+        f"loss(no warmup) - loss(warmup) by depth {fmt(pre_gap)}",
+        ablation.verdict(max(pre_gap.values()) < 0.05),
+    ),
+    (
+        "Post-LN (with warmup) can end lower than Pre-LN at shallow depth",
+        f"{shallow} layers: post {final(('post', shallow, True, 'adam')):.3f}, "
+        f"pre {final(('pre', shallow, True, 'adam')):.3f}",
+        ablation.verdict(final(("post", shallow, True, "adam")) < final(("pre", shallow, True, "adam"))),
+    ),
+    (
+        "Adam is less hurt than SGD by Post-LN",
+        f"loss(SGD) - loss(Adam) at {shallow} layers: {fmt(sgd_hurt)}",
+        ablation.verdict(sgd_hurt["post"] > sgd_hurt["pre"]),
+    ),
+    (
+        "DeepNorm trains deep Post-LN stably",
+        f"{deepest} layers: deepnorm {final(('deepnorm', deepest, True, 'adam')):.3f} / no warmup "
+        f"{final(('deepnorm', deepest, False, 'adam')):.3f}; post {final(('post', deepest, True, 'adam')):.3f} / "
+        f"{final(('post', deepest, False, 'adam')):.3f}",
+        ablation.verdict(
+            max(final(("deepnorm", deepest, w, "adam")) for w in (True, False))
+            <= min(final(("post", deepest, w, "adam")) for w in (True, False)) + 0.02
+        ),
+    ),
+    (
+        "At init, Post-LN gradients shrink towards the input like 2^(-l/2); Pre-LN's are flat",
+        f"Post-LN log2 slope {slope:+.3f} per layer (notes: +0.5 towards the output); Pre-LN max/min {pre_spread:.2f}",
+        ablation.verdict(0.25 < slope < 0.75 and pre_spread < 2.0),
+    ),
+    (
+        "Pre-LN's relative residual change falls with depth",
+        f"pre: {rel_change['pre'][0]:.3f} (layer 1) -> {rel_change['pre'][-1]:.3f} (layer {deep}); "
+        f"post: {rel_change['post'][0]:.3f} -> {rel_change['post'][-1]:.3f}",
+        ablation.verdict(rel_change["pre"][-1] < 0.5 * rel_change["pre"][0]),
+    ),
 ]
 table = ablation.verdict_table(rows)
 print(table)
 out = ablation.save_results(
-    NOTEBOOK, {"init_grad_norms": init_grads, "relative_change": rel_change, "post_log2_slope": slope,
-               "final_val": {"/".join(map(str, k)): final(k) for k in runs}, "verdicts": table},
+    NOTEBOOK,
+    {
+        "init_grad_norms": init_grads,
+        "relative_change": rel_change,
+        "post_log2_slope": slope,
+        "final_val": {"/".join(map(str, k)): final(k) for k in runs},
+        "verdicts": table,
+    },
     figures={"init": fig_init, "training": fig_grid},
-    configs={"/".join(map(str, k)): cfg for k, cfg in grid.items()})
+    configs={"/".join(map(str, k)): cfg for k, cfg in grid.items()},
+)
 print("results in", out)

@@ -36,8 +36,10 @@ import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
+        check=True,
+    )
 
 # %%
 import dataclasses
@@ -118,8 +120,12 @@ for position, c in curves.items():
     axes[0].plot(c.steps, c.train_loss, label=position)
     axes[1].plot(EVAL_LENS, [eval_loss[position][n] for n in EVAL_LENS], "o-", label=position)
 axes[0].set(xlabel="step", ylabel="train loss (nats/char)", title=f"Training at context {TRAIN_LEN}")
-axes[1].set(xlabel="evaluation context", ylabel="validation loss (nats/char)", xscale="log",
-            title="Loss beyond the training length")
+axes[1].set(
+    xlabel="evaluation context",
+    ylabel="validation loss (nats/char)",
+    xscale="log",
+    title="Loss beyond the training length",
+)
 axes[1].set_xticks(EVAL_LENS, [str(n) for n in EVAL_LENS])
 for ax in axes:
     ax.legend(fontsize=8)
@@ -132,27 +138,47 @@ plt.show()
 growth = {p: eval_loss[p][EVAL_LENS[-1]] - eval_loss[p][TRAIN_LEN] for p in ENCODINGS}
 relative, absolute = ("relative_bias", "rope", "alibi"), ("sinusoidal", "learned")
 rows = [
-    ("Without positions, self-attention is permutation-equivariant",
-     f"largest difference between f(Px) and Pf(x), relative to max |f(x)|: none {equivariance['none']:.1e}, "
-     f"learned {equivariance['learned']:.2f}, rope {equivariance['rope']:.2f}",
-     ablation.verdict(equivariance["none"] < 1e-4 and min(equivariance["learned"], equivariance["rope"]) > 1e-2)),
-    ("RoPE's dot product depends only on the relative offset",
-     f"largest spread along a diagonal {diag_spread:.1e} (score std {np.std(scores):.1f})",
-     ablation.verdict(diag_spread < 1e-3 * np.std(scores))),
-    ("Relative encodings degrade less than absolute ones at 4x the training length",
-     "; ".join(f"{p} {growth[p]:+.2f}" for p in ENCODINGS) + " nats (loss at 256 minus loss at 64)",
-     ablation.verdict(max(growth[p] for p in relative) < min(growth[p] for p in absolute))),
-    ("A learned table cannot extrapolate",
-     f"learned: {eval_loss['learned'][TRAIN_LEN]:.3f} at 64 -> {eval_loss['learned'][EVAL_LENS[-1]]:.3f} at 256",
-     ablation.verdict(growth["learned"] > 0.5)),
-    ("ALiBi extrapolates best",
-     f"ALiBi {growth['alibi']:+.3f}; best other {min((g, p) for p, g in growth.items() if p != 'alibi')[1]} "
-     f"{min(g for p, g in growth.items() if p != 'alibi'):+.3f}",
-     ablation.verdict(growth["alibi"] <= min(g for p, g in growth.items() if p != "alibi"))),
+    (
+        "Without positions, self-attention is permutation-equivariant",
+        f"largest difference between f(Px) and Pf(x), relative to max |f(x)|: none {equivariance['none']:.1e}, "
+        f"learned {equivariance['learned']:.2f}, rope {equivariance['rope']:.2f}",
+        ablation.verdict(equivariance["none"] < 1e-4 and min(equivariance["learned"], equivariance["rope"]) > 1e-2),
+    ),
+    (
+        "RoPE's dot product depends only on the relative offset",
+        f"largest spread along a diagonal {diag_spread:.1e} (score std {np.std(scores):.1f})",
+        ablation.verdict(diag_spread < 1e-3 * np.std(scores)),
+    ),
+    (
+        "Relative encodings degrade less than absolute ones at 4x the training length",
+        "; ".join(f"{p} {growth[p]:+.2f}" for p in ENCODINGS) + " nats (loss at 256 minus loss at 64)",
+        ablation.verdict(max(growth[p] for p in relative) < min(growth[p] for p in absolute)),
+    ),
+    (
+        "A learned table cannot extrapolate",
+        f"learned: {eval_loss['learned'][TRAIN_LEN]:.3f} at 64 -> {eval_loss['learned'][EVAL_LENS[-1]]:.3f} at 256",
+        ablation.verdict(growth["learned"] > 0.5),
+    ),
+    (
+        "ALiBi extrapolates best",
+        f"ALiBi {growth['alibi']:+.3f}; best other {min((g, p) for p, g in growth.items() if p != 'alibi')[1]} "
+        f"{min(g for p, g in growth.items() if p != 'alibi'):+.3f}",
+        ablation.verdict(growth["alibi"] <= min(g for p, g in growth.items() if p != "alibi")),
+    ),
 ]
 table = ablation.verdict_table(rows)
 print(table)
-out = ablation.save_results(NOTEBOOK, {"equivariance": equivariance, "rope_diag_spread": diag_spread,
-                                       "eval_loss": eval_loss, "growth": growth, "curves": curves, "verdicts": table},
-                            figures={"rope_scores": fig_rope, "length": fig_len}, configs=configs)
+out = ablation.save_results(
+    NOTEBOOK,
+    {
+        "equivariance": equivariance,
+        "rope_diag_spread": diag_spread,
+        "eval_loss": eval_loss,
+        "growth": growth,
+        "curves": curves,
+        "verdicts": table,
+    },
+    figures={"rope_scores": fig_rope, "length": fig_len},
+    configs=configs,
+)
 print("results in", out)

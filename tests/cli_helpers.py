@@ -14,17 +14,34 @@ def child_env(**extra) -> dict:
     return env
 
 
-def cli(*args, check=True, timeout=600, **kwargs) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "transformer_jax", *args], env=child_env(), capture_output=True,
-                          text=True, timeout=timeout, **kwargs)
+def cli(*args, check=True, timeout=600, env=None, **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "transformer_jax", *args],
+        env=env or child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}")
     return proc
 
 
 def train_cmd(workdir, *sets, experiment=TINY) -> list[str]:
-    return [sys.executable, "-m", "transformer_jax", "train", "--config", experiment, "--workdir", str(workdir),
-            "--sample-tokens", "0", "--set", *sets]
+    return [
+        sys.executable,
+        "-m",
+        "transformer_jax",
+        "train",
+        "--config",
+        experiment,
+        "--workdir",
+        str(workdir),
+        "--sample-tokens",
+        "0",
+        *(["--set", *sets] if sets else []),
+    ]
 
 
 def train(workdir, *sets, experiment=TINY, check=True):

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-_CANDIDATES = [Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k",
-               Path("/work/shared/data/multi30k")]
-MULTI30K = Path(os.environ.get("TRANSFORMER_JAX_MULTI30K") or next(
-    (p for p in _CANDIDATES if (p / "train.de.gz").is_file()), _CANDIDATES[0]))
+_CANDIDATES = [Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k", Path("/work/shared/data/multi30k")]
+MULTI30K = Path(
+    os.environ.get("TRANSFORMER_JAX_MULTI30K")
+    or next((p for p in _CANDIDATES if (p / "train.de.gz").is_file()), _CANDIDATES[0])
+)
 
 
 @pytest.fixture(scope="session")
@@ -55,8 +56,11 @@ def parallel_dir(tmp_path_factory) -> Path:
     import gzip
 
     root = tmp_path_factory.mktemp("parallel")
-    for split, ids, gz in (("train", range(48), True), ("val", range(100, 110), False),
-                           ("test", range(200, 206), False)):
+    for split, ids, gz in (
+        ("train", range(48), True),
+        ("val", range(100, 110), False),
+        ("test", range(200, 206), False),
+    ):
         for lang, word in (("de", "satz"), ("en", "sentence")):
             text = "".join(f"{word} {i}" + " x" * (i % 5) + "\n" for i in ids)
             if gz:

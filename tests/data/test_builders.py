@@ -36,8 +36,9 @@ def test_text_builder_val_path_dirs_commas_and_rebuild(tmp_path, cache_dir):
     b = builders.build_text_corpus(str(d), val_path=str(tmp_path / "v.txt"), cache_dir=cache_dir)
     assert "".join(_records(b, "train")) == "first file\nsecond file\n"
     assert _records(b, "validation") == ["validation\n"]
-    b2 = builders.build_text_corpus(f"{d / '1.txt'}, {d / '2.txt'}", val_path=str(tmp_path / "v.txt"),
-                                    cache_dir=cache_dir)
+    b2 = builders.build_text_corpus(
+        f"{d / '1.txt'}, {d / '2.txt'}", val_path=str(tmp_path / "v.txt"), cache_dir=cache_dir
+    )
     assert "".join(_records(b2, "train")) == "first file\nsecond file\n"
     # an edited file gets a new data dir (hash of path, size, mtime) and is rebuilt
     time.sleep(0.01)
@@ -49,8 +50,11 @@ def test_text_builder_val_path_dirs_commas_and_rebuild(tmp_path, cache_dir):
 
 def test_parallel_builder_reads_gz_and_plain(parallel_dir, cache_dir):
     b = builders.build_parallel_corpus(str(parallel_dir), src_lang="de", tgt_lang="en", cache_dir=cache_dir)
-    assert {s: b.info.splits[s].num_examples for s in ("train", "validation", "test")} == \
-        {"train": 48, "validation": 10, "test": 6}
+    assert {s: b.info.splits[s].num_examples for s in ("train", "validation", "test")} == {
+        "train": 48,
+        "validation": 10,
+        "test": 6,
+    }
     recs = list(builders.data_source(b, "train"))
     assert recs[7]["src"].decode() == "satz 7 x x" and recs[7]["tgt"].decode() == "sentence 7 x x"
 
@@ -141,8 +145,10 @@ def test_tfds_catalog_prepared_array_record_is_read(tmp_path, no_network):
         name = "tiny_shakespeare"
 
         def _split_generators(self, dl_manager):
-            return {s: self._generate_examples(t) for s, t in
-                    (("train", "ROMEO:\nhello\n"), ("validation", "JULIET:\nbye\n"), ("test", "x\n"))}
+            return {
+                s: self._generate_examples(t)
+                for s, t in (("train", "ROMEO:\nhello\n"), ("validation", "JULIET:\nbye\n"), ("test", "x\n"))
+            }
 
         def _generate_examples(self, text):
             yield 0, {"text": text}
@@ -151,8 +157,9 @@ def test_tfds_catalog_prepared_array_record_is_read(tmp_path, no_network):
     b = builders.catalog_builder("tiny_shakespeare", cache_dir=str(tmp_path))
     assert _records(b, "train") == ["ROMEO:\nhello\n"] and _records(b, "val") == ["JULIET:\nbye\n"]
     assert os.path.isdir(b.data_dir)
-    data = build_data(DataConfig(dataset="tfds", tfds_name="tiny_shakespeare", cache_dir=str(tmp_path),
-                                 seq_len=4), batch_size=2)
+    data = build_data(
+        DataConfig(dataset="tfds", tfds_name="tiny_shakespeare", cache_dir=str(tmp_path), seq_len=4), batch_size=2
+    )
     assert data.task == "lm" and data.tokenizer.chars == "\n:EMORehlo"
     with data.train_iterator() as it:
         assert data.tokenizer.decode(next(it)["inputs"][0]) in "ROMEO:\nhello\n"

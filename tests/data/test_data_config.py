@@ -5,31 +5,37 @@ import pytest
 from transformer_jax.data import DataConfig
 
 
-@pytest.mark.parametrize("field,value,listed", [
-    ("dataset", "shakespear", "did you mean 'shakespeare'"),
-    ("dataset", "wikipedia", "shakespeare, text, parallel, tfds, copy, reverse, sort, associative_recall"),
-    ("tokenizer", "wordpiece", "char, byte, sentencepiece"),
-    ("packing", "pad", "stream, documents"),
-    ("sp_model_type", "wordpiece", "bpe, unigram"),
-    ("decode_errors", "ignore", "strict, replace"),
-    ("task_format", "mlm", "lm, seq2seq"),
-])
+@pytest.mark.parametrize(
+    "field,value,listed",
+    [
+        ("dataset", "shakespear", "did you mean 'shakespeare'"),
+        ("dataset", "wikipedia", "shakespeare, text, parallel, tfds, copy, reverse, sort, associative_recall"),
+        ("tokenizer", "wordpiece", "char, byte, sentencepiece"),
+        ("packing", "pad", "stream, documents"),
+        ("sp_model_type", "wordpiece", "bpe, unigram"),
+        ("decode_errors", "ignore", "strict, replace"),
+        ("task_format", "mlm", "lm, seq2seq"),
+    ],
+)
 def test_unknown_names_list_the_valid_ones(field, value, listed):
     with pytest.raises(ValueError) as e:
         DataConfig(**{field: value})
-    assert str(e.value).startswith(f"data.{field}:") and listed in str(e.value)
+    assert str(e.value).startswith(f"data.{field}={value!r}:") and listed in str(e.value)  # one format: configlib
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(dataset="text"), "data.path is required when data.dataset='text'"),
-    (dict(dataset="parallel"), "data.dir is required"),
-    (dict(dataset="tfds"), "data.tfds_name is required"),
-    (dict(val_fraction=1.0), "data.val_fraction=1.0 must be in"),
-    (dict(seq_len=0), "data.seq_len=0 must be >= 1"),
-    (dict(prefetch=-1), "data.prefetch=-1 must be >= 0"),
-    (dict(tokenizer="sentencepiece", vocab_size=100), "data.vocab_size=100 is too small"),
-    (dict(src_lang="en", tgt_lang="en"), "data.src_lang and data.tgt_lang are both 'en'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(dataset="text"), "data.path is required when data.dataset='text'"),
+        (dict(dataset="parallel"), "data.dir is required"),
+        (dict(dataset="tfds"), "data.tfds_name is required"),
+        (dict(val_fraction=1.0), "data.val_fraction=1.0: must be in"),
+        (dict(seq_len=0), "data.seq_len=0: must be an integer >= 1"),
+        (dict(prefetch=-1), "data.prefetch=-1: must be an integer >= 0"),
+        (dict(tokenizer="sentencepiece", vocab_size=100), "data.vocab_size=100 is too small"),
+        (dict(src_lang="en", tgt_lang="en"), "data.tgt_lang='en': equals data.src_lang"),
+    ],
+)
 def test_bad_values_name_field_and_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DataConfig(**kwargs)

@@ -92,7 +92,7 @@ def test_packed_batches_keep_documents_apart(packed, short_docs_file):
                 n_segments += 1
                 np.testing.assert_array_equal(row["positions"][lo:hi], np.arange(hi - lo))
                 # targets are the inputs shifted within the segment, never the next segment's token
-                np.testing.assert_array_equal(row["targets"][lo:hi - 1], row["inputs"][lo + 1:hi])
+                np.testing.assert_array_equal(row["targets"][lo : hi - 1], row["inputs"][lo + 1 : hi])
                 assert row["inputs"][lo] == tok.bos_id
                 # what a position may attend to (same segment, causal) is one whole document
                 seen = tok.decode([*row["inputs"][lo:hi], row["targets"][hi - 1]])
@@ -158,8 +158,9 @@ def test_process_rows_compose_the_single_process_batches(docs_file, cache_dir):
     path, _ = docs_file
     cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
     single = build_data(cfg, batch_size=4)
-    shards = [build_data(cfg, batch_size=2, tokenizer=single.tokenizer, process_index=p, process_count=2)
-              for p in range(2)]
+    shards = [
+        build_data(cfg, batch_size=2, tokenizer=single.tokenizer, process_index=p, process_count=2) for p in range(2)
+    ]
     with single.train_iterator() as it:
         expected = take(it, 7)
     parts = []
@@ -197,8 +198,10 @@ def test_packed_eval_counts_every_document_token(packed):
 def test_eval_is_sharded_with_equal_batch_counts(docs_file, cache_dir, stream):
     path, _ = docs_file
     cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
-    per_process = [list(build_data(cfg, batch_size=B, tokenizer=stream.tokenizer, process_index=p,
-                                   process_count=3).eval_batches()) for p in range(3)]
+    per_process = [
+        list(build_data(cfg, batch_size=B, tokenizer=stream.tokenizer, process_index=p, process_count=3).eval_batches())
+        for p in range(3)
+    ]
     assert len({len(b) for b in per_process}) == 1
     total = sum(b["weights"].sum() for batches in per_process for b in batches)
     assert total == len(stream.pipeline.tokens("val")) - 1

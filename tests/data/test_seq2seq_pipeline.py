@@ -12,8 +12,15 @@ B, S, T = 4, 28, 30
 
 @pytest.fixture(scope="module")
 def cfg(parallel_dir, cache_dir):
-    return DataConfig(dataset="parallel", dir=str(parallel_dir), src_lang="de", tgt_lang="en",
-                      seq_len=T, max_src_len=S, cache_dir=cache_dir)
+    return DataConfig(
+        dataset="parallel",
+        dir=str(parallel_dir),
+        src_lang="de",
+        tgt_lang="en",
+        seq_len=T,
+        max_src_len=S,
+        cache_dir=cache_dir,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +38,7 @@ def check_row(data, batch, r):
     assert batch["src"][r][ns - 1] == tok.eos_id and (batch["src"][r][ns:] == 0).all()
     np.testing.assert_array_equal(batch["src_positions"][r][:ns], np.arange(ns))
     assert batch["tgt_in"][r][0] == tok.bos_id and batch["tgt_out"][r][nt - 1] == tok.eos_id
-    np.testing.assert_array_equal(batch["tgt_in"][r][1:nt], batch["tgt_out"][r][:nt - 1])
+    np.testing.assert_array_equal(batch["tgt_in"][r][1:nt], batch["tgt_out"][r][: nt - 1])
     np.testing.assert_array_equal(batch["weights"][r], batch["tgt_segment_ids"][r].astype(np.float32))
     np.testing.assert_array_equal(batch["tgt_positions"][r][:nt], np.arange(nt))
 
@@ -43,8 +50,11 @@ def test_batch_format(data):
     shapes = {k: (v.shape, v.dtype.name) for k, v in batch.items()}
     src_keys = ("src", "src_segment_ids", "src_positions")
     tgt_keys = ("tgt_in", "tgt_out", "tgt_segment_ids", "tgt_positions")
-    assert shapes == {**{k: ((B, S), "int32") for k in src_keys},
-                      **{k: ((B, T), "int32") for k in tgt_keys}, "weights": ((B, T), "float32")}
+    assert shapes == {
+        **{k: ((B, S), "int32") for k in src_keys},
+        **{k: ((B, T), "int32") for k in tgt_keys},
+        "weights": ((B, T), "float32"),
+    }
     assert shapes == {k: (s, d.name) for k, (s, d) in data.batch_spec().items()}
     for r in range(B):
         check_row(data, batch, r)
@@ -100,12 +110,18 @@ def test_eval_covers_each_pair_once_with_padded_last_batch(data):
 
 @pytest.mark.filterwarnings("ignore:some pairs are longer")
 def test_multi30k_sentencepiece(multi30k, cache_dir):
-    cfg = DataConfig(dataset="parallel", dir=str(multi30k), tokenizer="sentencepiece", vocab_size=1000,
-                     seq_len=64, max_src_len=64, cache_dir=cache_dir, sp_max_sentences=20000)
+    cfg = DataConfig(
+        dataset="parallel",
+        dir=str(multi30k),
+        tokenizer="sentencepiece",
+        vocab_size=1000,
+        seq_len=64,
+        max_src_len=64,
+        cache_dir=cache_dir,
+        sp_max_sentences=20000,
+    )
     data = build_data(cfg, batch_size=8)
     assert data.vocab_size == 1000
     batch = next(iter(data.eval_batches()))
-    assert data.tokenizer.decode(batch["src"][0]) == \
-        "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
-    assert data.tokenizer.decode(batch["tgt_out"][0]) == \
-        "A group of men are loading cotton onto a truck"
+    assert data.tokenizer.decode(batch["src"][0]) == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
+    assert data.tokenizer.decode(batch["tgt_out"][0]) == "A group of men are loading cotton onto a truck"

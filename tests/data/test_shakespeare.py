@@ -5,6 +5,7 @@ import socket
 
 import numpy as np
 
+from transformer_jax.benchmarks.data import measure_throughput
 from transformer_jax.data import (
     SHAKESPEARE_PLAYS,
     DataConfig,
@@ -12,16 +13,16 @@ from transformer_jax.data import (
     shakespeare_text,
     write_shakespeare,
 )
-from transformer_jax.data.bench import measure_throughput
 from transformer_jax.data.shakespeare import markdown_to_text
 
 
 def test_markdown_conversion():
-    md = ("# Play\n\n## ACT I\n\n### SCENE I. A room.\n\n_Enter HAMLET and\nHORATIO_\n\n"
-          "**HAMLET**  \nTo be, or not\\-- to be:  \n_\\[Aside]_  \nthat is _\\[Aside]_ the question.\n\n"
-          "*Exit.*\n\n**HORATIO**  \n*[Drawing.]*\nMy lord.\n\n**GHOST**  \n_Beneath_\n")
-    assert markdown_to_text(md) == (
-        "HAMLET:\nTo be, or not-- to be:\nthat is the question.\n\nHORATIO:\nMy lord.\n\n")
+    md = (
+        "# Play\n\n## ACT I\n\n### SCENE I. A room.\n\n_Enter HAMLET and\nHORATIO_\n\n"
+        "**HAMLET**  \nTo be, or not\\-- to be:  \n_\\[Aside]_  \nthat is _\\[Aside]_ the question.\n\n"
+        "*Exit.*\n\n**HORATIO**  \n*[Drawing.]*\nMy lord.\n\n**GHOST**  \n_Beneath_\n"
+    )
+    assert markdown_to_text(md) == ("HAMLET:\nTo be, or not-- to be:\nthat is the question.\n\nHORATIO:\nMy lord.\n\n")
 
 
 def test_corpus_is_real_plain_shakespeare(tmp_path):

@@ -6,8 +6,15 @@ import pytest
 from transformer_jax.data import DataConfig, build_data
 from transformer_jax.data.synthetic import SyntheticSource
 
-SMALL = dict(synthetic_train_size=64, synthetic_val_size=16, synthetic_min_len=3,
-             synthetic_max_len=8, synthetic_vocab=10, seq_len=24, max_src_len=24)
+SMALL = dict(
+    synthetic_train_size=64,
+    synthetic_val_size=16,
+    synthetic_min_len=3,
+    synthetic_max_len=8,
+    synthetic_vocab=10,
+    seq_len=24,
+    max_src_len=24,
+)
 
 EXPECTED = {
     "copy": lambda p: list(p),
@@ -24,7 +31,7 @@ def split_lm_row(tok, batch, r):
     sep = x.index(tok.sep_id)
     to_symbols = lambda ids: [int(i) - tok.sep_id - 1 for i in ids]
     weighted = batch["targets"][r][batch["weights"][r] > 0]
-    return to_symbols(x[1:sep]), to_symbols(x[sep + 1:]), to_symbols(weighted)
+    return to_symbols(x[1:sep]), to_symbols(x[sep + 1 :]), to_symbols(weighted)
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "sort", "associative_recall"])
@@ -35,8 +42,9 @@ def test_lm_rows_have_correct_answers_and_answer_only_weights(task):
         batches = [next(it) for _ in range(3)]
     batches += list(data.eval_batches())
     for batch in batches:
-        np.testing.assert_array_equal(batch["targets"][:, :-1] * (batch["segment_ids"][:, 1:] > 0),
-                                      batch["inputs"][:, 1:])
+        np.testing.assert_array_equal(
+            batch["targets"][:, :-1] * (batch["segment_ids"][:, 1:] > 0), batch["inputs"][:, 1:]
+        )
         for r in range(8):
             if batch["segment_ids"][r].sum() == 0:
                 continue

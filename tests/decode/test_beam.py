@@ -12,22 +12,35 @@ EOS = 0
 # A first-order Markov "model": P(next | last token), rows = last token (3 = BOS).
 # From BOS, 'a' (1) is the most likely, but after 'a' every continuation is uncertain; 'b' (2)
 # is less likely yet almost surely followed by EOS. Greedy: a + (best after a); beam: b EOS.
-P = np.array([
-    [1.00, 0.00, 0.00, 0.00],  # after EOS (unused)
-    [0.25, 0.25, 0.25, 0.25],  # after a
-    [0.90, 0.05, 0.05, 0.00],  # after b
-    [0.10, 0.50, 0.40, 0.00],  # after BOS
-])
+P = np.array(
+    [
+        [1.00, 0.00, 0.00, 0.00],  # after EOS (unused)
+        [0.25, 0.25, 0.25, 0.25],  # after a
+        [0.90, 0.05, 0.05, 0.00],  # after b
+        [0.10, 0.50, 0.40, 0.00],  # after BOS
+    ]
+)
 LOGITS = jnp.log(jnp.asarray(P) + 1e-12)
 
 
 def _run(beam_size, alpha=0.0, max_new=3, table=LOGITS, eos=EOS):
     B = 1
     seq = jnp.zeros((B, 1 + max_new), jnp.int32).at[:, 0].set(3)
-    step = lambda tok, cache: (table[tok[:, 0]], cache)  # noqa: E731
+    step = lambda tok, cache: (table[tok[:, 0]], cache)
     first = table[seq[:, 0]]
-    return beam_loop(step, jnp.zeros(()), first, seq, jnp.ones((B,), jnp.int32), start=1, beam_size=beam_size,
-                     max_new_tokens=max_new, alpha=alpha, eos_id=eos, reorder=lambda c, rows: c)
+    return beam_loop(
+        step,
+        jnp.zeros(()),
+        first,
+        seq,
+        jnp.ones((B,), jnp.int32),
+        start=1,
+        beam_size=beam_size,
+        max_new_tokens=max_new,
+        alpha=alpha,
+        eos_id=eos,
+        reorder=lambda c, rows: c,
+    )
 
 
 def _greedy(max_new=3):
@@ -62,7 +75,7 @@ def test_greedy_is_not_optimal_here_and_beam_finds_the_better_sequence():
     greedy, greedy_logp = _greedy()
     assert greedy[0] == 1  # greedy takes 'a' first
     out = _run(beam_size=2)
-    toks = np.asarray(out.tokens[0, 0, :int(out.lengths[0, 0])]).tolist()
+    toks = np.asarray(out.tokens[0, 0, : int(out.lengths[0, 0])]).tolist()
     assert toks == [2, EOS]
     assert float(out.log_probs[0, 0]) > greedy_logp + 0.5
     np.testing.assert_allclose(float(out.log_probs[0, 0]), np.log(0.4 * 0.9), rtol=1e-5)
@@ -71,7 +84,7 @@ def test_greedy_is_not_optimal_here_and_beam_finds_the_better_sequence():
 def test_width_one_is_greedy():
     out = _run(beam_size=1)
     greedy, logp = _greedy()
-    assert np.asarray(out.tokens[0, 0, :int(out.lengths[0, 0])]).tolist() == greedy
+    assert np.asarray(out.tokens[0, 0, : int(out.lengths[0, 0])]).tolist() == greedy
     np.testing.assert_allclose(float(out.log_probs[0, 0]), logp, rtol=1e-5)
 
 
@@ -85,7 +98,7 @@ def test_wide_beam_equals_brute_force_n_best(alpha):
     for i in range(4):
         score, toks = exact[i]
         np.testing.assert_allclose(float(out.scores[0, i]), score, rtol=1e-5)
-        assert tuple(np.asarray(out.tokens[0, i, :int(out.lengths[0, i])]).tolist()) == toks
+        assert tuple(np.asarray(out.tokens[0, i, : int(out.lengths[0, i])]).tolist()) == toks
 
 
 def test_length_penalty_formula():

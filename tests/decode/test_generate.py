@@ -32,26 +32,38 @@ def _lm(case):
 @pytest.mark.parametrize("case", sorted(LM_CASES))
 def test_lm_step_logits_equal_recompute(case):
     model = _lm(case)
-    out = generate(model, prompt_BP=PROMPT, prompt_lengths_B=LENGTHS, max_new_tokens=7, key=jax.random.key(3),
-                   sampling=SAMPLE, return_logits=True)
+    out = generate(
+        model,
+        prompt_BP=PROMPT,
+        prompt_lengths_B=LENGTHS,
+        max_new_tokens=7,
+        key=jax.random.key(3),
+        sampling=SAMPLE,
+        return_logits=True,
+    )
     seq = np.asarray(out.sequences)
     full, _ = model(jnp.asarray(seq))
     for b in range(len(PROMPT)):
-        np.testing.assert_array_equal(seq[b, :LENGTHS[b]], PROMPT[b, :LENGTHS[b]])  # prompt kept
+        np.testing.assert_array_equal(seq[b, : LENGTHS[b]], PROMPT[b, : LENGTHS[b]])  # prompt kept
         end = LENGTHS[b] + int(out.lengths[b])
         assert int(out.lengths[b]) == 7
-        np.testing.assert_array_equal(np.asarray(out.tokens[b]), seq[b, LENGTHS[b]:end])
+        np.testing.assert_array_equal(np.asarray(out.tokens[b]), seq[b, LENGTHS[b] : end])
         # logits[t] predicts token t: compare from the first slot after the common prefill on,
         # through the forced prompt tail and every generated token.
         for t in range(LENGTHS.min(), end):
-            np.testing.assert_allclose(np.asarray(out.logits[b, t]), np.asarray(full[b, t - 1]), atol=1e-5,
-                                       rtol=1e-5, err_msg=f"{case}: row {b}, slot {t}")
+            np.testing.assert_allclose(
+                np.asarray(out.logits[b, t]),
+                np.asarray(full[b, t - 1]),
+                atol=1e-5,
+                rtol=1e-5,
+                err_msg=f"{case}: row {b}, slot {t}",
+            )
 
 
 def test_lm_ragged_batch_equals_row_alone():
     model = _lm("rope_gqa")
     batch = generate(model, prompt_BP=PROMPT, prompt_lengths_B=LENGTHS, max_new_tokens=6, eos_id=3)
-    alone = generate(model, prompt_BP=PROMPT[1:2, :LENGTHS[1]], max_new_tokens=6, eos_id=3)  # the shortest
+    alone = generate(model, prompt_BP=PROMPT[1:2, : LENGTHS[1]], max_new_tokens=6, eos_id=3)  # the shortest
     np.testing.assert_array_equal(batch.tokens[1], alone.tokens[0])
 
 
@@ -91,8 +103,9 @@ def _ed(case):
 @pytest.mark.parametrize("case", sorted(ED_CASES))
 def test_encoder_decoder_step_logits_equal_recompute(case):
     model = _ed(case)
-    out = translate(model, src_BS=SRC, max_new_tokens=8, key=jax.random.key(1), sampling=SAMPLE, eos_id=None,
-                    return_logits=True)
+    out = translate(
+        model, src_BS=SRC, max_new_tokens=8, key=jax.random.key(1), sampling=SAMPLE, eos_id=None, return_logits=True
+    )
     seq = jnp.asarray(out.sequences)
     assert np.all(np.asarray(seq[:, 0]) == 1)  # BOS
     full, _ = model(jnp.asarray(SRC), seq[:, :-1], src_segment_ids_BS=jnp.asarray(SRC != 0, jnp.int32))
@@ -102,8 +115,9 @@ def test_encoder_decoder_step_logits_equal_recompute(case):
 def test_beam_width_one_equals_greedy_lm():
     model = _lm("rope_gqa")
     greedy = generate(model, prompt_BP=PROMPT, prompt_lengths_B=LENGTHS, max_new_tokens=6, eos_id=3)
-    beam = beam_search(model, prompt_BP=PROMPT, prompt_lengths_B=LENGTHS, max_new_tokens=6, beam_size=1, alpha=0.0,
-                       eos_id=3)
+    beam = beam_search(
+        model, prompt_BP=PROMPT, prompt_lengths_B=LENGTHS, max_new_tokens=6, beam_size=1, alpha=0.0, eos_id=3
+    )
     np.testing.assert_array_equal(beam.tokens[:, 0], greedy.tokens)
     np.testing.assert_array_equal(beam.lengths[:, 0], greedy.lengths)
 
@@ -135,7 +149,7 @@ def test_beam_n_best_scores_are_length_normalised_log_probs():
     np.testing.assert_allclose(np.asarray(out.log_probs), logp, atol=1e-4)
     np.testing.assert_allclose(scores, logp / ((5 + lengths) / 6) ** alpha, atol=1e-4)
     for b in range(len(SRC)):
-        hyps = [tuple(tokens[b, i, :lengths[b, i]]) for i in range(W)]
+        hyps = [tuple(tokens[b, i, : lengths[b, i]]) for i in range(W)]
         assert len(set(hyps)) == W, "distinct hypotheses"
         for h in hyps:
             assert eos not in h[:-1] and (h[-1] == eos or len(h) == N)

@@ -23,12 +23,12 @@ def _expected(cfg: SamplingConfig) -> np.ndarray:
     order = np.argsort(-p)
     keep = np.zeros_like(p, bool)
     if cfg.strategy == "top_k":
-        keep[order[:cfg.top_k]] = True
+        keep[order[: cfg.top_k]] = True
         if cfg.uniform_top_k:
             return keep / keep.sum()
     elif cfg.strategy == "top_p":
         cum = np.cumsum(p[order])
-        keep[order[:int(np.searchsorted(cum, cfg.top_p)) + 1]] = True
+        keep[order[: int(np.searchsorted(cum, cfg.top_p)) + 1]] = True
     else:
         keep[:] = True
     q = np.where(keep, p, 0.0)
@@ -68,9 +68,16 @@ def test_chi_square_detects_a_wrong_distribution():
     assert stats.chisquare(counts, N_DRAWS * _expected(SamplingConfig("sample", temperature=0.5))).pvalue < 1e-6
 
 
-@pytest.mark.parametrize("cfg", [SamplingConfig("top_k", top_k=1), SamplingConfig("top_p", top_p=1e-6),
-                                 SamplingConfig("top_k", top_k=1, uniform_top_k=True),
-                                 SamplingConfig("top_p", top_p=1e-6, temperature=3.0)], ids=str)
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SamplingConfig("top_k", top_k=1),
+        SamplingConfig("top_p", top_p=1e-6),
+        SamplingConfig("top_k", top_k=1, uniform_top_k=True),
+        SamplingConfig("top_p", top_p=1e-6, temperature=3.0),
+    ],
+    ids=str,
+)
 def test_degenerate_settings_equal_greedy(cfg):
     logits = jax.random.normal(jax.random.key(0), (64, 50))
     greedy = pick(logits, None, SamplingConfig("greedy"))
@@ -86,8 +93,9 @@ def test_deterministic_for_a_key():
     assert not np.array_equal(a, pick(logits, jax.random.key(8), cfg))
 
 
-@pytest.mark.parametrize("field,value", [("temperature", 0.0), ("top_k", 0), ("top_p", 0.0), ("top_p", 1.5),
-                                         ("strategy", "nucleus")])
+@pytest.mark.parametrize(
+    "field,value", [("temperature", 0.0), ("top_k", 0), ("top_p", 0.0), ("top_p", 1.5), ("strategy", "nucleus")]
+)
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(Exception, match=f"sample.{field}"):
         SamplingConfig(**{field: value})

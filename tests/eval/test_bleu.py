@@ -9,7 +9,7 @@ from transformer_jax.eval import corpus_bleu
 
 
 def _ngrams(words, n):
-    return collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return collections.Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
 
 
 def _bleu_by_hand(hyps, refs):

@@ -28,8 +28,11 @@ def test_perplexity_is_token_weighted_and_skips_padding():
     got = perplexity(graphdef, nnx.to_pure_dict(params), nnx.to_pure_dict(rest), batches, "lm")
     nll = n = 0.0
     for b in batches:
-        logits, _ = model(jnp.asarray(b["inputs"]), positions_BT=jnp.asarray(b["positions"]),
-                          segment_ids_BT=jnp.asarray(b["segment_ids"]))
+        logits, _ = model(
+            jnp.asarray(b["inputs"]),
+            positions_BT=jnp.asarray(b["positions"]),
+            segment_ids_BT=jnp.asarray(b["segment_ids"]),
+        )
         logp = np.asarray(jax.nn.log_softmax(logits, -1))
         tok = np.take_along_axis(logp, b["targets"][..., None], -1)[..., 0]
         nll -= float((tok * b["weights"]).sum())

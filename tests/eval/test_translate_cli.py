@@ -11,7 +11,8 @@ from tests.cli_helpers import cli, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPERIMENT = os.path.join(ROOT, "experiments", "multi30k_de_en.py")
-WORDS = "the a man woman dog cat runs sits on in red blue big small street park".split()
+WORDS = ["the", "a", "man", "woman", "dog", "cat", "runs", "sits"]
+WORDS += ["on", "in", "red", "blue", "big", "small", "street", "park"]
 
 
 def _corpus(path, n_train=300, n_val=12):
@@ -28,15 +29,36 @@ def test_train_translate_eval(tmp_path):
     data.mkdir()
     sources = _corpus(data)
     workdir = tmp_path / "run"
-    summary, _ = train(workdir, f"data.dir={data}", f"data.cache_dir={tmp_path / 'cache'}", "data.tokenizer=byte",
-                       "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.n_layers=1",
-                       "model.n_encoder_layers=1", "train.steps=8", "train.eval_every=8", "train.checkpoint_every=8",
-                       "train.batch_size=16", "train.eval_batches=1", "train.optim.warmup_steps=4",
-                       experiment=EXPERIMENT)
+    summary, _ = train(
+        workdir,
+        f"data.dir={data}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.tokenizer=byte",
+        "model.d_model=32",
+        "model.n_heads=2",
+        "model.d_ff=64",
+        "model.n_layers=1",
+        "model.n_encoder_layers=1",
+        "train.steps=8",
+        "train.eval_every=8",
+        "train.checkpoint_every=8",
+        "train.batch_size=16",
+        "train.eval_batches=1",
+        "train.optim.warmup_steps=4",
+        experiment=EXPERIMENT,
+    )
     assert summary is not None and "val_bleu" in json.dumps(summary), summary
 
-    proc = cli("translate", "--workdir", str(workdir), "--beam", "2", "--max-new-tokens", "12",
-               input="".join(s + "\n" for s in sources))
+    proc = cli(
+        "translate",
+        "--workdir",
+        str(workdir),
+        "--beam",
+        "2",
+        "--max-new-tokens",
+        "12",
+        input="".join(s + "\n" for s in sources),
+    )
     hyps = proc.stdout.split("\n")[:-1]
     assert len(hyps) == len(sources), proc.stdout
     assert json.loads(proc.stderr.strip().splitlines()[-1])["sentences"] == len(sources)

@@ -25,24 +25,35 @@ def test_batched_translation_equals_one_at_a_time(model):
     batched = translate_ids(graphdef, state, sources, cfg)
     for src, got in zip(sources, batched):
         alone = np.zeros((1, 16), np.int32)  # right-padded like the batches, one compiled shape
-        alone[0, :len(src) + 1] = src + [2]
+        alone[0, : len(src) + 1] = src + [2]
         out = translate_beam(model, src_BS=alone, max_new_tokens=8, beam_size=2, alpha=cfg.alpha)
-        want = [int(t) for t in np.asarray(out.tokens[0, 0, :int(out.lengths[0, 0])]) if t not in (0, 1, 2)]
+        want = [int(t) for t in np.asarray(out.tokens[0, 0, : int(out.lengths[0, 0])]) if t not in (0, 1, 2)]
         assert got == want
 
 
 def test_validation_bleu_on_a_synthetic_task(model):
-    cfg = DataConfig(dataset="copy", task_format="seq2seq", synthetic_vocab=8, synthetic_min_len=2,
-                     synthetic_max_len=4, synthetic_val_size=6, max_src_len=8, seq_len=8)
+    cfg = DataConfig(
+        dataset="copy",
+        task_format="seq2seq",
+        synthetic_vocab=8,
+        synthetic_min_len=2,
+        synthetic_max_len=4,
+        synthetic_val_size=6,
+        max_src_len=8,
+        seq_len=8,
+    )
     data = build_data(cfg, batch_size=4)
     sources, refs = reference_pairs(data, "val")
     assert len(sources) == 6 and all(r.split() for r in refs)  # symbols as space-separated words
-    tiny = build_model(get_preset("original_tiny", vocab_size=data.vocab_size, dropout=0.0, n_layers=1,
-                                  n_encoder_layers=1))
+    tiny = build_model(
+        get_preset("original_tiny", vocab_size=data.vocab_size, dropout=0.0, n_layers=1, n_encoder_layers=1)
+    )
     graphdef, params, rest = nnx.split(tiny, nnx.Param, ...)
     run = types.SimpleNamespace(
-        graphdef=graphdef, data=data,
-        cfg=types.SimpleNamespace(data=cfg, model=tiny.cfg, train=types.SimpleNamespace(batch_size=4)))
+        graphdef=graphdef,
+        data=data,
+        cfg=types.SimpleNamespace(data=cfg, model=tiny.cfg, train=types.SimpleNamespace(batch_size=4)),
+    )
     state = types.SimpleNamespace(params=nnx.to_pure_dict(params), model_state=nnx.to_pure_dict(rest))
     out = validation_bleu(run, state, "val", max_batches=1)
     assert set(out) == {"bleu"} and 0.0 <= out["bleu"] <= 100.0
@@ -59,5 +70,7 @@ def test_sampled_translation_is_seeded_and_top_k_1_is_greedy(model):
     top1 = translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=SamplingConfig("top_k", top_k=1)))
     assert top1 == greedy
     hot = SamplingConfig("sample", temperature=5.0)
-    a, b, c = (translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=hot, seed=s)) for s in (0, 0, 1))
+    a, b, c = (
+        translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=hot, seed=s)) for s in (0, 0, 1)
+    )
     assert a == b and a != c

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from transformer_jax.configlib import ConfigError
+from transformer_jax.core.configlib import ConfigError
 from transformer_jax.models import BaselineConfig, NGramLM, baseline_model_config
 
 A, B, C, D = 0, 1, 2, 3
@@ -65,7 +65,7 @@ def _naive_kn(seqs, V, n, D):
     for s in seqs:
         for m in range(1, n + 1):
             for i in range(len(s) - m + 1):
-                counts[m][tuple(s[i:i + m])] += 1
+                counts[m][tuple(s[i : i + m])] += 1
     cont = [Counter() for _ in range(n + 1)]
     for m in range(1, n):
         for g in counts[m + 1]:
@@ -111,7 +111,7 @@ def test_row_log_probs_use_the_rows_segment_context(tmp_path):
     for b in range(2):
         for t in range(7):
             start = max(i for i in range(t + 1) if i == 0 or seg[b, i] != seg[b, i - 1])
-            hist = inputs[b, max(start, t - 1):t + 1]
+            hist = inputs[b, max(start, t - 1) : t + 1]
             dist = lm.distribution(hist)
             assert logp[b, t] == pytest.approx(np.log(dist[targets[b, t]]), abs=1e-12)
             assert best[b, t] == np.argmax(dist)

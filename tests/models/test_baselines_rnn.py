@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from transformer_jax.configlib import ConfigError
+from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import SamplingConfig, generate
 from transformer_jax.models import BaselineConfig, baseline_model_config, build_model
-from transformer_jax.models.baselines.config import CELLS as CELL_NAMES
 from transformer_jax.models.baselines.rnn import CELLS, GRUCell, LSTMCell
 
 
@@ -33,8 +32,10 @@ def _cell_inputs(cell, names, seed=0):
     return x, carry
 
 
-def test_cell_registry_matches_config_choices():
-    assert tuple(CELLS.names()) == CELL_NAMES
+def test_config_checks_cells_against_the_registry():
+    assert tuple(CELLS.names()) == ("lstm", "gru")
+    with pytest.raises(ConfigError, match="model.baseline.cell='rnn': unknown RNN cell"):
+        baseline_model_config("rnn_lm", BaselineConfig(cell="rnn"), vocab_size=10)
 
 
 def test_lstm_step_matches_numpy():
@@ -91,8 +92,9 @@ def grad_matrix(model, T, **kw):
 
     @jax.jit
     def jac(state, emb):
-        fn = lambda e: jnp.einsum("btv,v->t", nnx.merge(graphdef, state)(jnp.zeros((2, T), jnp.int32),
-                                                                          embeddings_BTD=e, **kw)[0], w)
+        fn = lambda e: jnp.einsum(
+            "btv,v->t", nnx.merge(graphdef, state)(jnp.zeros((2, T), jnp.int32), embeddings_BTD=e, **kw)[0], w
+        )
         return jnp.abs(jax.jacrev(fn)(emb)).sum(axis=(1, 3))
 
     return np.asarray(jac(state, emb))
@@ -135,7 +137,7 @@ def test_cache_continuation_equals_full_pass(cell):
     first, aux = call(tokens[:, :4], cache=model.init_cache(2, 7))
     rest = []
     for t in range(4, 7):
-        logits, aux = call(tokens[:, t:t + 1], cache=aux["cache"])
+        logits, aux = call(tokens[:, t : t + 1], cache=aux["cache"])
         rest.append(logits)
     chex.assert_trees_all_close(jnp.concatenate([first, *rest], axis=1), full, atol=1e-5)
 
@@ -151,8 +153,15 @@ def test_sampling_through_generate(cell):
     prompt = jnp.array([[1, 2, 3], [4, 5, 6]])
     greedy = _tokens(generate(model, prompt_BP=prompt, max_new_tokens=5))
     np.testing.assert_array_equal(greedy, greedy_by_recompute(model, np.asarray(prompt), 5))
-    top_k = _tokens(generate(model, prompt_BP=prompt, max_new_tokens=6, key=jax.random.key(1),
-                             sampling=SamplingConfig(strategy="top_k", top_k=3)))
+    top_k = _tokens(
+        generate(
+            model,
+            prompt_BP=prompt,
+            max_new_tokens=6,
+            key=jax.random.key(1),
+            sampling=SamplingConfig(strategy="top_k", top_k=3),
+        )
+    )
     assert top_k.shape == (2, 6) and top_k.min() >= 0 and top_k.max() < 13
 
 

@@ -10,13 +10,13 @@ import pytest
 
 from transformer_jax.data import DataConfig
 from transformer_jax.decode import SamplingConfig, generate
+from transformer_jax.eval.evaluate import evaluate, make_eval_step
+from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import BaselineConfig, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.evaluate import evaluate
-from transformer_jax.train.loop import setup, train
+from transformer_jax.train.loop import train
 from transformer_jax.train.optim import OptimConfig
-from transformer_jax.train.step import make_eval_step
-from transformer_jax.train.tasks import TASKS
+from transformer_jax.train.run import setup
 
 from .test_baselines_rnn import _tokens
 
@@ -40,10 +40,20 @@ def test_trains_evaluates_and_samples_like_a_transformer(kind, corpus, tmp_path)
     kw = dict(MODELS[kind])
     model = baseline_model_config(kind, kw.pop("baseline"), **kw)
     path, cache = corpus
-    cfg = Config(model=model, data=DataConfig(dataset="text", path=path, cache_dir=cache, seq_len=16),
-                 train=TrainConfig(steps=3, batch_size=8, eval_every=3, eval_batches=2, log_every=1,
-                                   checkpoint_every=3, peak_flops=1e12,  # no GEMM peak measurement
-                                   optim=OptimConfig(lr=3e-3, warmup_steps=1)))
+    cfg = Config(
+        model=model,
+        data=DataConfig(dataset="text", path=path, cache_dir=cache, seq_len=16),
+        train=TrainConfig(
+            steps=3,
+            batch_size=8,
+            eval_every=3,
+            eval_batches=2,
+            log_every=1,
+            checkpoint_every=3,
+            peak_flops=1e12,  # no GEMM peak measurement
+            optim=OptimConfig(lr=3e-3, warmup_steps=1),
+        ),
+    )
     summary = train(cfg, str(tmp_path), devices=jax.devices()[:1])
     assert summary["step"] == 3 and np.isfinite(summary["val_loss"]) and summary["params"] > 0
     run, _ = setup(cfg, str(tmp_path), devices=jax.devices()[:1])
@@ -54,7 +64,12 @@ def test_trains_evaluates_and_samples_like_a_transformer(kind, corpus, tmp_path)
     params = jax.device_get((run.state.params, run.state.model_state))
     prompt = np.asarray([run.data.tokenizer.encode("the ")])
     for strategy in ("greedy", "top_k"):
-        out = generate(run.graphdef, params, prompt_BP=prompt, max_new_tokens=10,
-                       sampling=SamplingConfig(strategy=strategy, top_k=3))
+        out = generate(
+            run.graphdef,
+            params,
+            prompt_BP=prompt,
+            max_new_tokens=10,
+            sampling=SamplingConfig(strategy=strategy, top_k=3),
+        )
         tokens = _tokens(out)
-        assert tokens.shape == (1, 10) and 0 <= tokens.min() and tokens.max() < run.data.vocab_size
+        assert tokens.shape == (1, 10) and tokens.min() >= 0 and tokens.max() < run.data.vocab_size

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.configlib import ConfigError
+from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import SamplingConfig, generate
 from transformer_jax.models import BaselineConfig, baseline_model_config, build_model
 
@@ -17,8 +17,11 @@ N = 3
 
 
 def _model(direct=False, **kw):
-    cfg = baseline_model_config("window_lm", BaselineConfig(window=N, direct=direct),
-                                **{"vocab_size": 11, "d_model": 4, "d_ff": 6, "n_layers": 1, **kw})
+    cfg = baseline_model_config(
+        "window_lm",
+        BaselineConfig(window=N, direct=direct),
+        **{"vocab_size": 11, "d_model": 4, "d_ff": 6, "n_layers": 1, **kw},
+    )
     model = build_model(cfg)
     if direct:  # initialised at zero; make the path visible
         model.direct.kernel[...] = jax.random.normal(jax.random.key(5), model.direct.kernel.shape)
@@ -66,7 +69,7 @@ def test_cache_continuation_equals_full_pass():
     out, aux = call(tokens[:, :2], cache=model.init_cache(2, 7))
     parts = [out]
     for t in range(2, 7):
-        logits, aux = call(tokens[:, t:t + 1], cache=aux["cache"])
+        logits, aux = call(tokens[:, t : t + 1], cache=aux["cache"])
         parts.append(logits)
     chex.assert_trees_all_close(jnp.concatenate(parts, axis=1), full, atol=1e-5)
 
@@ -76,8 +79,15 @@ def test_sampling_through_generate():
     prompt = jnp.array([[1, 2, 3, 4], [5, 6, 7, 8]])
     greedy = _tokens(generate(model, prompt_BP=prompt, max_new_tokens=4))
     np.testing.assert_array_equal(greedy, greedy_by_recompute(model, np.asarray(prompt), 4))
-    top_k = _tokens(generate(model, prompt_BP=prompt, max_new_tokens=5, key=jax.random.key(1),
-                             sampling=SamplingConfig(strategy="top_k", top_k=3)))
+    top_k = _tokens(
+        generate(
+            model,
+            prompt_BP=prompt,
+            max_new_tokens=5,
+            key=jax.random.key(1),
+            sampling=SamplingConfig(strategy="top_k", top_k=3),
+        )
+    )
     assert top_k.shape == (2, 5) and top_k.min() >= 0 and top_k.max() < 11
 
 

@@ -19,10 +19,10 @@ DECODER_VARIANTS = {
     "llama_gqa": dict(preset="llama_tiny"),
     "alibi_post": dict(preset="gpt2_tiny", position="alibi", placement="post"),
     "relative_deepnorm": dict(preset="gpt2_tiny", position="relative_bias", placement="deepnorm"),
-    "sinusoidal_window": dict(preset="gpt2_tiny", position="sinusoidal", attention_kind="sliding_window",
-                              attention_window=3),
-    "rope_chunked_scan": dict(preset="llama_tiny", attention_impl="chunked", attention_block_size=4,
-                              scan_layers=True),
+    "sinusoidal_window": dict(
+        preset="gpt2_tiny", position="sinusoidal", attention_kind="sliding_window", attention_window=3
+    ),
+    "rope_chunked_scan": dict(preset="llama_tiny", attention_impl="chunked", attention_block_size=4, scan_layers=True),
     "linear_attention": dict(preset="llama_tiny", attention_kind="linear"),
 }
 
@@ -47,7 +47,7 @@ def test_decoder_lm_is_causal_by_gradient(variant):
     fn = lambda e: model(jnp.zeros((2, T), jnp.int32), embeddings_BTD=e)[0]
     for t in (0, 3, T - 1):
         rows = _input_grad_rows(fn, emb, t)
-        assert np.all(rows[t + 1:] == 0.0), (variant, t, rows)
+        assert np.all(rows[t + 1 :] == 0.0), (variant, t, rows)
         assert np.all(rows[: t + 1] > 0.0) or model.cfg.attention_kind == "sliding_window", (variant, t, rows)
 
 
@@ -60,7 +60,7 @@ def test_encoder_decoder_decoder_is_causal_by_gradient():
     fn = lambda e: model.decode(jnp.zeros((2, T), jnp.int32), memory, tgt_embeddings_BTD=e)[0]
     for t in (0, 2, T - 1):
         rows = _input_grad_rows(fn, emb, t)
-        assert np.all(rows[t + 1:] == 0.0) and np.all(rows[: t + 1] > 0.0), (t, rows)
+        assert np.all(rows[t + 1 :] == 0.0) and np.all(rows[: t + 1] > 0.0), (t, rows)
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama_gqa", "relative_deepnorm"])
@@ -151,6 +151,8 @@ def test_deepnorm_scales_residual_branch_init_by_beta():
         a = np.asarray(getattr(post.layers.layers[0].self_attn, name).kernel[...])
         b = np.asarray(getattr(deep.layers.layers[0].self_attn, name).kernel[...])
         np.testing.assert_allclose(b, a * beta, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(deep.layers.layers[0].self_attn.q.kernel[...]),
-                               np.asarray(post.layers.layers[0].self_attn.q.kernel[...]))
+    np.testing.assert_allclose(
+        np.asarray(deep.layers.layers[0].self_attn.q.kernel[...]),
+        np.asarray(post.layers.layers[0].self_attn.q.kernel[...]),
+    )
     assert deep.layers.layers[0].cfg.alpha == pytest.approx((2 * 6) ** 0.25)

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from transformer_jax.configlib import ConfigError, apply_overrides
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import ModelConfig, get_preset
 
 INVALID = [
@@ -55,8 +56,16 @@ class _Outer:
 
 
 def test_overrides_parse_types_and_suggest_names():
-    cfg = apply_overrides(_Outer(), ["model.n_layers=8", "model.attention_window=None", "steps=1_000",
-                                     "model.use_bias=false", "model.dropout=0.25"])
+    cfg = apply_overrides(
+        _Outer(),
+        [
+            "model.n_layers=8",
+            "model.attention_window=None",
+            "steps=1_000",
+            "model.use_bias=false",
+            "model.dropout=0.25",
+        ],
+    )
     assert cfg.model.n_layers == 8 and cfg.steps == 1000 and cfg.model.use_bias is False
     assert cfg.model.dropout == 0.25
     with pytest.raises(ConfigError, match="model.n_layers"):

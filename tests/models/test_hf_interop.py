@@ -23,8 +23,9 @@ def _tokens(vocab, shape=(2, 12), seed=0):
 
 def test_gpt2_logits_match_hugging_face():
     torch.manual_seed(0)
-    hf_cfg = transformers.GPT2Config(vocab_size=101, n_positions=32, n_embd=48, n_layer=3, n_head=4,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    hf_cfg = transformers.GPT2Config(
+        vocab_size=101, n_positions=32, n_embd=48, n_layer=3, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
     hf = transformers.GPT2LMHeadModel(hf_cfg).eval()
     model = build_model(gpt2_config(hf_cfg.to_dict()))
     load_gpt2(model, _state_dict(hf))
@@ -38,10 +39,18 @@ def test_gpt2_logits_match_hugging_face():
 @pytest.mark.parametrize("n_kv_heads", [2, 1])
 def test_llama_gqa_logits_match_hugging_face(n_kv_heads):
     torch.manual_seed(0)
-    hf_cfg = transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=n_kv_heads,
-                                      max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
-                                      attention_bias=False)
+    hf_cfg = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=n_kv_heads,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        attention_bias=False,
+    )
     hf = transformers.LlamaForCausalLM(hf_cfg).eval()
     model = build_model(llama_config(hf_cfg.to_dict()))
     load_llama(model, _state_dict(hf))

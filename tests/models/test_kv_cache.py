@@ -29,7 +29,7 @@ def test_decoder_lm_cache_equals_recompute(case):
     np.testing.assert_allclose(np.asarray(logits), np.asarray(full[:, :4]), atol=1e-5, rtol=1e-5)
     cache = aux["cache"]
     for t in range(4, 9):
-        logits, aux = model(tokens[:, t:t + 1], cache=cache)
+        logits, aux = model(tokens[:, t : t + 1], cache=cache)
         cache = aux["cache"]
         np.testing.assert_allclose(np.asarray(logits[:, 0]), np.asarray(full[:, t]), atol=1e-5, rtol=1e-5)
 
@@ -44,6 +44,6 @@ def test_encoder_decoder_cache_equals_recompute(scan):
     memory, _ = model.encode(src, src_segment_ids_BS=src_seg)
     cache = model.init_cache(memory, 8)
     for t in range(6):
-        logits, aux = model.decode(tgt[:, t:t + 1], None, src_segment_ids_BS=src_seg, cache=cache)
+        logits, aux = model.decode(tgt[:, t : t + 1], None, src_segment_ids_BS=src_seg, cache=cache)
         cache = aux["cache"]
         np.testing.assert_allclose(np.asarray(logits[:, 0]), np.asarray(full[:, t]), atol=1e-5, rtol=1e-5)

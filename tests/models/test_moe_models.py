@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from transformer_jax import configlib
-from transformer_jax.configlib import ConfigError
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import ModelConfig, build_model, count_params, get_preset
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.mlp import FeedForward
@@ -111,7 +111,7 @@ def test_grouped_scan_cache_equals_recompute():
     step = jax.jit(lambda s, t, c: nnx.merge(graphdef, s)(t, cache=c))
     cache = model.init_cache(2, 8)
     for t in range(5):
-        logits, aux = step(state, tokens[:, t:t + 1], cache)
+        logits, aux = step(state, tokens[:, t : t + 1], cache)
         cache = aux["cache"]
         np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5, rtol=1e-5)
 
@@ -122,8 +122,9 @@ def test_encoder_decoder_aggregates_both_stacks():
     src, tgt = random_tokens(jax.random.key(0), (2, 5), 100), random_tokens(jax.random.key(1), (2, 4), 100)
     graphdef, state = nnx.split(model)
     logits, aux = jax.eval_shape(lambda st, s, t: nnx.merge(graphdef, st)(s, t), state, src, tgt)
-    assert set(aux["losses"]) == {f"{side}/{name}" for side in ("encoder", "decoder")
-                                  for name in ("moe_balance", "router_z")}
+    assert set(aux["losses"]) == {
+        f"{side}/{name}" for side in ("encoder", "decoder") for name in ("moe_balance", "router_z")
+    }
     assert aux["metrics"]["encoder/moe_load"].shape == (2, 4)
     assert "moe" not in aux.get("encoder", {}) and "moe" not in aux.get("decoder", {})
 
@@ -152,13 +153,18 @@ def test_invalid_moe_config_names_field(kwargs, field, hint):
     assert str(err.value).startswith(field + "=") and hint in str(err.value), str(err.value)
 
 
-@pytest.mark.parametrize("kwargs,hint", [
-    (dict(n_layers=2, moe=MoEConfig(every=3)), "leaves a stack without MoE"),
-    (dict(n_layers=3, scan_layers=True, moe=MoEConfig(every=2)), "does not divide model.n_layers=3"),
-    (dict(kind="encoder_decoder", n_encoder_layers=2, n_layers=2, scan_layers=True, moe=MoEConfig(every=2)),
-     "not supported for encoder_decoder"),
-    (dict(d_ff=100, moe=MoEConfig(segments=8)), "model.moe.segments=8"),
-])
+@pytest.mark.parametrize(
+    "kwargs,hint",
+    [
+        (dict(n_layers=2, moe=MoEConfig(every=3)), "leaves a stack without MoE"),
+        (dict(n_layers=3, scan_layers=True, moe=MoEConfig(every=2)), "does not divide model.n_layers=3"),
+        (
+            dict(kind="encoder_decoder", n_encoder_layers=2, n_layers=2, scan_layers=True, moe=MoEConfig(every=2)),
+            "not supported for encoder_decoder",
+        ),
+        (dict(d_ff=100, moe=MoEConfig(segments=8)), "model.moe.segments=8"),
+    ],
+)
 def test_invalid_model_moe_combinations(kwargs, hint):
     with pytest.raises(ConfigError, match="model.moe") as err:
         ModelConfig(**kwargs)
@@ -166,9 +172,14 @@ def test_invalid_model_moe_combinations(kwargs, hint):
 
 
 def test_moe_settings_from_the_command_line():
-    cfg = configlib.apply_overrides(get_preset("gpt2_tiny"), ["moe.n_experts=4", "moe.dispatch=expert_parallel",
-                                                              "moe.capacity_factor=1.5"])
+    cfg = apply_overrides(
+        get_preset("gpt2_tiny"),
+        ["moe=on", "moe.n_experts=4", "moe.dispatch=expert_parallel", "moe.capacity_factor=1.5"],
+    )
     assert cfg.moe == MoEConfig(n_experts=4, dispatch="expert_parallel", capacity_factor=1.5)
+    with pytest.raises(ConfigError, match=r"moe is None \(off\).*--set moe=on"):
+        apply_overrides(get_preset("gpt2_tiny"), ["moe.n_experts=4"])  # never turns MoE on by the way
+    assert apply_overrides(cfg, ["moe=on"]).moe == cfg.moe and apply_overrides(cfg, ["moe=none"]).moe is None
 
 
 def _flops_per_token(cfg, tokens):
@@ -195,23 +206,34 @@ def test_fine_grained_preset_has_the_flops_of_its_coarse_counterpart():
 def test_train_step_logs_moe_metrics_and_updates_the_bias(tmp_path):
     """The real train step on a synthetic batch: aux losses and per-layer metrics are reported,
     the balancing biases (model state, not parameters) are updated, 2-D metrics are logged."""
+    from transformer_jax.eval.tasks import TASKS
     from transformer_jax.parallel import MeshConfig, make_mesh
     from transformer_jax.train.config import TrainConfig
-    from transformer_jax.train.optim import OptimConfig, make_optimizer, make_schedule
+    from transformer_jax.train.optim import OptimConfig, make_optimizer
     from transformer_jax.train.state import init_state, model_graph
     from transformer_jax.train.step import make_train_step
-    from transformer_jax.train.tasks import TASKS
 
-    cfg = get_preset("nanogpt_char", d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=16,
-                     moe=MoEConfig(n_experts=4, bias_update_rate=0.01, z_loss_coef=1e-3))
+    cfg = get_preset(
+        "nanogpt_char",
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        n_layers=2,
+        max_len=16,
+        moe=MoEConfig(n_experts=4, bias_update_rate=0.01, z_loss_coef=1e-3),
+    )
     train = TrainConfig(steps=2, batch_size=2, optim=OptimConfig(lr=1e-3, warmup_steps=0))
-    tx = make_optimizer(train.optim, train.steps)
+    tx, schedule = make_optimizer(train.optim, train.steps)
     state = init_state(cfg, tx, seed=0, mesh=make_mesh(MeshConfig(), jax.devices()[:1]))
-    step = jax.jit(make_train_step(model_graph(cfg)[0], tx, TASKS.get("lm"), train,
-                                   make_schedule(train.optim, train.steps)))
+    step = jax.jit(make_train_step(model_graph(cfg)[0], tx, TASKS.get("lm"), train, schedule))
     tokens = random_tokens(jax.random.key(0), (2, 17), 60)
-    batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": jnp.ones((2, 16)),
-             "positions": jnp.broadcast_to(jnp.arange(16), (2, 16)), "segment_ids": jnp.ones((2, 16), jnp.int32)}
+    batch = {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "weights": jnp.ones((2, 16)),
+        "positions": jnp.broadcast_to(jnp.arange(16), (2, 16)),
+        "segment_ids": jnp.ones((2, 16), jnp.int32),
+    }
     new_state, metrics = step(state, batch, jax.random.key(0))
     assert {"aux/moe_balance", "aux/router_z"} <= set(metrics)
     assert metrics["aux_metrics/moe_load"].shape == (2, 4)
@@ -237,13 +259,13 @@ def test_cached_decoding_ignores_capacity_so_rows_stay_independent():
     def decode(rows):
         cache, out = model.init_cache(rows.shape[0], 8), []
         for t in range(rows.shape[1]):
-            logits, aux = step(state, rows[:, t:t + 1], cache)
+            logits, aux = step(state, rows[:, t : t + 1], cache)
             cache = aux["cache"]
             out.append(logits[:, 0])
         return jnp.stack(out, axis=1)
 
     together = decode(tokens)
     for b in range(3):
-        np.testing.assert_allclose(together[b], decode(tokens[b:b + 1])[0], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(together[b], decode(tokens[b : b + 1])[0], atol=1e-5, rtol=1e-5)
     _, aux = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))(state, tokens)
     assert float(jnp.max(aux["metrics"]["moe_dropped_fraction"])) > 0.3  # the full pass does drop

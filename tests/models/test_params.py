@@ -17,8 +17,11 @@ def test_gpt2_small_has_124439808_params_without_allocating():
 def test_original_base_parameter_count():
     n = count_params(get_preset("original_base"))
     # Embeddings 37000*512 shared three ways; encoder 6 x 3,152,384; decoder 6 x 4,204,032.
-    expected = 37000 * 512 + 6 * (4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 2 * 1024) \
+    expected = (
+        37000 * 512
+        + 6 * (4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 2 * 1024)
         + 6 * (8 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 3 * 1024)
+    )
     assert n == expected == 63_082_496
     assert abs(n - 65e6) / 65e6 < 0.04  # the paper's "65M"
 

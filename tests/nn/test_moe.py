@@ -13,8 +13,17 @@ from transformer_jax.nn.moe import MoE, MoESpec
 from transformer_jax.ops import activations
 
 D, B, T = 8, 2, 6
-SPEC = MoESpec(n_experts=4, top_k=2, d_expert=12, n_shared=1, d_shared=6, ffn="swiglu", balance_coef=0.01,
-               z_loss_coef=1e-3, dispatch="padded")
+SPEC = MoESpec(
+    n_experts=4,
+    top_k=2,
+    d_expert=12,
+    n_shared=1,
+    d_shared=6,
+    ffn="swiglu",
+    balance_coef=0.01,
+    z_loss_coef=1e-3,
+    dispatch="padded",
+)
 
 
 def _layer(spec=SPEC, seed=0, use_bias=True):
@@ -62,11 +71,26 @@ def _reference(layer, x):
     sh = layer.shared
     out = np.zeros_like(x)
     for t in range(x.shape[0]):
-        for e in np.argsort(-probs[t], kind="stable")[:spec.top_k]:
-            out[t] += probs[t, e] * _np_ffn(x[t], _np(layer.w_in)[e], _np(layer.w_out)[e], _np(layer.w_gate)[e],
-                                           _np(layer.b_in)[e], _np(layer.b_out)[e], spec.ffn)
-        out[t] += _np_ffn(x[t], _np(sh.w_in.kernel), _np(sh.w_out.kernel), _np(sh.w_gate.kernel),
-                          _np(sh.w_in.bias), _np(sh.w_out.bias), spec.ffn, _np(sh.w_gate.bias))
+        for e in np.argsort(-probs[t], kind="stable")[: spec.top_k]:
+            out[t] += probs[t, e] * _np_ffn(
+                x[t],
+                _np(layer.w_in)[e],
+                _np(layer.w_out)[e],
+                _np(layer.w_gate)[e],
+                _np(layer.b_in)[e],
+                _np(layer.b_out)[e],
+                spec.ffn,
+            )
+        out[t] += _np_ffn(
+            x[t],
+            _np(sh.w_in.kernel),
+            _np(sh.w_out.kernel),
+            _np(sh.w_gate.kernel),
+            _np(sh.w_in.bias),
+            _np(sh.w_out.bias),
+            spec.ffn,
+            _np(sh.w_gate.bias),
+        )
     return out.reshape(B, T, D)
 
 
@@ -124,7 +148,9 @@ def test_shared_experts_receive_every_token():
     np.testing.assert_allclose(y, shared, atol=1e-6)
     assert float(jnp.min(jnp.linalg.norm(shared, axis=-1))) > 0
     graphdef, state = nnx.split(layer)
-    jac = jax.jit(jax.jacobian(lambda x: nnx.merge(graphdef, state)(x)[0]))(x)  # [B, T, D, B, T, D]: every token's own block is non-zero
+    jac = jax.jit(jax.jacobian(lambda x: nnx.merge(graphdef, state)(x)[0]))(
+        x
+    )  # [B, T, D, B, T, D]: every token's own block is non-zero
     own = jnp.einsum("btdbte->bt", jnp.abs(jac.reshape(B, T, D, B, T, D)))
     assert bool(jnp.all(own > 0))
 
@@ -146,7 +172,7 @@ def test_balancing_bias_is_state_updated_only_by_training_calls():
     spec = dataclasses.replace(SPEC, bias_update_rate=0.1, router="sigmoid_topk", renormalize=True)
     layer = _layer(spec)
     assert "bias" not in nnx.state(layer, nnx.Param)
-    assert list(nnx.to_flat_state(nnx.state(layer, nnx.Not(nnx.Param))))[0][0] == ("bias",)
+    assert next(iter(nnx.to_flat_state(nnx.state(layer, nnx.Not(nnx.Param)))))[0] == ("bias",)
     x = _x()
     _call(layer, x)
     np.testing.assert_array_equal(layer.bias[...], 0.0)
@@ -170,6 +196,7 @@ def test_fine_grained_segmentation_keeps_parameters():
     tests/models/test_moe_models.py, from XLA's cost analysis)."""
     coarse = dataclasses.replace(SPEC, n_shared=0)
     fine = dataclasses.replace(coarse, n_experts=8, top_k=4, d_expert=6)
-    expert_params = lambda spec: sum(v.size for v in jax.tree.leaves(  # noqa: E731
-        nnx.state(_layer(spec, use_bias=False), nnx.Param)) if v.ndim == 3)
+    expert_params = lambda spec: sum(
+        v.size for v in jax.tree.leaves(nnx.state(_layer(spec, use_bias=False), nnx.Param)) if v.ndim == 3
+    )
     assert expert_params(coarse) == expert_params(fine) == 3 * 4 * D * 12

@@ -12,7 +12,7 @@ from transformer_jax import ablation
 from transformer_jax.train.metrics import MetricsWriter
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -25,8 +25,9 @@ def test_pick_follows_the_smoke_variable(monkeypatch):
 
 
 def test_verdict_table_escapes_pipes_and_rejects_unknown_verdicts():
-    table = ablation.verdict_table([("a claim", "|x| = 3", ablation.verdict(True)),
-                                    ("another", "n/a", ablation.verdict(None))])
+    table = ablation.verdict_table(
+        [("a claim", "|x| = 3", ablation.verdict(True)), ("another", "n/a", ablation.verdict(None))]
+    )
     lines = table.splitlines()
     assert lines[2] == "| a claim | \\|x\\| = 3 | holds |" and lines[3].endswith("| inconclusive |")
     assert all(line.count("|") - line.count("\\|") == 4 for line in lines)
@@ -60,7 +61,7 @@ def test_reuse_reads_back_a_finished_run_of_the_same_config_only(monkeypatch, tm
     monkeypatch.setenv(ablation.SMOKE_ENV, "1")
     monkeypatch.setenv("TRANSFORMER_JAX_RUNS", str(tmp_path))
     monkeypatch.setenv(ablation.REUSE_ENV, "1")
-    monkeypatch.setattr(ablation, "_REUSED", {})
+    monkeypatch.setattr(ablation.runs, "_REUSED", {})
     cfg = ablation.shakespeare_config("reuse", steps=4, batch_size=8)
     first = ablation.train_curves(cfg, "run", "unit_test_nb")
     metrics = pathlib.Path(first.workdir) / "metrics.jsonl"
@@ -70,7 +71,7 @@ def test_reuse_reads_back_a_finished_run_of_the_same_config_only(monkeypatch, tm
     again = ablation.train_curves(cfg, "run", "unit_test_nb")
     assert metrics.stat().st_mtime_ns == stamp, "a reused run must not be retrained"
     assert (again.steps, again.train_loss, again.val_loss) == (first.steps, first.train_loss, first.val_loss)
-    assert "run" in ablation._REUSED and again.summary["params"] == first.summary["params"]
+    assert "run" in ablation.runs._REUSED and again.summary["params"] == first.summary["params"]
 
     (pathlib.Path(first.workdir) / ablation.SUMMARY_FILE).unlink()  # a run trained before summaries were kept
     assert "reused_from" in ablation.train_curves(cfg, "run", "unit_test_nb").summary
@@ -95,7 +96,7 @@ def test_there_are_notebooks():
 def test_notebook_pairs_match_and_hold_no_outputs(source):
     paired = source.with_suffix(".ipynb")
     assert paired.is_file(), f"{paired.name} missing: run `jupytext --to ipynb {source}`"
-    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]  # noqa: E731
+    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]
     ipynb = jupytext.read(paired)
     assert cells(jupytext.read(source)) == cells(ipynb), f"{paired.name} is out of date: run `jupytext --sync {source}`"
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in ipynb.cells if c.cell_type == "code")
@@ -106,15 +107,21 @@ def test_readme_gallery_is_generated_from_the_committed_results():
     text = readme.read_text()
     section = text.split(ablation.GALLERY_START, 1)[1].split(ablation.GALLERY_END, 1)[0]
     assert section.strip() == ablation.gallery_markdown().strip(), (
-        "README gallery is stale: run `python -m transformer_jax.ablation`")
+        "README gallery is stale: run `python -m transformer_jax.ablation`"
+    )
 
 
 def test_gallery_lists_full_results_with_figures_and_verdicts(tmp_path):
     folder = tmp_path / "experiments" / "results" / "demo"
     folder.mkdir(parents=True)
     (folder / "loss.png").write_bytes(b"png")
-    record = {"notebook": "demo", "mode": "full", "git_commit": "abc", "date": "today",
-              "results": {"verdicts": "| claim | measured | verdict |"}}
+    record = {
+        "notebook": "demo",
+        "mode": "full",
+        "git_commit": "abc",
+        "date": "today",
+        "results": {"verdicts": "| claim | measured | verdict |"},
+    }
     (folder / "results.json").write_text(json.dumps(record))
     smoke = tmp_path / "experiments" / "results" / "smoky"
     smoke.mkdir()

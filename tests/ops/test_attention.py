@@ -123,9 +123,7 @@ def _loss(q, k, v, bias, w, **kw):
     return jnp.sum(out * w), out
 
 
-_value_and_grads = jax.jit(
-    jax.value_and_grad(_loss, argnums=(0, 1, 2, 3), has_aux=True), static_argnames=STATIC
-)
+_value_and_grads = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2, 3), has_aux=True), static_argnames=STATIC)
 
 
 def _case_inputs(case):
@@ -192,8 +190,7 @@ class AttentionVariantsTest(chex.TestCase):
         chex.assert_shape(out, (B, T, H, D))
         chex.assert_type(out, jnp.float32)
         vis = (
-            _pos_vis(np.arange(T), np.arange(S), lambda a, b: b <= a)
-            & (np.arange(S) < lengths[:, None])[:, None, None]
+            _pos_vis(np.arange(T), np.arange(S), lambda a, b: b <= a) & (np.arange(S) < lengths[:, None])[:, None, None]
         )
         np.testing.assert_allclose(out, np_attention(q, k, v, vis, bias), atol=1e-5, rtol=1e-5)
 
@@ -303,10 +300,7 @@ class LinearAttentionTest(chex.TestCase):
 
         @jax.jit
         def both(q, k, v):
-            prefixes = [
-                linear_attention(q[:, : t + 1], k[:, : t + 1], v[:, : t + 1])[:, t]
-                for t in range(T)
-            ]
+            prefixes = [linear_attention(q[:, : t + 1], k[:, : t + 1], v[:, : t + 1])[:, t] for t in range(T)]
             return linear_attention(q, k, v, causal=True, chunk_size=2), jnp.stack(prefixes, 1)
 
         np.testing.assert_allclose(*both(q, k, v), atol=1e-5, rtol=1e-5)
@@ -318,9 +312,7 @@ class LinearAttentionTest(chex.TestCase):
         mask = AttentionMask(causal=True, kv_valid=jnp.asarray(valid))
         out = _attend(q, k, v, mask=mask, kind="linear")  # default chunk_size 64 > T
         np.testing.assert_allclose(out, np_linear_recurrent(q, k, v, valid), atol=1e-5)
-        grads = jax.jit(
-            jax.grad(lambda *a: attention(*a, mask=mask, kind="linear").sum(), argnums=(0, 1, 2))
-        )(q, k, v)
+        grads = jax.jit(jax.grad(lambda *a: attention(*a, mask=mask, kind="linear").sum(), argnums=(0, 1, 2)))(q, k, v)
         for g in grads:
             assert np.all(np.isfinite(g))
         np.testing.assert_array_equal(grads[0][1], 0.0)

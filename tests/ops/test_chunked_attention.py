@@ -23,9 +23,7 @@ def np_attention(q, k, v, vis, bias, scale):
     m = logits.max(-1, keepdims=True)
     p = np.exp(logits - np.where(np.isfinite(m), m, 0.0))
     l = p.sum(-1, keepdims=True)
-    return np.einsum(
-        "bhts,bshd->bthd", np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0), np.repeat(v, G, 2)
-    )
+    return np.einsum("bhts,bshd->bthd", np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0), np.repeat(v, G, 2))
 
 
 def _loss_fn(impl, **kw):
@@ -107,10 +105,7 @@ T_BIG, D_BIG = 8192, 64
 
 
 def _array_sizes(hlo: str) -> list[int]:
-    return [
-        int(np.prod([int(d) for d in dims.split(",") if d]))
-        for dims in re.findall(r"\[([\d,]*)\]", hlo)
-    ]
+    return [int(np.prod([int(d) for d in dims.split(",") if d])) for dims in re.findall(r"\[([\d,]*)\]", hlo)]
 
 
 def _compiled(impl: str, grad: bool):

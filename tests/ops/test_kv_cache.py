@@ -35,9 +35,12 @@ def test_cached_attention_equals_attention_on_keys_values(heads, kv_heads, with_
     cache = kv_cache_of(_rand(1, B, S, kv_heads, D), _rand(2, B, S, kv_heads, D))
     q = _rand(3, B, T, heads, D)
     # queries at positions 2..4 see slots <= their position; batch row 1 has a padded slot 0
-    mask = AttentionMask(causal=True, q_positions=jnp.broadcast_to(jnp.arange(2, 5), (B, T)),
-                         kv_positions=jnp.broadcast_to(jnp.arange(S), (B, S)),
-                         kv_valid=jnp.array([[True] * S, [False] + [True] * (S - 1)]))
+    mask = AttentionMask(
+        causal=True,
+        q_positions=jnp.broadcast_to(jnp.arange(2, 5), (B, T)),
+        kv_positions=jnp.broadcast_to(jnp.arange(S), (B, S)),
+        kv_valid=jnp.array([[True] * S, [False] + [True] * (S - 1)]),
+    )
     bias = _rand(4, 1, heads, T, S) if with_bias else None
     k, v = cache.keys_values()
     want = attention(q, k, v, mask=mask, bias=bias, scale=0.3)

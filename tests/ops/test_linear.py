@@ -25,9 +25,9 @@ def test_matmul_2d_value_and_gradients_equal_autodiff():
 def test_dense_equals_tensordot_with_gradients(x_shape, k_shape, n_in):
     x = jax.random.normal(jax.random.key(0), x_shape)
     k = jax.random.normal(jax.random.key(1), k_shape)
-    ref = lambda a, b: jnp.tensordot(a, b, axes=(tuple(range(a.ndim - n_in, a.ndim)), tuple(range(n_in))))  # noqa: E731
+    ref = lambda a, b: jnp.tensordot(a, b, axes=(tuple(range(a.ndim - n_in, a.ndim)), tuple(range(n_in))))
     np.testing.assert_allclose(dense(x, k, n_in), ref(x, k), rtol=1e-5, atol=1e-5)
-    loss = lambda f: lambda a, b: jnp.sum(jnp.sin(f(a, b)))  # noqa: E731
+    loss = lambda f: lambda a, b: jnp.sum(jnp.sin(f(a, b)))
     got = jax.grad(loss(lambda a, b: dense(a, b, n_in)), argnums=(0, 1))(x, k)
     want = jax.grad(loss(ref), argnums=(0, 1))(x, k)
     for g, r in zip(got, want):

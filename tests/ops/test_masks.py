@@ -39,11 +39,7 @@ def _visible_ref(m: AttentionMask, B: int, H: int, T: int, S: int) -> np.ndarray
 
     q_seg = m.q_segment_ids if m.q_segment_ids is not None else m.kv_segment_ids
     kv_seg = m.kv_segment_ids if m.kv_segment_ids is not None else m.q_segment_ids
-    dense = (
-        None
-        if m.dense is None
-        else np.asarray(m.dense).reshape((1,) * (4 - np.ndim(m.dense)) + np.shape(m.dense))
-    )
+    dense = None if m.dense is None else np.asarray(m.dense).reshape((1,) * (4 - np.ndim(m.dense)) + np.shape(m.dense))
 
     def vis(b, h, t, s):
         qp, kp = get(m.q_positions, b, t, t), get(m.kv_positions, b, s, s)
@@ -87,20 +83,14 @@ class TestBuilders:
 
     def test_padding_from_lengths_and_ids(self):
         lengths = np.array([0, 3, 5])
-        np.testing.assert_array_equal(
-            padding_mask_from_lengths(lengths, 5), _loop((3, 5), lambda b, s: s < lengths[b])
-        )
+        np.testing.assert_array_equal(padding_mask_from_lengths(lengths, 5), _loop((3, 5), lambda b, s: s < lengths[b]))
         ids = np.array([[5, 0, 2, 0], [0, 0, 1, 1]])
-        np.testing.assert_array_equal(
-            padding_mask_from_ids(ids, 0), _loop(ids.shape, lambda b, s: ids[b, s] != 0)
-        )
+        np.testing.assert_array_equal(padding_mask_from_ids(ids, 0), _loop(ids.shape, lambda b, s: ids[b, s] != 0))
 
     def test_segment(self):
         q = np.array([[1, 1, 2, 0], [1, 2, 2, 2]])
         kv = np.array([[1, 2, 2], [0, 1, 1]])
-        np.testing.assert_array_equal(
-            segment_mask(q, kv), _loop((2, 4, 3), lambda b, t, s: q[b, t] == kv[b, s])
-        )
+        np.testing.assert_array_equal(segment_mask(q, kv), _loop((2, 4, 3), lambda b, t, s: q[b, t] == kv[b, s]))
 
     @pytest.mark.parametrize("causal", [True, False])
     @pytest.mark.parametrize("window", [1, 3])
@@ -146,9 +136,7 @@ class TestAttentionMask:
         m = _full_mask(np.random.default_rng(0), B, H, T, S, causal, window, features)
         got = m.materialize(T, S)
         assert got.ndim == 4 and got.shape[2:] == (T, S) and got.dtype == jnp.bool_
-        np.testing.assert_array_equal(
-            np.broadcast_to(got, (B, H, T, S)), _visible_ref(m, B, H, T, S)
-        )
+        np.testing.assert_array_equal(np.broadcast_to(got, (B, H, T, S)), _visible_ref(m, B, H, T, S))
 
     def test_single_segment_ids_mean_self_attention(self):
         seg = jnp.array([[0, 0, 1, 1, 1]])
@@ -201,9 +189,7 @@ def test_block_equals_slice_of_materialize(B, T, S, causal, window, features, se
     for q0, k0 in np.ndindex(T - tq + 1, S - tk + 1):
         got = blocks[q0, k0]
         assert got.shape[2:] == (tq, tk)
-        np.testing.assert_array_equal(
-            *np.broadcast_arrays(got, full[:, :, q0 : q0 + tq, k0 : k0 + tk])
-        )
+        np.testing.assert_array_equal(*np.broadcast_arrays(got, full[:, :, q0 : q0 + tq, k0 : k0 + tk]))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))

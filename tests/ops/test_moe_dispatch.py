@@ -18,9 +18,14 @@ IMPLS = ("dense", "ragged", "padded")
 def _weights(activation="swiglu", bias=True, seed=0):
     k = jax.random.split(jax.random.key(seed), 5)
     gated = activations.FFN_ACTIVATIONS.get(activation).gated
-    n = lambda key, shape, s=0.3: jax.random.normal(key, shape) * s  # noqa: E731
-    return moe_dispatch.ExpertWeights(n(k[0], (E, D, F)), n(k[1], (E, F, D)), n(k[2], (E, D, F)) if gated else None,
-                                      n(k[3], (E, F), 0.1) if bias else None, n(k[4], (E, D), 0.1) if bias else None)
+    n = lambda key, shape, s=0.3: jax.random.normal(key, shape) * s
+    return moe_dispatch.ExpertWeights(
+        n(k[0], (E, D, F)),
+        n(k[1], (E, F, D)),
+        n(k[2], (E, D, F)) if gated else None,
+        n(k[3], (E, F), 0.1) if bias else None,
+        n(k[4], (E, D), 0.1) if bias else None,
+    )
 
 
 def _inputs(seed=0, skew=0.0):
@@ -37,7 +42,7 @@ A = dict(activation="swiglu", bias=True, capacity_factor=None)
 B = dict(activation="gelu", bias=False, capacity_factor=0.5)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grad_fn(name, activation, capacity_factor):
     fn = moe_dispatch.get_dispatch(name)
 
@@ -100,8 +105,11 @@ def _np_ffn(x, w, e, activation):
     h = x @ np.asarray(w.w_in_EDF[e])
     if w.b_in_EF is not None:
         h = h + np.asarray(w.b_in_EF[e])
-    h = np.asarray(spec.activation(jnp.asarray(x @ np.asarray(w.w_gate_EDF[e])))) * h if spec.gated else \
-        np.asarray(spec.activation(jnp.asarray(h)))
+    h = (
+        np.asarray(spec.activation(jnp.asarray(x @ np.asarray(w.w_gate_EDF[e])))) * h
+        if spec.gated
+        else np.asarray(spec.activation(jnp.asarray(h)))
+    )
     y = h @ np.asarray(w.w_out_EFD[e])
     return y if w.b_out_ED is None else y + np.asarray(w.b_out_ED[e])
 

@@ -96,9 +96,7 @@ class PlacementTest(chex.TestCase):
     def test_deepnorm(self):
         x, w = self.x.astype(np.float64), self.w.astype(np.float64)
         alpha = 2.5
-        np.testing.assert_allclose(
-            self._run("deepnorm", alpha), _np_layer_norm(alpha * x + x @ w), atol=1e-5
-        )
+        np.testing.assert_allclose(self._run("deepnorm", alpha), _np_layer_norm(alpha * x + x @ w), atol=1e-5)
         assert not np.allclose(self._run("deepnorm", alpha), self._run("post"), atol=1e-3)
         assert not PLACEMENTS.get("deepnorm").final_norm
 
@@ -109,9 +107,7 @@ class PlacementTest(chex.TestCase):
 
 
 def _dn(architecture, n, m, side):
-    return deepnorm_constants(
-        architecture=architecture, n_encoder_layers=n, n_decoder_layers=m, side=side
-    )
+    return deepnorm_constants(architecture=architecture, n_encoder_layers=n, n_decoder_layers=m, side=side)
 
 
 class DeepNormConstantsTest(parameterized.TestCase):
@@ -148,9 +144,7 @@ class DeepNormConstantsTest(parameterized.TestCase):
         kw = dict(architecture="encoder_decoder", n_encoder_layers=18, n_decoder_layers=18)
         assert placement_constants("post", side="encoder", **kw) == (1.0, 1.0)
         assert placement_constants("pre", side="decoder", **kw) == (1.0, 1.0)
-        assert placement_constants("deepnorm", side="decoder", **kw) == _dn(
-            "encoder_decoder", 18, 18, "decoder"
-        )
+        assert placement_constants("deepnorm", side="decoder", **kw) == _dn("encoder_decoder", 18, 18, "decoder")
         with pytest.raises(KeyError, match="did you mean 'post'"):
             placement_constants("psot", side="encoder", **kw)
 

@@ -31,9 +31,7 @@ def _t5_bucket(rel, bidirectional, num_buckets, max_distance):
     max_exact = num_buckets // 2
     if n < max_exact:
         return ret + n
-    large = max_exact + int(
-        math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    )
+    large = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
     return ret + min(large, num_buckets - 1)
 
 
@@ -62,9 +60,7 @@ class SinusoidalTest(chex.TestCase):
 
     def test_float_positions_and_timescale(self):
         pe = sinusoidal_embedding(jnp.array([2.5]), 4, max_timescale=100.0)
-        np.testing.assert_allclose(
-            pe[0], [math.sin(2.5), math.cos(2.5), math.sin(0.25), math.cos(0.25)], atol=1e-6
-        )
+        np.testing.assert_allclose(pe[0], [math.sin(2.5), math.cos(2.5), math.sin(0.25), math.cos(0.25)], atol=1e-6)
 
     def test_odd_d_model(self):
         with pytest.raises(ValueError, match="d_model=7"):
@@ -73,9 +69,7 @@ class SinusoidalTest(chex.TestCase):
 
 class RelativeBiasTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
-    @parameterized.parameters(
-        (True, 32, 128), (False, 32, 128), (True, 8, 20), (False, 16, 64), (True, 64, 256)
-    )
+    @parameterized.parameters((True, 32, 128), (False, 32, 128), (True, 8, 20), (False, 16, 64), (True, 64, 256))
     def test_buckets_match_t5(self, bidirectional, num_buckets, max_distance):
         rel = np.arange(-400, 401)
         fn = functools.partial(
@@ -106,8 +100,12 @@ class RelativeBiasTest(chex.TestCase):
     def test_table_rows_must_match(self):
         with pytest.raises(ValueError, match="num_buckets=32"):
             relative_position_bias(
-                np.zeros((16, 2)), np.zeros((1, 2)), np.zeros((1, 2)),
-                bidirectional=True, num_buckets=32, max_distance=128,
+                np.zeros((16, 2)),
+                np.zeros((1, 2)),
+                np.zeros((1, 2)),
+                bidirectional=True,
+                num_buckets=32,
+                max_distance=128,
             )
 
 

@@ -98,9 +98,7 @@ class RopeTest(chex.TestCase):
     def test_positions_vector_broadcasts_over_batch(self):
         x, _ = _data(5)
         pos_t = np.arange(T) + 3
-        np.testing.assert_allclose(
-            apply_rope(x, pos_t), apply_rope(x, np.broadcast_to(pos_t, (B, T))), atol=0
-        )
+        np.testing.assert_allclose(apply_rope(x, pos_t), apply_rope(x, np.broadcast_to(pos_t, (B, T))), atol=0)
 
     def test_bfloat16_in_bfloat16_out_computed_in_float32(self):
         x, pos = _data(6)
@@ -114,9 +112,7 @@ class RopeTest(chex.TestCase):
 class ScalingTest(chex.TestCase):
     def test_none_equals_plain(self):
         x, pos = _data(7)
-        np.testing.assert_array_equal(
-            apply_rope(x, pos, scaling=RopeScaling("none", 1.0)), apply_rope(x, pos)
-        )
+        np.testing.assert_array_equal(apply_rope(x, pos, scaling=RopeScaling("none", 1.0)), apply_rope(x, pos))
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_linear_is_position_interpolation(self):

@@ -126,8 +126,7 @@ class CapacityTest(chex.TestCase):
         weights = rng.random((T, K)).astype(np.float32)
         weights[3, 1] = weights[5, 0]  # a tie, broken by token then rank
         valid = rng.random(T) > 0.2
-        fn = self.variant(functools.partial(routing.expert_positions, n_experts=E, capacity=capacity,
-                                            drop_order=order))
+        fn = self.variant(functools.partial(routing.expert_positions, n_experts=E, capacity=capacity, drop_order=order))
         slots = fn(experts, valid_T=valid, weights_TK=weights)
         pos, keep, count = _np_positions(experts, E, capacity, order, weights, valid)
         np.testing.assert_array_equal(slots.keep_TK, keep)
@@ -181,7 +180,9 @@ class LossTest(chex.TestCase):
 
     def test_sequence_form_and_padding(self):
         _, probs, experts = self._data(T=24)
-        per_seq = [routing.expert_balance_loss(probs[i * 8:(i + 1) * 8], experts[i * 8:(i + 1) * 8]) for i in range(3)]
+        per_seq = [
+            routing.expert_balance_loss(probs[i * 8 : (i + 1) * 8], experts[i * 8 : (i + 1) * 8]) for i in range(3)
+        ]
         got = routing.sequence_balance_loss(probs.reshape(3, 8, -1), experts.reshape(3, 8, -1))
         assert float(got) == pytest.approx(float(np.mean(per_seq)), rel=1e-5)
         valid = np.arange(24) < 16  # padding counts nowhere
@@ -248,4 +249,4 @@ def test_bias_balancing_fixes_a_skewed_router_within_60_steps():
     for i in range(BIAS_STEPS + 40):
         bias, ratio = step(bias, jax.random.fold_in(key, i))
         ratios.append(float(ratio))
-    assert max(ratios[BIAS_STEPS - 1:]) < 1.2, ratios
+    assert max(ratios[BIAS_STEPS - 1 :]) < 1.2, ratios

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from transformer_jax.models import build_model, get_preset
 from transformer_jax.models.moe_config import MoEConfig
@@ -22,8 +23,9 @@ def _problem(seed=0):
     k = jax.random.split(jax.random.key(seed), 6)
     x = jax.random.normal(k[0], (T, D))
     r = routing.top_k_route(jax.random.normal(k[1], (T, E)) * 2, K)
-    w = moe_dispatch.ExpertWeights(*(jax.random.normal(k[i], s) * 0.3 for i, s in
-                                     ((2, (E, D, F)), (3, (E, F, D)), (4, (E, D, F)), (5, (E, F)))))
+    w = moe_dispatch.ExpertWeights(
+        *(jax.random.normal(k[i], s) * 0.3 for i, s in ((2, (E, D, F)), (3, (E, F, D)), (4, (E, D, F)), (5, (E, F))))
+    )
     return x, r.experts_TK, r.weights_TK, w
 
 
@@ -37,8 +39,9 @@ def _value_and_grad(name, capacity_factor=None):
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
 
 
-@pytest.mark.parametrize("mesh_cfg", [MeshConfig(data=1, expert=8), MeshConfig(data=2, expert=4)],
-                         ids=["expert8", "data2_expert4"])
+@pytest.mark.parametrize(
+    "mesh_cfg", [MeshConfig(data=1, expert=8), MeshConfig(data=2, expert=4)], ids=["expert8", "data2_expert4"]
+)
 def test_dispatch_equals_single_device(mesh_cfg):
     x, experts, weights, w = _problem()
     (_, (y_ref, keep_ref)), g_ref = _value_and_grad("padded")(x, weights, w, experts)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.train.experiment import workdir_config
-from transformer_jax.train.loop import setup
+from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
 EXPERIMENT = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
@@ -34,8 +34,21 @@ def _env():
 
 
 def _cmd(workdir, *extra, sets=SETS):
-    return [sys.executable, "-m", "transformer_jax", "train", "--config", EXPERIMENT, "--workdir", str(workdir),
-            "--sample-tokens", "0", *extra, "--set", *sets]
+    return [
+        sys.executable,
+        "-m",
+        "transformer_jax",
+        "train",
+        "--config",
+        EXPERIMENT,
+        "--workdir",
+        str(workdir),
+        "--sample-tokens",
+        "0",
+        *extra,
+        "--set",
+        *sets,
+    ]
 
 
 def _params(workdir):
@@ -45,15 +58,33 @@ def _params(workdir):
 
 
 def test_two_processes_equal_one_process_with_four_devices(tmp_path):
-    one = subprocess.run(_cmd(tmp_path / "one", "--local-devices", "4"), env=_env(), capture_output=True, text=True,
-                         timeout=600)
+    one = subprocess.run(
+        _cmd(tmp_path / "one", "--local-devices", "4"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert one.returncode == 0, one.stderr[-3000:]
     port = _port()
-    procs = [subprocess.Popen(_cmd(tmp_path / "two", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                                   "--process-id", str(i), "--local-devices", "2"), env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            _cmd(
+                tmp_path / "two",
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--local-devices",
+                "2",
+            ),
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     a = json.loads(one.stdout.strip().splitlines()[-1])
     b = json.loads(outs[0][0].strip().splitlines()[-1])
@@ -67,11 +98,34 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path):
 
 def test_surviving_process_exits_when_its_peer_dies(tmp_path):
     port = _port()
-    sets = ["train.batch_size=8", "train.steps=100000", "train.eval_every=100000", "train.checkpoint_every=100000",
-            "train.optim.decay_steps=100000"]
-    procs = [subprocess.Popen(_cmd(tmp_path / "run", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                                   "--process-id", str(i), "--local-devices", "2", sets=sets), env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    sets = [
+        "train.batch_size=8",
+        "train.steps=100000",
+        "train.eval_every=100000",
+        "train.checkpoint_every=100000",
+        "train.optim.decay_steps=100000",
+    ]
+    procs = [
+        subprocess.Popen(
+            _cmd(
+                tmp_path / "run",
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--local-devices",
+                "2",
+                sets=sets,
+            ),
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     deadline = time.time() + 300
     while time.time() < deadline and not (tmp_path / "run" / "metrics.jsonl").exists():
         time.sleep(0.5)
@@ -86,4 +140,6 @@ def test_surviving_process_exits_when_its_peer_dies(tmp_path):
         pytest.fail("process 0 hung after its peer died")
     assert procs[0].returncode != 0
     assert time.time() - start < 180
-    assert any(word in out.lower() for word in ("heartbeat", "coordination", "unavailable", "peer", "failed")), out[-3000:]
+    assert any(word in out.lower() for word in ("heartbeat", "coordination", "unavailable", "peer", "failed")), out[
+        -3000:
+    ]

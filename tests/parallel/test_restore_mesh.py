@@ -9,12 +9,20 @@ import numpy as np
 import pytest
 
 from transformer_jax.train.experiment import load_experiment
-from transformer_jax.train.loop import setup, train
+from transformer_jax.train.loop import train
+from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
 EXPERIMENT = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
-BASE = ["model.d_model=64", "model.n_heads=8", "model.d_ff=128", "train.batch_size=8", "train.eval_every=100",
-        "train.checkpoint_every=2", "train.optim.decay_steps=6"]
+BASE = [
+    "model.d_model=64",
+    "model.n_heads=8",
+    "model.d_ff=128",
+    "train.batch_size=8",
+    "train.eval_every=100",
+    "train.checkpoint_every=2",
+    "train.optim.decay_steps=6",
+]
 
 
 def _cfg(steps, mesh):

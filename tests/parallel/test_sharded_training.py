@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from transformer_jax.eval.tasks import TASKS
 from transformer_jax.parallel import LOGICAL_RULES, logical_to_spec, sharding_context
 from transformer_jax.train.experiment import load_experiment
-from transformer_jax.train.loop import setup
-from transformer_jax.train.optim import make_schedule
+from transformer_jax.train.run import setup
 from transformer_jax.train.state import model_graph
 from transformer_jax.train.step import make_train_step
-from transformer_jax.train.tasks import TASKS
 
 EXPERIMENT = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
 MODEL = ["model.d_model=64", "model.n_heads=8", "model.d_ff=128", "train.batch_size=8"]
@@ -24,8 +23,15 @@ def _steps(tmp_path, name, mesh_sets, devices, n=3, extra=()):
     """Losses of n train steps and the final state, on ``devices`` arranged by ``mesh_sets``."""
     cfg = load_experiment(EXPERIMENT, MODEL + list(mesh_sets) + list(extra))
     run, _ = setup(cfg, str(tmp_path / name), devices=devices)
-    step = jax.jit(make_train_step(run.graphdef, run.tx, TASKS.get("lm"), run.cfg.train,
-                                   make_schedule(run.cfg.train.optim, run.cfg.train.steps)))
+    step = jax.jit(
+        make_train_step(
+            run.graphdef,
+            run.tx,
+            TASKS.get("lm"),
+            run.cfg.train,
+            run.schedule,
+        )
+    )
     losses, state = [], run.state
     with sharding_context(run.mesh), run.data.train_iterator() as it:
         for _ in range(n):
@@ -55,15 +61,17 @@ def test_sharded_steps_equal_single_device(tmp_path, single, mesh):
     for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(jax.device_get(single[1].params))):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     _, abstract, _ = model_graph(run.cfg.model)
-    axes = jax.tree.map(lambda v: v.get_metadata().get("logical_axes"), abstract,
-                        is_leaf=lambda x: isinstance(x, nnx.Variable))
-    flat_axes = dict(jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(axes),
-                                                          is_leaf=lambda x: isinstance(x, tuple))[0])
+    axes = jax.tree.map(
+        lambda v: v.get_metadata().get("logical_axes"), abstract, is_leaf=lambda x: isinstance(x, nnx.Variable)
+    )
+    flat_axes = dict(
+        jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(axes), is_leaf=lambda x: isinstance(x, tuple))[0]
+    )
     sharded = 0
     for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
         want = logical_to_spec(flat_axes[path], leaf.shape, dict(run.mesh.shape), LOGICAL_RULES)
         got = leaf.sharding.spec
-        pad = lambda spec: tuple(spec) + (None,) * (leaf.ndim - len(spec))  # noqa: E731
+        pad = lambda spec, n=leaf.ndim: tuple(spec) + (None,) * (n - len(spec))
         assert pad(got) == pad(want), (jax.tree_util.keystr(path), got, want)
         sharded += any(s is not None for s in pad(got))
     assert sharded > 0 or mesh == "data8"

@@ -9,10 +9,10 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax.configlib import ConfigError
+from transformer_jax.core.configlib import ConfigError
 from transformer_jax.data import DataConfig, build_data
 from transformer_jax.train.experiment import load_experiment
-from transformer_jax.train.loop import setup
+from transformer_jax.train.run import setup
 
 TINY = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
 
@@ -95,8 +95,14 @@ def _parallel(tmp_path, src_lines, tgt_lines):
             f.write("\n".join(src_lines) + "\n")
         with gzip.open(tmp_path / f"{split}.en.gz", "wt") as f:
             f.write("\n".join(tgt_lines) + "\n")
-    return DataConfig(dataset="parallel", dir=str(tmp_path), tokenizer="byte", seq_len=12, max_src_len=12,
-                      cache_dir=str(tmp_path / "cache"))
+    return DataConfig(
+        dataset="parallel",
+        dir=str(tmp_path),
+        tokenizer="byte",
+        seq_len=12,
+        max_src_len=12,
+        cache_dir=str(tmp_path / "cache"),
+    )
 
 
 def test_parallel_line_count_mismatch_names_both_files(tmp_path):
@@ -108,8 +114,11 @@ def test_parallel_line_count_mismatch_names_both_files(tmp_path):
 
 
 def test_lines_longer_than_the_context_are_truncated_with_one_warning(tmp_path):
-    cfg = _parallel(tmp_path, ["ein sehr langer satz der nicht passt"] * 8 + ["kurz"] * 8,
-                    ["a very long sentence that does not fit"] * 8 + ["short"] * 8)
+    cfg = _parallel(
+        tmp_path,
+        ["ein sehr langer satz der nicht passt"] * 8 + ["kurz"] * 8,
+        ["a very long sentence that does not fit"] * 8 + ["short"] * 8,
+    )
     data = build_data(cfg, batch_size=4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -1,7 +1,9 @@
 """Checkpoints that cannot be used or written: a different architecture gives a list of the
-mismatched parameters; a full disk gives a clear error and the previous checkpoint stays intact."""
+mismatched parameters; a full disk gives a clear error and the previous checkpoint stays intact; a
+damaged newest checkpoint is named, set aside, and training continues from the one before it."""
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -12,10 +14,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.cli_helpers import train
+from tests.cli_helpers import cli, train
 from transformer_jax.train.checkpoint import CheckpointError
 from transformer_jax.train.experiment import load_experiment, workdir_config
-from transformer_jax.train.loop import setup, train as train_in_process
+from transformer_jax.train.loop import train as train_in_process
+from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
 TINY = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
@@ -30,8 +33,9 @@ def _params(workdir):
 
 def test_other_architecture_lists_mismatched_parameters(tmp_path):
     train(tmp_path / "run", *SHORT)
-    summary, proc = train(tmp_path / "run", *SHORT, "model.n_layers=3", "model.d_model=48", "train.steps=4",
-                          check=False)
+    summary, proc = train(
+        tmp_path / "run", *SHORT, "model.n_layers=3", "model.d_model=48", "train.steps=4", check=False
+    )
     assert proc.returncode == 2 and summary is None
     err = proc.stderr
     assert "does not fit this model" in err and "Traceback" not in err
@@ -41,8 +45,12 @@ def test_other_architecture_lists_mismatched_parameters(tmp_path):
 
 def _tmpfs(path, size_kb) -> bool:
     path.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def test_disk_full_while_saving_keeps_previous_checkpoint(tmp_path, monkeypatch):
@@ -57,6 +65,7 @@ def test_disk_full_while_saving_keeps_previous_checkpoint(tmp_path, monkeypatch)
     try:
         shutil.copytree(first, workdir)
         if not real_disk:  # no permission to mount a small filesystem: fail the write the same way
+
             def full(*args, **kwargs):
                 raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -77,3 +86,46 @@ def test_disk_full_while_saving_keeps_previous_checkpoint(tmp_path, monkeypatch)
     finally:
         if real_disk:
             subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def _damage_meta(workdir, step):
+    path = workdir / "checkpoints" / str(step) / "meta" / "metadata"
+    path.write_text(path.read_text()[:92])  # a torn write: "Unterminated string ..."
+
+
+def _damage_state(workdir, step):
+    for f in (workdir / "checkpoints" / str(step) / "state").rglob("d/*"):
+        f.write_bytes(b"not an array")
+
+
+@pytest.mark.parametrize("damage,part", [(_damage_meta, "metadata (meta/)"), (_damage_state, "state")])
+def test_damaged_newest_checkpoint_is_skipped_and_named_and_the_run_continues_exactly(tmp_path, damage, part):
+    straight, _ = train(tmp_path / "straight", "train.steps=6")
+    workdir = tmp_path / "run"
+    train(workdir, "train.steps=4")  # checkpoints at steps 2 and 4
+    damage(workdir, 4)
+    summary, proc = train(workdir, "train.steps=6")
+    ckpt = workdir / "checkpoints" / "4"
+    assert f"checkpoint {ckpt} (step 4) cannot be restored: its {part}" in proc.stderr
+    assert f"set it aside as {ckpt}.damaged" in proc.stderr and "restored step 2" in proc.stderr
+    assert "resuming at step 2" in proc.stdout and summary["step"] == 6
+    assert (workdir / "checkpoints" / "4.damaged").is_dir()  # kept for inspection, never overwritten
+    (a, _), (b, _) = _params(workdir), _params(tmp_path / "straight")
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)  # resumed from step 2 == never interrupted
+    assert straight["step"] == 6
+
+
+def test_readers_name_the_damaged_checkpoint_and_the_steps_and_take_restore_step(tmp_path):
+    workdir = tmp_path / "run"
+    train(workdir, "train.steps=4")
+    _damage_meta(workdir, 4)
+    proc = cli("eval", "--workdir", str(workdir), "--max-batches", "1", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"checkpoint {workdir / 'checkpoints' / '4'} (step 4) cannot be restored" in proc.stderr
+    assert "steps in" in proc.stderr and ": 2, 4 (choose one with --restore-step N)" in proc.stderr
+    assert (workdir / "checkpoints" / "4").is_dir()  # readers change nothing
+    ok = cli("eval", "--workdir", str(workdir), "--max-batches", "1", "--restore-step", "2")
+    assert json.loads(ok.stdout.strip().splitlines()[-1])["step"] == 2
+    missing = cli("eval", "--workdir", str(workdir), "--restore-step", "3", check=False)
+    assert missing.returncode == 2 and "has no checkpoint of step 3; steps: 2, 4" in missing.stderr

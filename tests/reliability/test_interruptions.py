@@ -13,9 +13,9 @@ import jax
 import numpy as np
 import pytest
 
-from tests.cli_helpers import TINY, child_env, train, train_cmd
+from tests.cli_helpers import child_env, train, train_cmd
 from transformer_jax.train.experiment import workdir_config
-from transformer_jax.train.loop import setup
+from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
 LONG = ["train.steps=120", "train.checkpoint_every=1000", "train.eval_every=1000", "train.optim.decay_steps=120"]
@@ -57,8 +57,9 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_exits_zero_and_rerun_continues_exactly(tmp_path, uninterrupted, sig):
     workdir = tmp_path / "run"
-    proc = subprocess.Popen(train_cmd(workdir, *LONG), env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        train_cmd(workdir, *LONG), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     wait_for_step(workdir, 5, proc)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=300)

@@ -9,17 +9,26 @@ import pytest
 
 from tests.cli_helpers import train
 from transformer_jax.data.pipeline import Data
+from transformer_jax.train.actions import NonFiniteError
 from transformer_jax.train.experiment import load_experiment
-from transformer_jax.train.loop import NonFiniteError, train as train_in_process
+from transformer_jax.train.loop import train as train_in_process
 
 pytestmark = pytest.mark.slow
 TINY = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
 
 
 def test_skip_policy_counts_and_halts_after_n_in_a_row(tmp_path):
-    summary, proc = train(tmp_path / "run", "train.optim.lr=1e300", "train.optim.grad_clip=None",
-                          "train.optim.warmup_steps=0", "train.nonfinite=skip", "train.max_consecutive_skips=3",
-                          "train.steps=20", "train.checkpoint_every=1", check=False)
+    summary, proc = train(
+        tmp_path / "run",
+        "train.optim.lr=1e300",
+        "train.optim.grad_clip=None",
+        "train.optim.warmup_steps=0",
+        "train.nonfinite=skip",
+        "train.max_consecutive_skips=3",
+        "train.steps=20",
+        "train.checkpoint_every=1",
+        check=False,
+    )
     assert proc.returncode == 2 and summary is None
     assert "3 consecutive non-finite steps" in proc.stderr, proc.stderr[-2000:]
     assert "update skipped" in proc.stderr  # each skip is reported

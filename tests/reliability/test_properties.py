@@ -8,12 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transformer_jax.data import ByteTokenizer, CharTokenizer, DataConfig, train_tokenizer
-from transformer_jax.data import rows
+from transformer_jax.data import ByteTokenizer, CharTokenizer, DataConfig, rows, train_tokenizer
 from transformer_jax.ops.masks import AttentionMask
 
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,  # CI sees the same examples every run
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,  # CI sees the same examples every run
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 @SETTINGS
@@ -24,8 +27,11 @@ def test_byte_tokenizer_round_trips_any_unicode(text):
 
 
 @SETTINGS
-@given(st.text(alphabet=st.sampled_from(sorted(set("To be, or not to be: that is the question.\nÆsir ß ü ☃"))),
-               max_size=200))
+@given(
+    st.text(
+        alphabet=st.sampled_from(sorted(set("To be, or not to be: that is the question.\nÆsir ß ü ☃"))), max_size=200
+    )
+)
 def test_char_tokenizer_round_trips_text_over_its_vocabulary(text):
     tok = CharTokenizer("".join(sorted(set("To be, or not to be: that is the question.\nÆsir ß ü ☃"))))
     assert tok.decode(tok.encode(text)) == text
@@ -33,8 +39,12 @@ def test_char_tokenizer_round_trips_text_over_its_vocabulary(text):
 
 @pytest.fixture(scope="module")
 def sentencepiece():
-    corpus = [f"the {w} sat on the {v} while {u} sang über café" for w in ("cat", "dog", "bird") for v in
-              ("mat", "hat", "log") for u in ("Anna", "Björn", "Zoë")] * 20
+    corpus = [
+        f"the {w} sat on the {v} while {u} sang über café"
+        for w in ("cat", "dog", "bird")
+        for v in ("mat", "hat", "log")
+        for u in ("Anna", "Björn", "Zoë")
+    ] * 20
     return train_tokenizer(DataConfig(tokenizer="sentencepiece", vocab_size=300, sp_model_type="bpe"), corpus)
 
 
@@ -64,8 +74,15 @@ def mask_cases(draw):
 @given(mask_cases())
 def test_attention_mask_matches_a_brute_force_loop(case):
     causal, window, q_pos, kv_pos, q_seg, kv_seg, valid = case
-    mask = AttentionMask(causal=causal, window=window, q_positions=q_pos, kv_positions=kv_pos,
-                         q_segment_ids=q_seg, kv_segment_ids=kv_seg, kv_valid=valid)
+    mask = AttentionMask(
+        causal=causal,
+        window=window,
+        q_positions=q_pos,
+        kv_positions=kv_pos,
+        q_segment_ids=q_seg,
+        kv_segment_ids=kv_seg,
+        kv_valid=valid,
+    )
     B, T = q_pos.shape
     S = kv_pos.shape[1]
     got = np.broadcast_to(np.asarray(mask.materialize(T, S)), (B, 1, T, S))[:, 0]
@@ -86,8 +103,9 @@ def _packed_rows(docs, T, packer):
     import grain
 
     it = grain.MapDataset.source(docs).to_iter_dataset()
-    it = grain.experimental.FirstFitPackIterDataset(it, length_struct={"inputs": T, "targets": T},
-                                                    num_packing_bins=3, seed=0, shuffle_bins=False)
+    it = grain.experimental.FirstFitPackIterDataset(
+        it, length_struct={"inputs": T, "targets": T}, num_packing_bins=3, seed=0, shuffle_bins=False
+    )
     return [rows.packed_to_lm(p) for p in it.map(lambda x: x)]
 
 
@@ -100,10 +118,12 @@ def _doc_of(token: int):
 def test_packing_never_mixes_segments_across_an_attention_boundary(lengths, T, packer):
     docs = [rows.document_example(list(range(100 * k + 5, 100 * k + 5 + n)), T) for k, n in enumerate(lengths)]
     for row in _packed_rows(docs, T, packer):
-        seg, inputs, targets, weights, pos = (np.asarray(row[k]) for k in ("segment_ids", "inputs", "targets",
-                                                                           "weights", "positions"))
-        mask = np.asarray(AttentionMask(causal=True, q_segment_ids=seg[None], kv_segment_ids=seg[None])
-                          .materialize(T, T))[0, 0]
+        seg, inputs, targets, weights, pos = (
+            np.asarray(row[k]) for k in ("segment_ids", "inputs", "targets", "weights", "positions")
+        )
+        mask = np.asarray(
+            AttentionMask(causal=True, q_segment_ids=seg[None], kv_segment_ids=seg[None]).materialize(T, T)
+        )[0, 0]
         for i in range(T):
             for j in range(T):
                 if mask[i, j] and seg[i] > 0:  # a real token sees only earlier tokens of its own segment

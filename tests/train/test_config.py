@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
-from transformer_jax import configlib
-from transformer_jax.configlib import ConfigError
+from transformer_jax.core import configlib
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.parallel import MeshConfig
@@ -14,24 +15,35 @@ from transformer_jax.train.optim import OptimConfig
 
 
 def test_json_round_trip_is_identity():
-    cfg = Config(model=get_preset("llama_tiny"), data=DataConfig(seq_len=32),
-                 train=TrainConfig(optim=OptimConfig(decay_exclude=("bias",))))
+    cfg = Config(
+        model=get_preset("llama_tiny"),
+        data=DataConfig(seq_len=32),
+        train=TrainConfig(optim=OptimConfig(decay_exclude=("bias",))),
+    )
     again = configlib.from_dict(Config, __import__("json").loads(configlib.to_json(cfg)))
     assert again == cfg
 
 
-@pytest.mark.parametrize("make,field", [
-    (lambda: Config(model=get_preset("gpt2_tiny", max_len=32), data=DataConfig(seq_len=64)), "data.seq_len"),
-    (lambda: Config(model=get_preset("gpt2_tiny"), data=DataConfig(dataset="copy", task_format="seq2seq",
-                                                                    seq_len=40, max_src_len=40)), "model.kind"),
-    (lambda: TrainConfig(batch_size=12, grad_accum=5), "train.grad_accum"),
-    (lambda: TrainConfig(steps=0), "train.steps"),
-    (lambda: TrainConfig(label_smoothing=1.0), "train.label_smoothing"),
-    (lambda: TrainConfig(nonfinite="ignore"), "train.nonfinite"),
-    (lambda: TrainConfig(max_minutes=-1.0), "train.max_minutes"),
-    (lambda: MeshConfig(data=-1, fsdp=-1), "mesh"),
-    (lambda: MeshConfig(tensor=0), "mesh.tensor"),
-])
+@pytest.mark.parametrize(
+    "make,field",
+    [
+        (lambda: Config(model=get_preset("gpt2_tiny", max_len=32), data=DataConfig(seq_len=64)), "data.seq_len"),
+        (
+            lambda: Config(
+                model=get_preset("gpt2_tiny"),
+                data=DataConfig(dataset="copy", task_format="seq2seq", seq_len=40, max_src_len=40),
+            ),
+            "model.kind",
+        ),
+        (lambda: TrainConfig(batch_size=12, grad_accum=5), "train.grad_accum"),
+        (lambda: TrainConfig(steps=0), "train.steps"),
+        (lambda: TrainConfig(label_smoothing=1.0), "train.label_smoothing"),
+        (lambda: TrainConfig(nonfinite="ignore"), "train.nonfinite"),
+        (lambda: TrainConfig(max_minutes=-1.0), "train.max_minutes"),
+        (lambda: MeshConfig(data=-1, fsdp=-1), "mesh"),
+        (lambda: MeshConfig(tensor=0), "mesh.tensor"),
+    ],
+)
 def test_invalid_experiment_configs_name_the_field(make, field):
     with pytest.raises(ConfigError) as err:
         make()
@@ -47,16 +59,19 @@ def test_mesh_resolves_the_rest_and_rejects_bad_products():
 
 
 def test_inverse_sqrt_gets_d_model_from_the_model():
-    cfg = Config(model=get_preset("gpt2_tiny"), data=DataConfig(seq_len=64),
-                 train=TrainConfig(optim=OptimConfig(schedule="inverse_sqrt", lr=1.0, warmup_steps=10)))
+    cfg = Config(
+        model=get_preset("gpt2_tiny"),
+        data=DataConfig(seq_len=64),
+        train=TrainConfig(optim=OptimConfig(schedule="inverse_sqrt", lr=1.0, warmup_steps=10)),
+    )
     assert resolve(cfg).train.optim.d_model == 64
 
 
 def test_overrides_of_one_section_are_validated_together():
-    cfg = configlib.apply_overrides(Config(), ["data.dataset=text", "data.path=/some/file.txt"])
+    cfg = apply_overrides(Config(), ["data.dataset=text", "data.path=/some/file.txt"])
     assert cfg.data.dataset == "text" and cfg.data.path == "/some/file.txt"
-    cfg = configlib.apply_overrides(cfg, ["train.optim.lr=3e-4", "mesh.fsdp=2", "train.optim.lr=1e-4"])
+    cfg = apply_overrides(cfg, ["train.optim.lr=3e-4", "mesh.fsdp=2", "train.optim.lr=1e-4"])
     assert cfg.train.optim.lr == 1e-4 and cfg.mesh.fsdp == 2
     with pytest.raises(ConfigError, match="did you mean train.optim.warmup_steps"):
-        configlib.apply_overrides(cfg, ["train.optim.warmup=5"])
+        apply_overrides(cfg, ["train.optim.warmup=5"])
     assert dataclasses.is_dataclass(cfg)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -14,9 +15,9 @@ import pytest
 from tests.cli_helpers import child_env as _env
 from tests.cli_helpers import cli
 from tests.cli_helpers import train as train_cli
-from transformer_jax import configlib
+from transformer_jax.core import configlib
 from transformer_jax.train.experiment import load_experiment
-from transformer_jax.train.loop import setup
+from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
 HERE = os.path.dirname(__file__)
@@ -32,7 +33,8 @@ def _train(workdir, *sets):
 
 
 def _restored(workdir):
-    cfg = configlib.from_dict(type(load_experiment(EXPERIMENT)), json.load(open(os.path.join(workdir, "config.json"))))
+    saved = json.loads(pathlib.Path(workdir, "config.json").read_text())
+    cfg = configlib.from_dict(type(load_experiment(EXPERIMENT)), saved)
     run, data_state = setup(cfg, str(workdir), devices=jax.devices()[:1])
     run.checkpoints.close()
     return jax.device_get(run.state), data_state
@@ -54,9 +56,23 @@ def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
 
 def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path):
     workdir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "transformer_jax", "train", "--config", EXPERIMENT, "--workdir", str(workdir),
-           "--sample-tokens", "0", "--set", "train.steps=400", "train.checkpoint_every=5", "train.eval_every=1000",
-           "train.optim.decay_steps=400"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "transformer_jax",
+        "train",
+        "--config",
+        EXPERIMENT,
+        "--workdir",
+        str(workdir),
+        "--sample-tokens",
+        "0",
+        "--set",
+        "train.steps=400",
+        "train.checkpoint_every=5",
+        "train.eval_every=1000",
+        "train.optim.decay_steps=400",
+    ]
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300
     ckpt_dir = workdir / "checkpoints"
@@ -71,8 +87,14 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     complete = max(int(d) for d in os.listdir(ckpt_dir) if d.isdigit())
-    summary, out = _train(workdir, "train.steps=400", "train.checkpoint_every=5", "train.eval_every=1000",
-                          "train.optim.decay_steps=400", "train.steps=12")
+    summary, out = _train(
+        workdir,
+        "train.steps=400",
+        "train.checkpoint_every=5",
+        "train.eval_every=1000",
+        "train.optim.decay_steps=400",
+        "train.steps=12",
+    )
     resumed_at = int(out.stdout.split("resuming at step ")[1].split()[0])
     assert resumed_at >= 10 and resumed_at <= complete + 5, (resumed_at, complete)
     assert resumed_at % 5 == 0
@@ -80,14 +102,22 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path):
 
 
 def test_missing_corpus_file_is_named(tmp_path):
-    proc = _cli("train", "--config", EXPERIMENT, "--workdir", str(tmp_path / "r"), "--set", "data.dataset=text",
-                f"data.path={tmp_path}/nope.txt", check=False)
+    proc = _cli(
+        "train",
+        "--config",
+        EXPERIMENT,
+        "--workdir",
+        str(tmp_path / "r"),
+        "--set",
+        "data.dataset=text",
+        f"data.path={tmp_path}/nope.txt",
+        check=False,
+    )
     assert proc.returncode != 0
     assert "nope.txt" in proc.stderr
 
 
 def test_unknown_set_key_suggests_names(tmp_path):
-    proc = _cli("train", "--config", EXPERIMENT, "--workdir", str(tmp_path / "r"), "--set", "train.step=5",
-                check=False)
+    proc = _cli("train", "--config", EXPERIMENT, "--workdir", str(tmp_path / "r"), "--set", "train.step=5", check=False)
     assert proc.returncode == 2
     assert "unknown config key 'train.step'" in proc.stderr and "train.steps" in proc.stderr

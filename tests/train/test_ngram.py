@@ -10,13 +10,19 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_jax import configlib
+from transformer_jax.core import configlib
 from transformer_jax.data import DataConfig, build_data
 from transformer_jax.models import BaselineConfig, NGramLM, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.loop import train
-from transformer_jax.train.ngram import (NGRAM_FILE, evaluate_ngram, load_ngram, pick_next, sample_ngram,
-                                         training_sequences)
+from transformer_jax.train.ngram import (
+    NGRAM_FILE,
+    evaluate_ngram,
+    load_ngram,
+    pick_next,
+    sample_ngram,
+    training_sequences,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUMMARY_KEYS = {"step", "train_loss", "val_loss", "val_perplexity", "tokens_per_s", "wall_s", "params"}
@@ -26,8 +32,10 @@ SUMMARY_KEYS = {"step", "train_loss", "val_loss", "val_perplexity", "tokens_per_
 def corpus(tmp_path_factory):
     rng = random.Random(0)
     words = ["the", "king", "queen", "sword", "crown", "night", "love", "war", "rome", "fool"]
-    paragraphs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(2, 9)))
-                            for _ in range(rng.randint(1, 3))) for _ in range(120)]
+    paragraphs = [
+        "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))) for _ in range(rng.randint(1, 3)))
+        for _ in range(120)
+    ]
     path = tmp_path_factory.mktemp("text") / "corpus.txt"
     path.write_text("\n\n".join(paragraphs))
     return str(path), str(tmp_path_factory.mktemp("tfds"))
@@ -35,9 +43,11 @@ def corpus(tmp_path_factory):
 
 def _cfg(corpus, packing="stream", seq_len=16, **baseline):
     path, cache = corpus
-    return Config(model=baseline_model_config("ngram", BaselineConfig(**{"ngram_order": 3, **baseline})),
-                  data=DataConfig(dataset="text", path=path, cache_dir=cache, seq_len=seq_len, packing=packing),
-                  train=TrainConfig(batch_size=4))
+    return Config(
+        model=baseline_model_config("ngram", BaselineConfig(**{"ngram_order": 3, **baseline})),
+        data=DataConfig(dataset="text", path=path, cache_dir=cache, seq_len=seq_len, packing=packing),
+        train=TrainConfig(batch_size=4),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +58,7 @@ def trained(corpus, tmp_path_factory):
 
 def test_train_dispatches_and_writes_the_workdir(trained):
     workdir, summary = trained
-    assert SUMMARY_KEYS <= set(summary) and summary["stopped"] == "fitted"
+    assert set(summary) >= SUMMARY_KEYS and summary["stopped"] == "fitted"
     assert np.isfinite(summary["val_loss"]) and summary["val_perplexity"] == pytest.approx(np.exp(summary["val_loss"]))
     for name in (NGRAM_FILE, "config.json", "tokenizer/tokenizer.json", "metrics.jsonl"):
         assert os.path.isfile(os.path.join(workdir, name)), name
@@ -65,8 +75,10 @@ def test_evaluation_scores_the_same_rows_as_a_neural_run(trained, corpus):
     data = build_data(cfg.data, batch_size=4, tokenizer=tok)
     batches = list(data.eval_batches("val"))
     assert result["tokens"] == sum(float(b["weights"].sum()) for b in batches)
-    nll = sum(-float(np.sum(model.row_log_probs(b["inputs"], b["targets"], b["segment_ids"])[0] * b["weights"]))
-              for b in batches)
+    nll = sum(
+        -float(np.sum(model.row_log_probs(b["inputs"], b["targets"], b["segment_ids"])[0] * b["weights"]))
+        for b in batches
+    )
     assert result["loss"] == pytest.approx(nll / result["tokens"])
     # Counts come from the whole training stream (n-grams across row boundaries included).
     refit = NGramLM.fit(training_sequences(data), vocab_size=tok.vocab_size, order=3)
@@ -103,21 +115,45 @@ def test_cli_train_fits_and_samples(corpus, tmp_path):
     path, cache = corpus
     env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
-        [sys.executable, "-m", "transformer_jax", "train", "--config",
-         os.path.join(ROOT, "experiments", "shakespeare_char_ngram.py"), "--workdir", str(tmp_path),
-         "--sample-tokens", "20", "--set", "data.dataset=text", f"data.path={path}", f"data.cache_dir={cache}",
-         "model.baseline.ngram_order=4"],
-        env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "transformer_jax",
+            "train",
+            "--config",
+            os.path.join(ROOT, "experiments", "shakespeare_char_ngram.py"),
+            "--workdir",
+            str(tmp_path),
+            "--sample-tokens",
+            "20",
+            "--set",
+            "data.dataset=text",
+            f"data.path={path}",
+            f"data.cache_dir={cache}",
+            "model.baseline.ngram_order=4",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "--- sample ---" in proc.stdout
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert SUMMARY_KEYS <= set(summary)
-    saved = configlib.from_dict(Config, json.load(open(tmp_path / "config.json")))
+    assert set(summary) >= SUMMARY_KEYS
+    saved = configlib.from_dict(Config, json.loads((tmp_path / "config.json").read_text()))
     assert saved.model.baseline.ngram_order == 4 and saved.model.kind == "ngram"
-    for cmd in (["eval", "--split", "val"], ["sample", "--prompt", "the ", "--max-new-tokens", "8",
-                                             "--strategy", "greedy"]):
-        proc = subprocess.run([sys.executable, "-m", "transformer_jax", *cmd, "--workdir", str(tmp_path)],
-                              env=env, capture_output=True, text=True, timeout=300)
+    for cmd in (
+        ["eval", "--split", "val"],
+        ["sample", "--prompt", "the ", "--max-new-tokens", "8", "--strategy", "greedy"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "transformer_jax", *cmd, "--workdir", str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         if cmd[0] == "eval":

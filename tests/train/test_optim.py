@@ -82,8 +82,8 @@ def test_schedule_is_jittable_and_learning_rate_at():
 def _quadratic_descent(cfg, steps=60):
     target = jnp.array([1.0, -2.0, 3.0])
     params = {"w": {"kernel": jnp.zeros((3,))}}
-    loss = lambda p: jnp.sum((p["w"]["kernel"] - target) ** 2)  # noqa: E731
-    tx = make_optimizer(cfg, steps)
+    loss = lambda p: jnp.sum((p["w"]["kernel"] - target) ** 2)
+    tx, _ = make_optimizer(cfg, steps)
     state = tx.init(params)
 
     @jax.jit
@@ -119,11 +119,11 @@ def test_grad_clip_bounds_the_global_update():
     params = {"a": jnp.zeros((4,)), "b": jnp.zeros((2, 3))}
     grads = {"a": jnp.full((4,), 100.0), "b": jnp.full((2, 3), -50.0)}
     for clip, expected in [(1.0, 1.0), (0.5, 0.5), (None, float(optax.tree.norm(grads)))]:
-        tx = make_optimizer(OptimConfig(**base, grad_clip=clip), 10)
+        tx, _ = make_optimizer(OptimConfig(**base, grad_clip=clip), 10)
         updates, _ = tx.update(grads, tx.init(params), params)
         np.testing.assert_allclose(float(optax.tree.norm(updates)), expected, rtol=1e-5)
     small = jax.tree.map(lambda g: g * 1e-4, grads)  # below the bound: untouched
-    tx = make_optimizer(OptimConfig(**base, grad_clip=1.0), 10)
+    tx, _ = make_optimizer(OptimConfig(**base, grad_clip=1.0), 10)
     updates, _ = tx.update(small, tx.init(params), params)
     chex.assert_trees_all_close(updates, jax.tree.map(lambda g: -g, small), rtol=1e-6)
 
@@ -186,14 +186,16 @@ def test_weight_decay_mask_on_nnx_state_and_shapes():
     model = Tiny(nnx.Rngs(0))
     state = nnx.state(model, nnx.Param)
     mask = weight_decay_mask(state)
-    flat = {tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in p): v
-            for p, v in jax.tree_util.tree_leaves_with_path(mask)}
+    flat = {
+        tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in p): v
+        for p, v in jax.tree_util.tree_leaves_with_path(mask)
+    }
     decayed = {p[:-1] for p, v in flat.items() if v}  # drop the Variable's trailing "value"
     assert decayed == {("blocks", "0", "kernel"), ("out", "kernel")}
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
     assert jax.tree.leaves(weight_decay_mask(shapes)) == jax.tree.leaves(mask)
     # And it drives an nnx.Optimizer: a zero-gradient AdamW step only shrinks the two kernels.
-    tx = make_optimizer(OptimConfig(lr=0.1, schedule="constant", warmup_steps=0), 5)
+    tx, _ = make_optimizer(OptimConfig(lr=0.1, schedule="constant", warmup_steps=0), 5)
     opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
     before = jax.tree.map(jnp.copy, nnx.state(model, nnx.Param))
     opt.update(model, jax.tree.map(jnp.zeros_like, before))
@@ -206,7 +208,7 @@ def test_weight_decay_mask_on_nnx_state_and_shapes():
 def test_adamw_zero_grad_step_decays_only_masked_leaves(precomputed):
     params = _nested_params()
     cfg = OptimConfig(lr=0.1, weight_decay=0.5, schedule="constant", warmup_steps=0)
-    tx = make_optimizer(cfg, 10, param_info=params if precomputed else None)
+    tx, _ = make_optimizer(cfg, 10, param_info=params if precomputed else None)
     zeros = jax.tree.map(jnp.zeros_like, params)
     updates, _ = jax.jit(tx.update)(zeros, tx.init(params), params)
     new = optax.apply_updates(params, updates)
@@ -218,11 +220,11 @@ def test_adamw_zero_grad_step_decays_only_masked_leaves(precomputed):
 def test_adam_never_decays_and_sgd_decays_decoupled():
     params = _nested_params()
     zeros = jax.tree.map(jnp.zeros_like, params)
-    tx = make_optimizer(OptimConfig(optimizer="adam", schedule="constant", warmup_steps=0), 10)
+    tx, _ = make_optimizer(OptimConfig(optimizer="adam", schedule="constant", warmup_steps=0), 10)
     updates, _ = tx.update(zeros, tx.init(params), params)
     assert all(float(jnp.abs(u).max()) == 0.0 for u in jax.tree.leaves(updates))
     cfg = OptimConfig(optimizer="sgd", lr=0.1, weight_decay=0.5, schedule="constant", warmup_steps=0)
-    tx = make_optimizer(cfg, 10)
+    tx, _ = make_optimizer(cfg, 10)
     updates, _ = tx.update(zeros, tx.init(params), params)
     np.testing.assert_allclose(updates["head"]["kernel"], -0.05 * params["head"]["kernel"], rtol=1e-6)
     assert float(jnp.abs(updates["layers"]["0"]["attn"]["q"]["bias"]).max()) == 0.0

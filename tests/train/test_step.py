@@ -8,26 +8,33 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax import configlib
+from transformer_jax.core.overrides import apply_overrides
+from transformer_jax.eval.tasks import TASKS
 from transformer_jax.train.experiment import load_experiment
-from transformer_jax.train.loop import setup, train
-from transformer_jax.train.optim import make_schedule
+from transformer_jax.train.loop import train
+from transformer_jax.train.run import setup
 from transformer_jax.train.step import make_train_step
-from transformer_jax.train.tasks import TASKS
 
 EXPERIMENT = os.path.join(os.path.dirname(__file__), "tiny_experiment.py")
 ONE = jax.devices()[:1]
 
 
 def _cfg(*sets):
-    return configlib.apply_overrides(load_experiment(EXPERIMENT), list(sets))
+    return apply_overrides(load_experiment(EXPERIMENT), list(sets))
 
 
 def _one_step(tmp_path, name, *sets, poison=False):
     """(state before, state after, metrics) of one train step; ``poison`` puts a NaN in a weight."""
     run, _ = setup(_cfg(*sets), str(tmp_path / name), devices=ONE)
-    step = jax.jit(make_train_step(run.graphdef, run.tx, TASKS.get("lm"), run.cfg.train,
-                                   make_schedule(run.cfg.train.optim, run.cfg.train.steps)))
+    step = jax.jit(
+        make_train_step(
+            run.graphdef,
+            run.tx,
+            TASKS.get("lm"),
+            run.cfg.train,
+            run.schedule,
+        )
+    )
     state = run.state
     if poison:
         params = jax.tree.map(lambda x: x, state.params)
@@ -59,12 +66,14 @@ def test_non_finite_update_is_dropped_and_counted(tmp_path, case):
     before, after, metrics = _one_step(tmp_path, case, *sets, poison=case == "nan_weight")
     assert not bool(metrics["finite"])
     assert int(after.skips) == 1 and int(after.total_skips) == 1 and int(after.step) == 1
-    for a, b in zip(jax.tree.leaves((before.params, before.opt_state)), jax.tree.leaves((after.params,
-                                                                                        after.opt_state))):
+    for a, b in zip(
+        jax.tree.leaves((before.params, before.opt_state)), jax.tree.leaves((after.params, after.opt_state))
+    ):
         np.testing.assert_array_equal(a, b)
     if case == "nan_weight":
-        bad = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_flatten_with_path(metrics["nonfinite_grads"])[0]
-               if v]
+        bad = [
+            jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_flatten_with_path(metrics["nonfinite_grads"])[0] if v
+        ]
         assert any("ffn" in b for b in bad), bad
 
 

@@ -11,6 +11,13 @@ def get_config() -> Config:
         name="tiny",
         model=get_preset("nanogpt_char", d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=32),
         data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=32),
-        train=TrainConfig(steps=6, batch_size=4, eval_every=3, eval_batches=2, log_every=1, checkpoint_every=2,
-                          optim=OptimConfig(lr=3e-3, warmup_steps=2, min_lr=1e-4, decay_steps=6)),
+        train=TrainConfig(
+            steps=6,
+            batch_size=4,
+            eval_every=3,
+            eval_batches=2,
+            log_every=1,
+            checkpoint_every=2,
+            optim=OptimConfig(lr=3e-3, warmup_steps=2, min_lr=1e-4, decay_steps=6),
+        ),
     )

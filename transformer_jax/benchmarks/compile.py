@@ -7,14 +7,14 @@ import time
 import jax
 import jax.numpy as jnp
 
-from transformer_jax import compiler
+from transformer_jax.core import compiler
+from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import get_preset
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
-from transformer_jax.train.optim import OptimConfig, make_optimizer, make_schedule
+from transformer_jax.train.optim import OptimConfig, make_optimizer
 from transformer_jax.train.state import abstract_state, model_graph
 from transformer_jax.train.step import make_train_step
-from transformer_jax.train.tasks import TASKS
 
 SIZES = {  # torch_gpt.py's configs
     "small": dict(d_model=128, n_heads=4, seq_len=64, batch=12),
@@ -25,16 +25,25 @@ SIZES = {  # torch_gpt.py's configs
 def compile_seconds(cfg_name: str, n_layers: int, scan: bool) -> float:
     """Seconds to lower and compile one train step (shapes only; nothing is run)."""
     size = SIZES[cfg_name]
-    model = get_preset("nanogpt_char", d_model=size["d_model"], n_heads=size["n_heads"], d_ff=4 * size["d_model"],
-                       n_layers=n_layers, max_len=size["seq_len"], scan_layers=scan)
+    model = get_preset(
+        "nanogpt_char",
+        d_model=size["d_model"],
+        n_heads=size["n_heads"],
+        d_ff=4 * size["d_model"],
+        n_layers=n_layers,
+        max_len=size["seq_len"],
+        scan_layers=scan,
+    )
     tc = TrainConfig(batch_size=size["batch"], optim=OptimConfig())
-    tx = make_optimizer(tc.optim, tc.steps)
+    tx, schedule = make_optimizer(tc.optim, tc.steps)
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     graphdef, _, _ = model_graph(model)
     B, T = size["batch"], size["seq_len"]
-    batch = {k: jax.ShapeDtypeStruct((B, T), jnp.float32 if k == "weights" else jnp.int32)
-             for k in ("inputs", "targets", "segment_ids", "positions", "weights")}
-    step = make_train_step(graphdef, tx, TASKS.get("lm"), tc, make_schedule(tc.optim, tc.steps))
+    batch = {
+        k: jax.ShapeDtypeStruct((B, T), jnp.float32 if k == "weights" else jnp.int32)
+        for k in ("inputs", "targets", "segment_ids", "positions", "weights")
+    }
+    step = make_train_step(graphdef, tx, TASKS.get("lm"), tc, schedule)
     with sharding_context(mesh):
         state = abstract_state(model, tx, mesh=mesh)
         t0 = time.perf_counter()

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from transformer_jax import compiler
+from transformer_jax.core import compiler
 from transformer_jax.decode import generate
 from transformer_jax.models import ModelConfig, build_model, get_preset
 
@@ -55,8 +55,15 @@ def _gen(model, batch: int, prompt_len: int, new: int, *, width: int | None = No
     lengths = np.full((batch,), prompt_len, np.int32)
     graphdef, *states = nnx.split(model)
     params = tuple(states)
-    run = lambda: generate(graphdef, params, prompt_BP=prompt, prompt_lengths_B=lengths,  # noqa: E731
-                           max_new_tokens=new).tokens
+    run = lambda: (
+        generate(
+            graphdef,
+            params,
+            prompt_BP=prompt,
+            prompt_lengths_B=lengths,
+            max_new_tokens=new,
+        ).tokens
+    )
     jax.block_until_ready(run())  # compile
     return run
 
@@ -80,7 +87,7 @@ def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), rep
             out[name][p] = 1e3 * dt / extra
         x = jnp.zeros((1, p), jnp.int32)
         jax.block_until_ready(forward(state, x))
-        out["recompute_ms"][p] = 1e3 * _time(lambda: forward(state, x), reps, min)
+        out["recompute_ms"][p] = 1e3 * _time(lambda x=x: forward(state, x), reps, min)
     return out
 
 
@@ -93,8 +100,22 @@ def torch_tokens_per_s(new_tokens: int, reps: int = 3) -> dict | None:
     script = torch_script()
     if script is None:
         return None
-    proc = subprocess.run([sys.executable, str(script), "generate", "--cfg", "small", "--new-tokens", str(new_tokens),
-                           "--reps", str(reps)], capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "generate",
+            "--cfg",
+            "small",
+            "--new-tokens",
+            str(new_tokens),
+            "--reps",
+            str(reps),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{script} failed:\n{proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -107,8 +128,9 @@ def bench_model(cfg: ModelConfig | None = None, max_len: int = 2048) -> ModelCon
     return dataclasses.replace(cfg, max_len=max(cfg.max_len, max_len), dropout=0.0)
 
 
-def bench_decode(cfg=None, workdir: str | None = None, *, new_tokens: int = 256, pairs: int = 3,
-                 positions=(64, 128, 256, 512, 1024)) -> dict:
+def bench_decode(
+    cfg=None, workdir: str | None = None, *, new_tokens: int = 256, pairs: int = 3, positions=(64, 128, 256, 512, 1024)
+) -> dict:
     """The figures of the module docstring. ``cfg``: an experiment Config whose decoder-only model
     is measured (default / other kinds: ``nanogpt_char``); ``workdir`` is unused."""
     del workdir
@@ -124,13 +146,21 @@ def bench_decode(cfg=None, workdir: str | None = None, *, new_tokens: int = 256,
         for b in (1, 8):
             if t is not None:
                 theirs[b].append(t[b])
-    out = {"bench": "decode", "model": "nanogpt_char", "new_tokens": new_tokens, "pairs": pairs,
-           "per_token_ms_cached": cached, "per_token_ms_cached_sized": sized, "per_token_ms_recompute": recompute,
-           "cached_ratio_last_over_first": cached[positions[-1]] / cached[positions[0]],
-           "cached_ratio_max_over_min": max(cached.values()) / min(cached.values()),
-           "cached_sized_ratio_last_over_first": sized[positions[-1]] / sized[positions[0]],
-           "recompute_ratio_last_over_first": recompute[positions[-1]] / recompute[positions[0]],
-           "threads": os.cpu_count(), "loadavg": list(os.getloadavg())}
+    out = {
+        "bench": "decode",
+        "model": "nanogpt_char",
+        "new_tokens": new_tokens,
+        "pairs": pairs,
+        "per_token_ms_cached": cached,
+        "per_token_ms_cached_sized": sized,
+        "per_token_ms_recompute": recompute,
+        "cached_ratio_last_over_first": cached[positions[-1]] / cached[positions[0]],
+        "cached_ratio_max_over_min": max(cached.values()) / min(cached.values()),
+        "cached_sized_ratio_last_over_first": sized[positions[-1]] / sized[positions[0]],
+        "recompute_ratio_last_over_first": recompute[positions[-1]] / recompute[positions[0]],
+        "threads": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+    }
     for b in (1, 8):
         out[f"jax_tokens_per_s_b{b}"] = statistics.median(ours[b])
         out[f"jax_tokens_per_s_b{b}_runs"] = ours[b]

@@ -17,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from transformer_jax import compiler
+from transformer_jax.core import compiler
 from transformer_jax.models import count_params
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.train.config import Config
@@ -26,12 +26,19 @@ from transformer_jax.train.config import Config
 def moe_variants(cfg: Config, dispatches=("auto",)) -> dict[str, Config]:
     """``{"dense": ..., "moe_<dispatch>": ...}``: the dense model (``model.moe=None``) and the MoE
     model with each dispatch implementation."""
-    moe = cfg.model.moe or MoEConfig(n_experts=8, top_k=2, d_expert=(cfg.model.d_ff or 4 * cfg.model.d_model) // 2,
-                                     renormalize=True, balance_loss="switch", balance_coef=0.01)
+    moe = cfg.model.moe or MoEConfig(
+        n_experts=8,
+        top_k=2,
+        d_expert=(cfg.model.d_ff or 4 * cfg.model.d_model) // 2,
+        renormalize=True,
+        balance_loss="switch",
+        balance_coef=0.01,
+    )
     out = {"dense": dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, moe=None))}
     for d in dispatches:
-        out[f"moe_{d}"] = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, moe=dataclasses.replace(
-            moe, dispatch=d)))
+        out[f"moe_{d}"] = dataclasses.replace(
+            cfg, model=dataclasses.replace(cfg.model, moe=dataclasses.replace(moe, dispatch=d))
+        )
     return out
 
 
@@ -39,16 +46,23 @@ def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: in
     """Per-variant ``median_ms``/``min_ms`` of one train step over ``rounds`` alternating rounds,
     after ``warmup`` training steps each; MoE variants also report ``load_max_over_mean`` (per
     layer) after the warm-up."""
-    from transformer_jax.train.loop import setup
-    from transformer_jax.train.optim import make_schedule
+    from transformer_jax.eval.tasks import TASKS
+    from transformer_jax.train.run import setup
     from transformer_jax.train.step import make_train_step
-    from transformer_jax.train.tasks import TASKS
 
     runs, out = {}, {}
     for name, cfg in variants.items():
         run, _ = setup(cfg, tempfile.mkdtemp(prefix=f"bench_moe_{name}_"), restore=False, devices=jax.devices()[:1])
-        step = compiler.jit(make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train,
-                                            make_schedule(run.cfg.train.optim, run.cfg.train.steps)), donate_argnums=(0,))
+        step = compiler.jit(
+            make_train_step(
+                run.graphdef,
+                run.tx,
+                TASKS.get(run.data.task),
+                run.cfg.train,
+                run.schedule,
+            ),
+            donate_argnums=(0,),
+        )
         state = run.state
         with run.data.train_iterator() as it:
             for i in range(warmup):
@@ -78,13 +92,20 @@ def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: in
     return out
 
 
-def bench_moe(cfg: Config, workdir: str | None = None, *, rounds: int = 10, steps: int = 10, warmup: int = 300,
-              dispatches=("auto",)) -> dict:
+def bench_moe(
+    cfg: Config,
+    workdir: str | None = None,
+    *,
+    rounds: int = 10,
+    steps: int = 10,
+    warmup: int = 300,
+    dispatches=("auto",),
+) -> dict:
     """The module docstring's figures, with each MoE variant's ratio to the dense step."""
     del workdir
     result = time_train_steps(moe_variants(cfg, dispatches), rounds=rounds, steps=steps, warmup=warmup)
     dense = result["dense"]
-    for name, r in result.items():
+    for r in result.values():
         r["ratio_to_dense_median"] = r["median_ms"] / dense["median_ms"]
         r["ratio_to_dense_min"] = r["min_ms"] / dense["min_ms"]
     return {"bench": "moe", "rounds": rounds, "steps": steps, "warmup": warmup, **result}

@@ -9,15 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import compiler
+from transformer_jax.core import compiler
+from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import count_params, get_preset
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.flops import decoder_flops_per_token, gemm_peak_flops
-from transformer_jax.train.optim import OptimConfig, make_optimizer, make_schedule
+from transformer_jax.train.optim import OptimConfig, make_optimizer
 from transformer_jax.train.state import init_state, model_graph
 from transformer_jax.train.step import make_train_step
-from transformer_jax.train.tasks import TASKS
 
 CONFIGS = {  # ../shared/bench/torch_gpt.py
     "small": dict(n_layers=4, n_heads=4, d_model=128, seq_len=64, batch=12),
@@ -28,8 +28,16 @@ CONFIGS = {  # ../shared/bench/torch_gpt.py
 def gpt_config(name: str, **overrides):
     """The ``nanogpt_char`` preset sized like torch_gpt.py's ``name`` config (vocab 65)."""
     c = CONFIGS[name]
-    return get_preset("nanogpt_char", vocab_size=65, d_model=c["d_model"], n_heads=c["n_heads"],
-                      d_ff=4 * c["d_model"], n_layers=c["n_layers"], max_len=c["seq_len"], **overrides)
+    return get_preset(
+        "nanogpt_char",
+        vocab_size=65,
+        d_model=c["d_model"],
+        n_heads=c["n_heads"],
+        d_ff=4 * c["d_model"],
+        n_layers=c["n_layers"],
+        max_len=c["seq_len"],
+        **overrides,
+    )
 
 
 def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_overrides) -> dict:
@@ -37,18 +45,23 @@ def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_o
     c = CONFIGS[name]
     cfg = gpt_config(name, **model_overrides)
     tc = TrainConfig(batch_size=c["batch"], optim=OptimConfig(lr=1e-3, warmup_steps=100), per_layer_grad_norms=False)
-    tx = make_optimizer(tc.optim, 10_000)
+    tx, schedule = make_optimizer(tc.optim, 10_000)
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     graphdef, _, _ = model_graph(cfg)
     B, T = c["batch"], c["seq_len"]
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 65, (steps + warmup, B, T + 1))
-    batches = [{"inputs": jnp.asarray(x[:, :-1], jnp.int32), "targets": jnp.asarray(x[:, 1:], jnp.int32),
-                "segment_ids": jnp.ones((B, T), jnp.int32),
-                "positions": jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)),
-                "weights": jnp.ones((B, T), jnp.float32)} for x in tokens]
-    step = compiler.jit(make_train_step(graphdef, tx, TASKS.get("lm"), tc, make_schedule(tc.optim, 10_000)),
-                        donate_argnums=(0,))
+    batches = [
+        {
+            "inputs": jnp.asarray(x[:, :-1], jnp.int32),
+            "targets": jnp.asarray(x[:, 1:], jnp.int32),
+            "segment_ids": jnp.ones((B, T), jnp.int32),
+            "positions": jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)),
+            "weights": jnp.ones((B, T), jnp.float32),
+        }
+        for x in tokens
+    ]
+    step = compiler.jit(make_train_step(graphdef, tx, TASKS.get("lm"), tc, schedule), donate_argnums=(0,))
     key = jax.random.key(0)
     with sharding_context(mesh):
         state = init_state(cfg, tx, seed=0, mesh=mesh)
@@ -70,8 +83,17 @@ def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_o
     flops_per_token = decoder_flops_per_token(n_params - cfg.max_len * cfg.d_model, cfg.n_layers, cfg.d_model, T)
     tokens_per_s = B * T / step_s
     peak = gemm_peak_flops()
-    return {"bench": "train", "cfg": name, "step_ms": 1e3 * step_s, "tokens_per_s": tokens_per_s,
-            "model_gflops": tokens_per_s * flops_per_token / 1e9, "mfu": tokens_per_s * flops_per_token / peak,
-            "gemm_peak_gflops": peak / 1e9, "compile_s": compile_s, "params": n_params,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "backend": jax.default_backend(), "devices": 1}
+    return {
+        "bench": "train",
+        "cfg": name,
+        "step_ms": 1e3 * step_s,
+        "tokens_per_s": tokens_per_s,
+        "model_gflops": tokens_per_s * flops_per_token / 1e9,
+        "mfu": tokens_per_s * flops_per_token / peak,
+        "gemm_peak_gflops": peak / 1e9,
+        "compile_s": compile_s,
+        "params": n_params,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "backend": jax.default_backend(),
+        "devices": 1,
+    }

@@ -25,8 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. From the real command line (``argv`` None) the process first re-executes
-    itself with huge pages for malloc and then tunes glibc malloc (`transformer_jax.hostmem`)."""
-    from transformer_jax import hostmem
+    itself with huge pages for malloc and then tunes glibc malloc (`transformer_jax.cli.hostmem`)."""
+    from transformer_jax.cli import hostmem
 
     if argv is None:
         hostmem.reexec_with_hugepages(sys.argv[1:])
@@ -35,16 +35,21 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_jax.cli.common import quiet
 
     quiet()
-    from transformer_jax.configlib import ConfigError
+    from transformer_jax.core.configlib import ConfigError
+    from transformer_jax.train.actions import NonFiniteError
     from transformer_jax.train.checkpoint import CheckpointError
-    from transformer_jax.train.loop import NonFiniteError, summary_line
+    from transformer_jax.train.lock import WorkdirLockedError
+    from transformer_jax.train.loop import summary_line
 
+    user_errors = (ConfigError, CheckpointError, NonFiniteError, WorkdirLockedError, ValueError, KeyError)
+    file_errors = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
     try:
         result = args.fn(args)
-    except (ConfigError, FileNotFoundError, CheckpointError, NonFiniteError, ValueError, KeyError) as e:
+    except user_errors + file_errors as e:
         if os.environ.get("TRANSFORMER_JAX_DEBUG"):
             raise
-        kind = "" if isinstance(e, (ConfigError, ValueError)) else f"{type(e).__name__}: "
+        plain = (ConfigError, ValueError, WorkdirLockedError, CheckpointError)
+        kind = "" if isinstance(e, plain) else f"{type(e).__name__}: "
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {kind}{message}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2

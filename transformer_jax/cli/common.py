@@ -1,32 +1,70 @@
-"""Helpers shared by the command modules."""
+"""Helpers shared by the command modules: common arguments, workdir checks, quiet logs, short warnings."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import warnings
 
+from transformer_jax.core.configlib import ConfigError
 
-def add_run_args(p, *, config: bool) -> None:
-    """--config (experiment file), --workdir, --set KEY=VALUE ..."""
+
+def add_run_args(p, *, config: bool, restore: bool = True) -> None:
+    """--config (experiment file), --workdir, --set KEY=VALUE ... (repeatable), --restore-step N."""
     if config:
         p.add_argument("--config", required=True, help="experiment file, e.g. experiments/shakespeare_char.py")
     p.add_argument("--workdir", required=True, help="run directory (checkpoints, metrics, tokenizer)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="override config fields, e.g. train.steps=500 model.n_layers=8")
+    p.add_argument(
+        "--set",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override config fields, e.g. train.steps=500 model.n_layers=8 (repeatable; a later key wins)",
+    )
+    if restore:
+        p.add_argument(
+            "--restore-step",
+            type=int,
+            default=None,
+            metavar="N",
+            help="use the checkpoint of step N instead of the latest one",
+        )
+
+
+def check_workdir(path: str, *, create: bool) -> None:
+    """A usable run directory: a directory (made when ``create``), writable when ``create``."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"--workdir {path} is a file, not a directory; give a directory for the run")
+    if not create:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--workdir {path} cannot be created: {e.strerror}; choose a writable place") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--workdir {path} is not writable; choose a writable directory")
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Our own warnings as one short line; everyone else's as Python prints them."""
+    if "transformer_jax" in str(filename) or category.__module__.startswith("transformer_jax"):
+        print(f"warning: {message}", file=file or sys.stderr, flush=True)
+    else:
+        print(warnings.formatwarning(message, category, filename, lineno, line), file=file or sys.stderr, end="")
 
 
 def quiet():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*Sharding info not provided.*")
-    try:
+    warnings.showwarning = _show_warning
+    with contextlib.suppress(ImportError):
         from absl import logging as absl_logging
 
         absl_logging.set_verbosity(absl_logging.WARNING)
-    except ImportError:
-        pass
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for name in ("absl", "orbax", "jax", "grain", "tensorflow_datasets"):
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -2,29 +2,43 @@
 
 from __future__ import annotations
 
-from transformer_jax.cli.common import add_run_args
+from transformer_jax.cli.common import add_run_args, check_workdir
 
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train (or resume) a model")
     add_run_args(p, config=True)
-    p.add_argument("--sample-tokens", type=int, default=200, help="sample this many tokens at the end (0: none)")
+    p.add_argument(
+        "--sample-tokens",
+        type=int,
+        default=None,
+        help="sample this many tokens at the end (0: none; default: train.sample_tokens)",
+    )
     g = p.add_argument_group("multi-process (or TRANSFORMER_JAX_COORDINATOR / _NUM_PROCESSES / _PROCESS_ID)")
     g.add_argument("--coordinator", help="host:port of process 0, e.g. 10.0.0.1:1234")
     g.add_argument("--num-processes", type=int)
     g.add_argument("--process-id", type=int)
     g.add_argument("--local-devices", type=int, help="CPU only: fake this many devices per process")
-    g.add_argument("--distributed-auto", action="store_true",
-                   help="let JAX detect the cluster (TPU pod slices, SLURM, ...)")
+    g.add_argument(
+        "--distributed-auto", action="store_true", help="let JAX detect the cluster (TPU pod slices, SLURM, ...)"
+    )
     p.set_defaults(fn=run)
 
 
 def run(args) -> dict:
     from transformer_jax.parallel.distributed import DistributedConfig, initialize
 
-    initialize(DistributedConfig.from_env(coordinator=args.coordinator, num_processes=args.num_processes,
-                                          process_id=args.process_id, local_devices=args.local_devices,
-                                          auto=args.distributed_auto or None))
+    check_workdir(args.workdir, create=True)
+
+    initialize(
+        DistributedConfig.from_env(
+            coordinator=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+            local_devices=args.local_devices,
+            auto=args.distributed_auto or None,
+        )
+    )
     import jax
 
     from transformer_jax.cli.sample import sample_text
@@ -32,10 +46,18 @@ def run(args) -> dict:
     from transformer_jax.train.loop import train
 
     cfg = load_experiment(args.config, args.set)
-    summary = train(cfg, args.workdir)
-    if args.sample_tokens and jax.process_count() == 1:
-        text = sample_text(args.workdir, prompt=cfg.train.sample_prompt, max_new_tokens=args.sample_tokens,
-                      strategy="top_k", temperature=0.8, top_k=40, seed=cfg.train.seed)
+    summary = train(cfg, args.workdir, restore_step=args.restore_step)
+    n_sample = cfg.train.sample_tokens if args.sample_tokens is None else args.sample_tokens
+    if n_sample and jax.process_count() == 1:
+        text = sample_text(
+            args.workdir,
+            prompt=cfg.train.sample_prompt,
+            max_new_tokens=n_sample,
+            strategy="top_k",
+            temperature=0.8,
+            top_k=40,
+            seed=cfg.train.seed,
+        )
         if text is not None:
             print("--- sample ---\n" + text + "\n--------------", flush=True)
     return summary

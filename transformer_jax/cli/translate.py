@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from transformer_jax.cli.common import add_run_args
+from transformer_jax.cli.common import add_run_args, check_workdir
 
 
 def register(sub) -> None:
@@ -18,8 +18,12 @@ def register(sub) -> None:
     p.add_argument("--beam", type=int, default=4, help="beam width (1 = greedy)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty exponent")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="longest translation in tokens (default: from the run's data.seq_len)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="longest translation in tokens (default: from the run's data.seq_len)",
+    )
     p.add_argument("--best", action="store_true", help="use the best checkpoint instead of the latest")
     p.add_argument("--input", default="-", help="source file (default: stdin)")
     p.add_argument("--output", default="-", help="hypothesis file (default: stdout)")
@@ -35,9 +39,11 @@ def run(args) -> dict:
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the hypotheses only
         from transformer_jax.eval.translation import run_translate_config, translate_texts
         from transformer_jax.train.experiment import workdir_config
-        from transformer_jax.train.loop import setup
+        from transformer_jax.train.run import setup
 
-        run, _ = setup(workdir_config(args.workdir, args.set), args.workdir, best=args.best)
+        check_workdir(args.workdir, create=False)
+        cfg = workdir_config(args.workdir, args.set)
+        run, _ = setup(cfg, args.workdir, best=args.best, restore_step=args.restore_step)
         has_checkpoint = run.checkpoints.latest_step() is not None
         run.checkpoints.close()
         if not has_checkpoint:
@@ -47,17 +53,23 @@ def run(args) -> dict:
         cfg = run_translate_config(run, beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size)
         if args.max_new_tokens is not None:
             cfg = dataclasses.replace(cfg, max_new_tokens=args.max_new_tokens)
-        src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
-        with src:
-            lines = [line.rstrip("\n") for line in src]
+        if args.input == "-":
+            lines = [line.rstrip("\n") for line in sys.stdin]
+        else:
+            with open(args.input, encoding="utf-8") as src:
+                lines = [line.rstrip("\n") for line in src]
         t0 = time.time()
-        hyps = translate_texts(run.graphdef, (run.state.params, run.state.model_state), run.data.tokenizer, lines,
-                               cfg)
+        hyps = translate_texts(run.graphdef, (run.state.params, run.state.model_state), run.data.tokenizer, lines, cfg)
         seconds = time.time() - t0
-    dst = out if args.output == "-" else open(args.output, "w", encoding="utf-8")
+    dst = out if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115 - stdout is not closed
     dst.write("".join(h + "\n" for h in hyps))
     dst.flush()
     if dst is not out:
         dst.close()
-    return {"sentences": len(hyps), "beam": args.beam, "alpha": args.alpha, "seconds": seconds,
-            "sentences_per_s": len(hyps) / max(seconds, 1e-9)}
+    return {
+        "sentences": len(hyps),
+        "beam": args.beam,
+        "alpha": args.alpha,
+        "seconds": seconds,
+        "sentences_per_s": len(hyps) / max(seconds, 1e-9),
+    }

@@ -28,8 +28,21 @@ from transformer_jax.data.tokenizers import (
 )
 
 __all__ = [
-    "DATASETS", "TOKENIZERS", "SHAKESPEARE_PLAYS", "ByteTokenizer", "CharTokenizer", "Data",
-    "DataConfig", "DataIterator", "SentencePieceTokenizer", "SymbolTokenizer", "Tokenizer",
-    "build_data", "load_tokenizer", "shakespeare_text", "tokenizer_from_json", "train_tokenizer",
+    "DATASETS",
+    "SHAKESPEARE_PLAYS",
+    "TOKENIZERS",
+    "ByteTokenizer",
+    "CharTokenizer",
+    "Data",
+    "DataConfig",
+    "DataIterator",
+    "SentencePieceTokenizer",
+    "SymbolTokenizer",
+    "Tokenizer",
+    "build_data",
+    "load_tokenizer",
+    "shakespeare_text",
+    "tokenizer_from_json",
+    "train_tokenizer",
     "write_shakespeare",
 ]

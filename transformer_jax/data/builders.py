@@ -58,9 +58,7 @@ def _quiet_and_locked(data_dir: Path) -> Iterator[None]:
 def _prepare(builder: tfds.core.DatasetBuilder, data_dir: Path) -> tfds.core.DatasetBuilder:
     with _quiet_and_locked(data_dir):
         if not builder.is_prepared():
-            builder.download_and_prepare(
-                download_config=tfds.download.DownloadConfig(try_download_gcs=False)
-            )
+            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     return builder
 
 
@@ -80,8 +78,7 @@ class _LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 class TextCorpus(_LocalBuilder, skip_registration=True):
     """Local UTF-8 text as ordered chunks; ``split_texts()`` gives {tfds split: text}."""
 
-    def __init__(self, *, split_texts: Callable[[], dict[str, str]] | None = None,
-                 chunk_chars: int = 4096, **kwargs):
+    def __init__(self, *, split_texts: Callable[[], dict[str, str]] | None = None, chunk_chars: int = 4096, **kwargs):
         self._split_texts = split_texts
         self._chunk_chars = chunk_chars
         super().__init__(**kwargs)
@@ -106,8 +103,7 @@ class TextCorpus(_LocalBuilder, skip_registration=True):
 class ParallelCorpus(_LocalBuilder, skip_registration=True):
     """Aligned sentence pairs; ``split_pairs()`` gives {tfds split: [(src, tgt), ...]}."""
 
-    def __init__(self, *, split_pairs: Callable[[], dict[str, list[tuple[str, str]]]] | None = None,
-                 **kwargs):
+    def __init__(self, *, split_pairs: Callable[[], dict[str, list[tuple[str, str]]]] | None = None, **kwargs):
         self._split_pairs = split_pairs
         super().__init__(**kwargs)
 
@@ -143,14 +139,25 @@ def split_by_characters(text: str, val_fraction: float) -> dict[str, str]:
     return {"train": text[:cut], "validation": text[cut:]}
 
 
-def build_text_corpus(path: str, *, val_path: str | None = None, val_fraction: float = 0.1,
-                      decode_errors: str = "strict", chunk_chars: int = 4096,
-                      cache_dir: str | None = None) -> TextCorpus:
+def build_text_corpus(
+    path: str,
+    *,
+    val_path: str | None = None,
+    val_fraction: float = 0.1,
+    decode_errors: str = "strict",
+    chunk_chars: int = 4096,
+    cache_dir: str | None = None,
+) -> TextCorpus:
     """Prepare (or reuse) the text-corpus builder for ``path`` (files, comma list or directory)."""
     files = textio.expand_paths(path, field="data.path")
     val_files = textio.expand_paths(val_path, field="data.val_path") if val_path else []
-    options = dict(val=[str(f) for f in val_files], val_fraction=None if val_files else val_fraction,
-                   decode_errors=decode_errors, chunk_chars=chunk_chars, version=1)
+    options = dict(
+        val=[str(f) for f in val_files],
+        val_fraction=None if val_files else val_fraction,
+        decode_errors=decode_errors,
+        chunk_chars=chunk_chars,
+        version=1,
+    )
     key = textio.fingerprint(files + val_files, **options)
     data_dir = _keyed_dir(cache_dir, "text_corpus", key, {"files": files, **options})
 
@@ -158,11 +165,11 @@ def build_text_corpus(path: str, *, val_path: str | None = None, val_fraction: f
         text = textio.read_texts(files, decode_errors, field="data.path")
         if not val_files:
             return split_by_characters(text, val_fraction)
-        return {"train": text,
-                "validation": textio.read_texts(val_files, decode_errors, field="data.val_path")}
+        return {"train": text, "validation": textio.read_texts(val_files, decode_errors, field="data.val_path")}
 
-    builder = TextCorpus(split_texts=split_texts, chunk_chars=chunk_chars,
-                         data_dir=str(data_dir), file_format="array_record")
+    builder = TextCorpus(
+        split_texts=split_texts, chunk_chars=chunk_chars, data_dir=str(data_dir), file_format="array_record"
+    )
     return _prepare(builder, data_dir)
 
 
@@ -201,8 +208,7 @@ def read_parallel(src: Path, tgt: Path, decode_errors: str = "strict") -> list[t
     src_text, bad_s = textio.read_text(src, decode_errors)
     tgt_text, bad_t = textio.read_text(tgt, decode_errors)
     if bad_s or bad_t:
-        warnings.warn(f"replaced non-UTF-8 bytes with U+FFFD in {src} ({bad_s}) / {tgt} ({bad_t})",
-                      stacklevel=2)
+        warnings.warn(f"replaced non-UTF-8 bytes with U+FFFD in {src} ({bad_s}) / {tgt} ({bad_t})", stacklevel=2)
     src_lines, tgt_lines = (t.split("\n") for t in (src_text, tgt_text))
     for lines in (src_lines, tgt_lines):
         if lines and lines[-1] == "":
@@ -219,33 +225,46 @@ def read_parallel(src: Path, tgt: Path, decode_errors: str = "strict") -> list[t
     return pairs
 
 
-def build_parallel_corpus(directory: str, *, src_lang: str = "de", tgt_lang: str = "en",
-                          val_fraction: float = 0.1, decode_errors: str = "strict",
-                          cache_dir: str | None = None) -> ParallelCorpus:
+def build_parallel_corpus(
+    directory: str,
+    *,
+    src_lang: str = "de",
+    tgt_lang: str = "en",
+    val_fraction: float = 0.1,
+    decode_errors: str = "strict",
+    cache_dir: str | None = None,
+) -> ParallelCorpus:
     """Prepare (or reuse) the parallel-corpus builder for ``directory``."""
     files = find_parallel_files(directory, src_lang, tgt_lang)
-    options = dict(src_lang=src_lang, tgt_lang=tgt_lang, decode_errors=decode_errors,
-                   val_fraction=val_fraction, splits=sorted(files), version=1)
+    options = dict(
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        decode_errors=decode_errors,
+        val_fraction=val_fraction,
+        splits=sorted(files),
+        version=1,
+    )
     key = textio.fingerprint([p for pair in files.values() for p in pair], **options)
     data_dir = _keyed_dir(cache_dir, "parallel_corpus", key, {"files": files, **options})
 
     def split_pairs() -> dict[str, list[tuple[str, str]]]:
         pairs = {split: read_parallel(s, t, decode_errors) for split, (s, t) in files.items()}
         if "validation" not in pairs:
-            warnings.warn(f"{directory}: no val.{src_lang}/val.{tgt_lang}; using the last "
-                          f"{val_fraction:.0%} of train as validation", stacklevel=2)
+            warnings.warn(
+                f"{directory}: no val.{src_lang}/val.{tgt_lang}; using the last "
+                f"{val_fraction:.0%} of train as validation",
+                stacklevel=2,
+            )
             train = pairs["train"]
             cut = max(1, int(len(train) * (1 - val_fraction)))
             pairs["train"], pairs["validation"] = train[:cut], train[cut:]
         return pairs
 
-    builder = ParallelCorpus(split_pairs=split_pairs, data_dir=str(data_dir),
-                             file_format="array_record")
+    builder = ParallelCorpus(split_pairs=split_pairs, data_dir=str(data_dir), file_format="array_record")
     return _prepare(builder, data_dir)
 
 
-def catalog_builder(name: str, *, cache_dir: str | None = None,
-                    download: bool = False) -> tfds.core.DatasetBuilder:
+def catalog_builder(name: str, *, cache_dir: str | None = None, download: bool = False) -> tfds.core.DatasetBuilder:
     """A TFDS catalog dataset (``tiny_shakespeare``, ``lm1b``, ``wmt14_translate/de-en``).
 
     Reads an array_record preparation in ``cache_dir``. With ``download=False`` (the default)
@@ -263,8 +282,7 @@ def catalog_builder(name: str, *, cache_dir: str | None = None,
         try:
             builder = tfds.builder(name, data_dir=str(data_dir), file_format="array_record")
         except tfds.core.registered.DatasetNotFoundError:
-            raise ValueError(f"data.tfds_name={name!r} is not in the TFDS catalog "
-                             "(see tfds.list_builders())") from None
+            raise ValueError(f"data.tfds_name={name!r} is not in the TFDS catalog (see tfds.list_builders())") from None
     if not builder.is_prepared():
         if not download:
             raise FileNotFoundError(
@@ -289,6 +307,5 @@ def data_source(builder: tfds.core.DatasetBuilder, split: str):
     tfds_split = TFDS_SPLITS.get(split, split)
     splits = list(builder.info.splits)
     if tfds_split not in splits:
-        raise KeyError(f"split {split!r} is not in {builder.name} ({builder.data_dir}); "
-                       f"it has: {', '.join(splits)}")
+        raise KeyError(f"split {split!r} is not in {builder.name} ({builder.data_dir}); it has: {', '.join(splits)}")
     return builder.as_data_source(tfds_split)

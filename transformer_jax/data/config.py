@@ -1,17 +1,19 @@
 """``DataConfig``: which corpus, tokenizer, sequence shapes and pipeline options.
 
 Validated in ``__post_init__``; every error names the field and the fix. Names (``dataset``,
-``tokenizer``, ``packing``, ...) are checked against the registries that implement them, so an
-unknown name lists the valid ones.
+``tokenizer``, ``packing``, ...) are checked against ``data.variants``, which also says which
+fields each choice reads, so an unknown name lists the valid ones without importing the pipeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
-from transformer_jax.configlib import ConfigError
-from transformer_jax.registry import unknown_name_message
+from transformer_jax.core.configlib import ConfigError, check_choice, check_int, fail
+from transformer_jax.data.synthetic import TASKS
+from transformer_jax.data.variants import DATASET_VARIANTS, PACKING_VARIANTS, TOKENIZER_VARIANTS
 
 SP_MODEL_TYPES = ("bpe", "unigram")
 TASK_FORMATS = ("lm", "seq2seq")
@@ -77,52 +79,41 @@ class DataConfig:
     synthetic_max_len: int = 16
     synthetic_vocab: int = 16
 
+    SELECTORS: ClassVar = (
+        ("dataset", DATASET_VARIANTS),
+        ("tokenizer", TOKENIZER_VARIANTS),
+        ("packing", PACKING_VARIANTS),
+    )
+
     def __post_init__(self):
-        from transformer_jax.data.lm import PACKINGS
-        from transformer_jax.data.sources import DATASETS
-        from transformer_jax.data.synthetic import TASKS
-        from transformer_jax.data.tokenizers import TOKENIZERS
-
-        def choose(name: str, valid, kind: str) -> None:
-            value = getattr(self, name)
-            if value not in valid:
-                raise ConfigError(f"data.{name}: " + unknown_name_message(kind, value, tuple(valid)))
-
-        choose("dataset", DATASETS.names(), "dataset")
-        choose("tokenizer", TOKENIZERS.names(), "tokenizer")
-        choose("packing", PACKINGS.names(), "packing")
-        choose("sp_model_type", SP_MODEL_TYPES, "SentencePiece model type")
-        choose("task_format", TASK_FORMATS, "task format")
-        choose("document_split", DOCUMENT_SPLITS, "document split")
-        choose("decode_errors", DECODE_ERRORS, "decode error policy")
-
-        required = {"text": "path", "parallel": "dir", "tfds": "tfds_name"}
-        if self.dataset in required and not getattr(self, required[self.dataset]):
-            need = required[self.dataset]
-            hint = {"path": "a text file, comma-separated files or a directory",
-                    "dir": "a directory with train.SRC/train.TGT (optionally .gz) and val.*",
-                    "tfds_name": "a TFDS catalog name such as tiny_shakespeare"}[need]
-            raise ConfigError(f"data.{need} is required when data.dataset={self.dataset!r}: give {hint}")
+        check_choice("data.dataset", self.dataset, DATASET_VARIANTS)
+        check_choice("data.tokenizer", self.tokenizer, TOKENIZER_VARIANTS)
+        check_choice("data.packing", self.packing, PACKING_VARIANTS)
+        check_choice("data.sp_model_type", self.sp_model_type, SP_MODEL_TYPES, "SentencePiece model type")
+        check_choice("data.task_format", self.task_format, TASK_FORMATS, "task format")
+        check_choice("data.document_split", self.document_split, DOCUMENT_SPLITS, "document split")
+        check_choice("data.decode_errors", self.decode_errors, DECODE_ERRORS, "decode error policy")
+        required = DATASET_VARIANTS.get(self.dataset).required
+        if required is not None and not getattr(self, required[0]):
+            raise ConfigError(f"data.{required[0]} is required when data.dataset={self.dataset!r}: give {required[1]}")
         if self.src_lang == self.tgt_lang:
-            raise ConfigError(f"data.src_lang and data.tgt_lang are both {self.src_lang!r}; "
-                             "give two different language suffixes")
+            fail("data.tgt_lang", self.tgt_lang, "equals data.src_lang", "give two different language suffixes")
         if not 0.0 < self.val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction={self.val_fraction} must be in (0, 1), e.g. 0.1")
-        positive = ("seq_len", "max_src_len", "chunk_chars", "synthetic_train_size",
-                    "synthetic_val_size", "synthetic_min_len", "synthetic_vocab",
-                    "sp_max_sentences", "tokenizer_max_records", "read_threads",
-                    "max_records_in_memory")
+            fail("data.val_fraction", self.val_fraction, "must be in (0, 1)", "e.g. 0.1")
+        positive = ("seq_len", "max_src_len", "chunk_chars", "synthetic_train_size", "synthetic_val_size",
+                    "synthetic_min_len", "synthetic_vocab", "sp_max_sentences", "tokenizer_max_records",
+                    "read_threads", "max_records_in_memory")  # fmt: skip
         for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 1")
+            check_int(f"data.{name}", getattr(self, name), low=1)
         for name in ("prefetch", "worker_count"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"data.{name}={getattr(self, name)} must be >= 0 (0 turns it off)")
-        if not 0 <= self.seed < 2**32:
-            raise ConfigError(f"data.seed={self.seed} must be in [0, 2**32)")
+            check_int(f"data.{name}", getattr(self, name), low=0)
+        check_int("data.seed", self.seed, low=0)
+        if self.seed >= 2**32:
+            fail("data.seed", self.seed, "must be in [0, 2**32)")
         if self.seq_len < 2 or self.max_src_len < 2:
-            raise ConfigError(f"data.seq_len={self.seq_len} and data.max_src_len={self.max_src_len} "
-                             "must be >= 2 (room for BOS/EOS)")
+            raise ConfigError(
+                f"data.seq_len={self.seq_len} and data.max_src_len={self.max_src_len} must be >= 2 (room for BOS/EOS)"
+            )
         if self.tokenizer == "sentencepiece":
             fallback = self.sp_byte_fallback
             low = 300 if fallback else 8
@@ -130,45 +121,51 @@ class DataConfig:
                 raise ConfigError(
                     f"data.vocab_size={self.vocab_size} is too small for SentencePiece"
                     + (" with byte fallback (256 byte pieces)" if fallback else "")
-                    + f"; use >= {low}" + (" or set data.sp_byte_fallback=false" if fallback else ""))
+                    + f"; use >= {low}"
+                    + (" or set data.sp_byte_fallback=false" if fallback else "")
+                )
         if self.dataset in TASKS:
             self._check_synthetic(TASKS.get(self.dataset))
 
     def _check_synthetic(self, task) -> None:
         lo, hi = self.synthetic_min_len, self.synthetic_max_len
         if lo > hi:
-            raise ConfigError(f"data.synthetic_min_len={lo} > data.synthetic_max_len={hi}; "
-                             "make min <= max")
+            raise ConfigError(f"data.synthetic_min_len={lo} > data.synthetic_max_len={hi}; make min <= max")
         if self.synthetic_vocab < task.min_vocab(hi):
-            raise ConfigError(f"data.synthetic_vocab={self.synthetic_vocab} is too small for "
-                             f"{self.dataset} with synthetic_max_len={hi}; use >= {task.min_vocab(hi)}")
+            raise ConfigError(
+                f"data.synthetic_vocab={self.synthetic_vocab} is too small for "
+                f"{self.dataset} with synthetic_max_len={hi}; use >= {task.min_vocab(hi)}"
+            )
         if self.task_format == "lm" and self.seq_len < task.lm_len(hi):
-            raise ConfigError(f"data.seq_len={self.seq_len} cannot hold [BOS] prompt SEP answer of "
-                             f"{self.dataset} at synthetic_max_len={hi}; use seq_len >= {task.lm_len(hi)}")
+            raise ConfigError(
+                f"data.seq_len={self.seq_len} cannot hold [BOS] prompt SEP answer of "
+                f"{self.dataset} at synthetic_max_len={hi}; use seq_len >= {task.lm_len(hi)}"
+            )
         if self.task_format == "seq2seq":
             if self.max_src_len < task.prompt_len(hi) + 1:
-                raise ConfigError(f"data.max_src_len={self.max_src_len} < {task.prompt_len(hi) + 1} "
-                                 f"(prompt + EOS of {self.dataset} at synthetic_max_len={hi})")
+                raise ConfigError(
+                    f"data.max_src_len={self.max_src_len} < {task.prompt_len(hi) + 1} "
+                    f"(prompt + EOS of {self.dataset} at synthetic_max_len={hi})"
+                )
             if self.seq_len < task.answer_len(hi) + 1:
-                raise ConfigError(f"data.seq_len={self.seq_len} < {task.answer_len(hi) + 1} "
-                                 f"(answer + EOS of {self.dataset} at synthetic_max_len={hi})")
+                raise ConfigError(
+                    f"data.seq_len={self.seq_len} < {task.answer_len(hi) + 1} "
+                    f"(answer + EOS of {self.dataset} at synthetic_max_len={hi})"
+                )
 
     def replace(self, **changes) -> DataConfig:
         return dataclasses.replace(self, **changes)
 
     @property
     def task(self) -> str:
-        """"lm" or "seq2seq": what the batches will hold, known before any data is read."""
-        if self.is_synthetic:
+        """ "lm" or "seq2seq": what the batches will hold, known before any data is read."""
+        task = DATASET_VARIANTS.get(self.dataset).task
+        if task == "synthetic":
             return self.task_format
-        if self.dataset == "parallel":
-            return "seq2seq"
-        if self.dataset == "tfds" and self.tfds_name and "translate" in self.tfds_name:
-            return "seq2seq"
-        return "lm"
+        if task == "catalog":
+            return "seq2seq" if self.tfds_name and "translate" in self.tfds_name else "lm"
+        return task
 
     @property
     def is_synthetic(self) -> bool:
-        from transformer_jax.data.synthetic import TASKS
-
-        return self.dataset in TASKS
+        return DATASET_VARIANTS.get(self.dataset).task == "synthetic"

@@ -23,15 +23,17 @@ from functools import partial
 import grain
 import numpy as np
 
+from transformer_jax.core.registry import Registry
 from transformer_jax.data import loader, rows
-from transformer_jax.registry import Registry
 
 PACKINGS: Registry[type[loader.Pipeline]] = Registry("packing")
 
 
 def _truncation_warning(T: int) -> rows.WarnOnce:
-    return rows.WarnOnce(f"some documents are longer than data.seq_len={T} tokens (with BOS/EOS) "
-                         "and were truncated; raise seq_len to keep them whole (warned once)")
+    return rows.WarnOnce(
+        f"some documents are longer than data.seq_len={T} tokens (with BOS/EOS) "
+        "and were truncated; raise seq_len to keep them whole (warned once)"
+    )
 
 
 class LMPipeline(loader.Pipeline):
@@ -91,13 +93,14 @@ class StreamLM(LMPipeline):
             self._tokens[split] = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
         return self._tokens[split]
 
-    def train_dataset(self, batch_size: int, process_index: int,
-                      process_count: int) -> grain.IterDataset:
+    def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
         T, tokens = self.cfg.seq_len, self.tokens("train")
         n_windows = (len(tokens) - T) // T
         if n_windows < 1:
-            raise ValueError(f"the train split has {len(tokens)} tokens; data.seq_len={T} needs at "
-                             f"least {2 * T}: use a larger corpus or a smaller seq_len")
+            raise ValueError(
+                f"the train split has {len(tokens)} tokens; data.seq_len={T} needs at "
+                f"least {2 * T}: use a larger corpus or a smaller seq_len"
+            )
         ds, length = loader.epochs(grain.MapDataset.range(n_windows), self.cfg)
         ds = ds.map_with_index(_WindowStart(T, self.cfg.seed, self.cfg.shuffle, length))
         ds = loader.process_rows(ds, batch_size, process_index, process_count)
@@ -142,14 +145,17 @@ class DocumentsLM(LMPipeline):
     def _example_fn(self) -> _DocumentExample:
         return _DocumentExample(self.tokenizer, self.cfg.seq_len, self._warn)
 
-    def train_dataset(self, batch_size: int, process_index: int,
-                      process_count: int) -> grain.IterDataset:
+    def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
         T = self.cfg.seq_len
         ds, _ = loader.epochs(loader.process_shard(self.documents("train"), process_index, process_count), self.cfg)
         it = loader.to_iter(ds.map(self._example_fn()), self.cfg)
         it = grain.experimental.FirstFitPackIterDataset(
-            it, length_struct={"inputs": T, "targets": T}, num_packing_bins=batch_size,
-            seed=self.cfg.seed, shuffle_bins=self.cfg.shuffle)
+            it,
+            length_struct={"inputs": T, "targets": T},
+            num_packing_bins=batch_size,
+            seed=self.cfg.seed,
+            shuffle_bins=self.cfg.shuffle,
+        )
         it = it.map(rows.packed_to_lm).batch(batch_size, drop_remainder=True)
         return loader.prefetch(it, self.cfg)
 

@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 STATE_VERSION = 1
 # Fields that do not change which batches come out, so a state saved under one value resumes
 # under another.
-_RUNTIME_FIELDS = ("prefetch", "read_threads", "worker_count", "cache_dir", "tfds_download",
-                   "max_records_in_memory")
+_RUNTIME_FIELDS = ("prefetch", "read_threads", "worker_count", "cache_dir", "tfds_download", "max_records_in_memory")
 
 
 def epochs(source: Sequence | grain.MapDataset, cfg: DataConfig) -> tuple[grain.MapDataset, int]:
@@ -69,24 +68,24 @@ class ProcessRows(grain.MapDataset):
         return f"ProcessRows(batch_size={self._b}, process={self._p}/{self._n})"
 
 
-def process_rows(ds: grain.MapDataset, batch_size: int, process_index: int,
-                 process_count: int) -> grain.MapDataset:
+def process_rows(ds: grain.MapDataset, batch_size: int, process_index: int, process_count: int) -> grain.MapDataset:
     """``ProcessRows`` (the identity for one process)."""
     if process_count == 1:
         return ds
     return ProcessRows(ds, batch_size, process_index, process_count)
 
 
-def process_shard(source: Sequence | grain.MapDataset, process_index: int,
-                  process_count: int) -> grain.MapDataset:
+def process_shard(source: Sequence | grain.MapDataset, process_index: int, process_count: int) -> grain.MapDataset:
     """``source[process_index::process_count]``: for pipelines that pack whole documents, where
     global batches cannot be cut into per-process rows before packing."""
     ds = source if isinstance(source, grain.MapDataset) else grain.MapDataset.source(source)
     total = len(ds)
     ds = ds[process_index::process_count]
     if len(ds) == 0:
-        raise ValueError(f"the training split has {total} examples, too few to give process "
-                         f"{process_index} of {process_count} any; use more data or fewer processes")
+        raise ValueError(
+            f"the training split has {total} examples, too few to give process "
+            f"{process_index} of {process_count} any; use more data or fewer processes"
+        )
     return ds
 
 
@@ -99,8 +98,7 @@ def _absl_flags_parsed() -> None:
 
 def to_iter(ds: grain.MapDataset, cfg: DataConfig) -> grain.IterDataset:
     """Read with ``read_threads`` threads; with ``worker_count > 0`` also in worker processes."""
-    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=cfg.read_threads,
-                                              prefetch_buffer_size=8 * cfg.read_threads))
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=cfg.read_threads, prefetch_buffer_size=8 * cfg.read_threads))
     if cfg.worker_count > 0:
         _absl_flags_parsed()
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.worker_count))
@@ -132,8 +130,7 @@ class Pipeline(abc.ABC):
         """A padding row: the shapes and dtypes of one batch row, all zeros."""
 
     @abc.abstractmethod
-    def train_dataset(self, batch_size: int, process_index: int,
-                      process_count: int) -> grain.IterDataset:
+    def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
         """Infinite batches of this process's shard."""
 
     @abc.abstractmethod
@@ -184,8 +181,7 @@ class DataIterator:
         return next(self._it)
 
     def get_state(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "fingerprint": self.fingerprint,
-                "grain": copy.deepcopy(self._it.get_state())}
+        return {"version": STATE_VERSION, "fingerprint": self.fingerprint, "grain": copy.deepcopy(self._it.get_state())}
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
@@ -194,7 +190,8 @@ class DataIterator:
             raise ValueError(
                 f"the iterator state was saved for another data pipeline (fingerprint "
                 f"{state['fingerprint']} != {self.fingerprint}): the data config, batch size, "
-                "process index/count or tokenizer differ from the run that saved it")
+                "process index/count or tokenizer differ from the run that saved it"
+            )
         self._it.set_state(copy.deepcopy(state["grain"]))
 
     def close(self) -> None:

@@ -34,16 +34,25 @@ from transformer_jax.data.tokenizers import SymbolTokenizer, Tokenizer, train_to
 class Data:
     """The data side of a run: tokenizer, training iterator, eval batches, split sizes."""
 
-    def __init__(self, cfg: DataConfig, corpus: Corpus, tokenizer: Tokenizer, task: str,
-                 pipeline: loader.Pipeline, *, batch_size: int, process_index: int,
-                 process_count: int):
+    def __init__(
+        self,
+        cfg: DataConfig,
+        corpus: Corpus,
+        tokenizer: Tokenizer,
+        task: str,
+        pipeline: loader.Pipeline,
+        *,
+        batch_size: int,
+        process_index: int,
+        process_count: int,
+    ):
         self.cfg, self.corpus, self.tokenizer, self.task = cfg, corpus, tokenizer, task
         self.pipeline = pipeline
         self.batch_size = batch_size
         self.process_index, self.process_count = process_index, process_count
         self.fingerprint = loader.pipeline_fingerprint(
-            cfg, tokenizer.to_json(), batch_size=batch_size, process_index=process_index,
-            process_count=process_count)
+            cfg, tokenizer.to_json(), batch_size=batch_size, process_index=process_index, process_count=process_count
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -60,19 +69,23 @@ class Data:
     def train_iterator(self, state: dict[str, Any] | None = None) -> loader.DataIterator:
         """Infinite, deterministic, per-process, prefetched, checkpointable batches."""
         it = loader.DataIterator(
-            self.pipeline.train_dataset(self.batch_size, self.process_index, self.process_count),
-            self.fingerprint)
+            self.pipeline.train_dataset(self.batch_size, self.process_index, self.process_count), self.fingerprint
+        )
         if state is not None:
             it.set_state(state)
         return it
 
-    def eval_batches(self, split: str = "val",
-                     max_batches: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    def eval_batches(self, split: str = "val", max_batches: int | None = None) -> Iterator[dict[str, np.ndarray]]:
         """One deterministic pass over ``split`` in order; the last batch is padded (weight 0)."""
         split = "val" if split == "validation" else split
-        return rows.shard_and_batch(self.pipeline.eval_rows(split), self.batch_size,
-                                    self.process_index, self.process_count,
-                                    self.pipeline.zero_row(), max_batches)
+        return rows.shard_and_batch(
+            self.pipeline.eval_rows(split),
+            self.batch_size,
+            self.process_index,
+            self.process_count,
+            self.pipeline.zero_row(),
+            max_batches,
+        )
 
     @cached_property
     def split_sizes(self) -> dict[str, dict[str, int]]:
@@ -80,12 +93,20 @@ class Data:
         return {split: self.pipeline.split_size(split) for split in self.corpus.splits}
 
     def __repr__(self) -> str:
-        return (f"Data({self.corpus.name}, task={self.task}, vocab_size={self.vocab_size}, "
-                f"batch={self.batch_size}, process={self.process_index}/{self.process_count})")
+        return (
+            f"Data({self.corpus.name}, task={self.task}, vocab_size={self.vocab_size}, "
+            f"batch={self.batch_size}, process={self.process_index}/{self.process_count})"
+        )
 
 
-def build_data(cfg: DataConfig, *, batch_size: int, tokenizer: Tokenizer | None = None,
-               process_index: int = 0, process_count: int = 1) -> Data:
+def build_data(
+    cfg: DataConfig,
+    *,
+    batch_size: int,
+    tokenizer: Tokenizer | None = None,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> Data:
     """Prepare the corpus (TFDS array_record, cached), train the tokenizer on the training split
     unless one is given (e.g. restored from a checkpoint), and set up the pipelines."""
     if batch_size < 1:
@@ -102,5 +123,13 @@ def build_data(cfg: DataConfig, *, batch_size: int, tokenizer: Tokenizer | None 
         task = corpus.kind
         pipeline_cls = PACKINGS.get(cfg.packing) if task == "lm" else Seq2SeqPipeline
     pipeline = pipeline_cls(corpus, tokenizer, cfg)
-    return Data(cfg, corpus, tokenizer, task, pipeline, batch_size=batch_size,
-                process_index=process_index, process_count=process_count)
+    return Data(
+        cfg,
+        corpus,
+        tokenizer,
+        task,
+        pipeline,
+        batch_size=batch_size,
+        process_index=process_index,
+        process_count=process_count,
+    )

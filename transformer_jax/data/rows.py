@@ -23,14 +23,25 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from transformer_jax.data.tokenizers import BOS_ID, EOS_ID
+from transformer_jax.core.tokens import BOS_ID, EOS_ID
 
-LM_FIELDS = {"inputs": np.int32, "targets": np.int32, "segment_ids": np.int32,
-             "positions": np.int32, "weights": np.float32}
-SEQ2SEQ_FIELDS = {"src": ("S", np.int32), "src_segment_ids": ("S", np.int32),
-                  "src_positions": ("S", np.int32), "tgt_in": ("T", np.int32),
-                  "tgt_out": ("T", np.int32), "tgt_segment_ids": ("T", np.int32),
-                  "tgt_positions": ("T", np.int32), "weights": ("T", np.float32)}
+LM_FIELDS = {
+    "inputs": np.int32,
+    "targets": np.int32,
+    "segment_ids": np.int32,
+    "positions": np.int32,
+    "weights": np.float32,
+}
+SEQ2SEQ_FIELDS = {
+    "src": ("S", np.int32),
+    "src_segment_ids": ("S", np.int32),
+    "src_positions": ("S", np.int32),
+    "tgt_in": ("T", np.int32),
+    "tgt_out": ("T", np.int32),
+    "tgt_segment_ids": ("T", np.int32),
+    "tgt_positions": ("T", np.int32),
+    "weights": ("T", np.float32),
+}
 
 
 class WarnOnce:
@@ -69,10 +80,13 @@ def stream_batch(tokens: np.ndarray, starts: np.ndarray, T: int) -> dict[str, np
     idx = np.asarray(starts, np.int64)[:, None] + np.arange(T + 1)[None, :]
     window = tokens[idx].astype(np.int32)
     B = len(starts)
-    return {"inputs": window[:, :-1], "targets": window[:, 1:],
-            "segment_ids": np.ones((B, T), np.int32),
-            "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
-            "weights": np.ones((B, T), np.float32)}
+    return {
+        "inputs": window[:, :-1],
+        "targets": window[:, 1:],
+        "segment_ids": np.ones((B, T), np.int32),
+        "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
+        "weights": np.ones((B, T), np.float32),
+    }
 
 
 def stream_eval_rows(tokens: np.ndarray, T: int) -> dict[str, np.ndarray]:
@@ -84,15 +98,18 @@ def stream_eval_rows(tokens: np.ndarray, T: int) -> dict[str, np.ndarray]:
     padded[: len(tokens)] = tokens
     idx = np.arange(n_rows)[:, None] * T + np.arange(T)[None, :]
     valid = idx < n_targets
-    return {"inputs": np.where(valid, padded[idx], 0).astype(np.int32),
-            "targets": np.where(valid, padded[idx + 1], 0).astype(np.int32),
-            "segment_ids": valid.astype(np.int32),
-            "positions": np.where(valid, np.arange(T, dtype=np.int32)[None, :], 0).astype(np.int32),
-            "weights": valid.astype(np.float32)}
+    return {
+        "inputs": np.where(valid, padded[idx], 0).astype(np.int32),
+        "targets": np.where(valid, padded[idx + 1], 0).astype(np.int32),
+        "segment_ids": valid.astype(np.int32),
+        "positions": np.where(valid, np.arange(T, dtype=np.int32)[None, :], 0).astype(np.int32),
+        "weights": valid.astype(np.float32),
+    }
 
 
-def document_example(ids: Sequence[int] | np.ndarray, T: int,
-                     on_truncate: WarnOnce | None = None) -> dict[str, np.ndarray]:
+def document_example(
+    ids: Sequence[int] | np.ndarray, T: int, on_truncate: WarnOnce | None = None
+) -> dict[str, np.ndarray]:
     """One document as ``[BOS] + ids + [EOS]`` shifted: inputs/targets of length <= T."""
     x = np.concatenate([[BOS_ID], np.asarray(ids, np.int32), [EOS_ID]]).astype(np.int32)
     if len(x) > T + 1:
@@ -105,15 +122,18 @@ def document_example(ids: Sequence[int] | np.ndarray, T: int,
 def packed_to_lm(packed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """grain's packer output (``inputs``, ``inputs_segment_ids``, ...) as an LM row/batch."""
     seg = packed["inputs_segment_ids"].astype(np.int32)
-    return {"inputs": packed["inputs"].astype(np.int32),
-            "targets": packed["targets"].astype(np.int32),
-            "segment_ids": seg,
-            "positions": packed["inputs_positions"].astype(np.int32),
-            "weights": (seg > 0).astype(np.float32)}
+    return {
+        "inputs": packed["inputs"].astype(np.int32),
+        "targets": packed["targets"].astype(np.int32),
+        "segment_ids": seg,
+        "positions": packed["inputs_positions"].astype(np.int32),
+        "weights": (seg > 0).astype(np.float32),
+    }
 
 
-def pack_first_fit(examples: Iterable[dict[str, np.ndarray]], T: int,
-                   open_rows: int = 16) -> Iterator[dict[str, np.ndarray]]:
+def pack_first_fit(
+    examples: Iterable[dict[str, np.ndarray]], T: int, open_rows: int = 16
+) -> Iterator[dict[str, np.ndarray]]:
     """Deterministic first-fit packing of document examples into LM rows of length T.
 
     Each example goes into the first of up to ``open_rows`` open rows with room for it; when
@@ -127,11 +147,11 @@ def pack_first_fit(examples: Iterable[dict[str, np.ndarray]], T: int,
         pos = 0
         for seg, ex in enumerate(rows.pop(i), start=1):
             n = len(ex["inputs"])
-            row["inputs"][pos:pos + n] = ex["inputs"]
-            row["targets"][pos:pos + n] = ex["targets"]
-            row["segment_ids"][pos:pos + n] = seg
-            row["positions"][pos:pos + n] = np.arange(n)
-            row["weights"][pos:pos + n] = 1.0
+            row["inputs"][pos : pos + n] = ex["inputs"]
+            row["targets"][pos : pos + n] = ex["targets"]
+            row["segment_ids"][pos : pos + n] = seg
+            row["positions"][pos : pos + n] = np.arange(n)
+            row["weights"][pos : pos + n] = 1.0
             pos += n
         used.pop(i)
         return row
@@ -153,8 +173,9 @@ def pack_first_fit(examples: Iterable[dict[str, np.ndarray]], T: int,
         yield emit(0)
 
 
-def seq2seq_row(src_ids: Sequence[int], tgt_ids: Sequence[int], S: int, T: int,
-                on_truncate: WarnOnce | None = None) -> dict[str, np.ndarray]:
+def seq2seq_row(
+    src_ids: Sequence[int], tgt_ids: Sequence[int], S: int, T: int, on_truncate: WarnOnce | None = None
+) -> dict[str, np.ndarray]:
     """``src = x + [EOS]`` (<= S), ``tgt_in = [BOS] + y``, ``tgt_out = y + [EOS]`` (<= T)."""
     src = np.asarray(src_ids, np.int32)
     tgt = np.asarray(tgt_ids, np.int32)
@@ -178,8 +199,7 @@ def seq2seq_row(src_ids: Sequence[int], tgt_ids: Sequence[int], S: int, T: int,
     return row
 
 
-def prompt_lm_row(prompt_ids: Sequence[int], sep_id: int, answer_ids: Sequence[int],
-                  T: int) -> dict[str, np.ndarray]:
+def prompt_lm_row(prompt_ids: Sequence[int], sep_id: int, answer_ids: Sequence[int], T: int) -> dict[str, np.ndarray]:
     """``[BOS] prompt SEP answer`` as an LM row with weights only on the answer tokens."""
     x = np.concatenate([[BOS_ID], prompt_ids, [sep_id], answer_ids]).astype(np.int32)
     n = len(x) - 1
@@ -190,7 +210,7 @@ def prompt_lm_row(prompt_ids: Sequence[int], sep_id: int, answer_ids: Sequence[i
     row["targets"][:n] = x[1:]
     row["segment_ids"][:n] = 1
     row["positions"][:n] = np.arange(n)
-    row["weights"][n - len(answer_ids):n] = 1.0
+    row["weights"][n - len(answer_ids) : n] = 1.0
     return row
 
 
@@ -198,9 +218,14 @@ def stack_rows(rows: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
 
 
-def shard_and_batch(rows: dict[str, np.ndarray], batch_size: int, process_index: int,
-                    process_count: int, zero_row: dict[str, np.ndarray],
-                    max_batches: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+def shard_and_batch(
+    rows: dict[str, np.ndarray],
+    batch_size: int,
+    process_index: int,
+    process_count: int,
+    zero_row: dict[str, np.ndarray],
+    max_batches: int | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
     """Rows ``process_index::process_count`` in order, in batches; the last one zero-padded.
 
     Every process yields the same number of batches (``ceil(ceil(N / P) / B)``).

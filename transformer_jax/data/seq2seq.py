@@ -58,8 +58,7 @@ class _ExamplePipeline(loader.Pipeline):
     def examples(self, split: str) -> Sequence:
         return self.corpus.split(split)
 
-    def train_dataset(self, batch_size: int, process_index: int,
-                      process_count: int) -> grain.IterDataset:
+    def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
         ds, _ = loader.epochs(self.examples("train"), self.cfg)
         ds = loader.process_rows(ds, batch_size, process_index, process_count)
         ds = ds.map(self.row_fn()).batch(batch_size, drop_remainder=True)
@@ -79,7 +78,8 @@ class Seq2SeqPipeline(_ExamplePipeline):
         self._warn = rows.WarnOnce(
             f"some pairs are longer than data.max_src_len={self.cfg.max_src_len} (source + EOS) "
             f"or data.seq_len={self.cfg.seq_len} (target + BOS/EOS) and were truncated; raise "
-            "them to keep pairs whole (warned once)")
+            "them to keep pairs whole (warned once)"
+        )
 
     def zero_row(self) -> dict[str, np.ndarray]:
         return rows.seq2seq_zero_row(self.cfg.max_src_len, self.cfg.seq_len)
@@ -87,8 +87,9 @@ class Seq2SeqPipeline(_ExamplePipeline):
     def row_fn(self) -> _Seq2SeqRow:
         if self.corpus.kind == "synthetic" and not isinstance(self.tokenizer, SymbolTokenizer):
             raise TypeError(f"synthetic tasks need a SymbolTokenizer, got {self.tokenizer!r}")
-        return _Seq2SeqRow(self.tokenizer, self.cfg.max_src_len, self.cfg.seq_len,
-                           self.corpus.kind == "synthetic", self._warn)
+        return _Seq2SeqRow(
+            self.tokenizer, self.cfg.max_src_len, self.cfg.seq_len, self.corpus.kind == "synthetic", self._warn
+        )
 
 
 class PromptLMPipeline(_ExamplePipeline):

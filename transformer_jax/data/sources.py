@@ -16,13 +16,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from transformer_jax.core.registry import Registry
 from transformer_jax.data import shakespeare, synthetic
-from transformer_jax.registry import Registry
 
 if TYPE_CHECKING:
     from transformer_jax.data.config import DataConfig
 
-DATASETS: Registry[Callable[["DataConfig"], "Corpus"]] = Registry("dataset")
+DATASETS: Registry[Callable[[DataConfig], Corpus]] = Registry("dataset")
 
 
 class Decoded(Sequence):
@@ -105,10 +105,14 @@ def _text_corpus(cfg: DataConfig, path: str, name: str) -> Corpus:
     from transformer_jax.data import builders
 
     builder = builders.build_text_corpus(
-        path, val_path=cfg.val_path, val_fraction=cfg.val_fraction,
-        decode_errors=cfg.decode_errors, chunk_chars=cfg.chunk_chars, cache_dir=cfg.cache_dir)
-    return Corpus(name, "lm", _builder_splits(builder, _text_record, cfg),
-                  info={"data_dir": str(builder.data_dir)})
+        path,
+        val_path=cfg.val_path,
+        val_fraction=cfg.val_fraction,
+        decode_errors=cfg.decode_errors,
+        chunk_chars=cfg.chunk_chars,
+        cache_dir=cfg.cache_dir,
+    )
+    return Corpus(name, "lm", _builder_splits(builder, _text_record, cfg), info={"data_dir": str(builder.data_dir)})
 
 
 @DATASETS.register("shakespeare")
@@ -138,14 +142,18 @@ def parallel_dataset(cfg: DataConfig) -> Corpus:
     from transformer_jax.data import builders
 
     builder = builders.build_parallel_corpus(
-        cfg.dir, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, val_fraction=cfg.val_fraction,
-        decode_errors=cfg.decode_errors, cache_dir=cfg.cache_dir)
+        cfg.dir,
+        src_lang=cfg.src_lang,
+        tgt_lang=cfg.tgt_lang,
+        val_fraction=cfg.val_fraction,
+        decode_errors=cfg.decode_errors,
+        cache_dir=cfg.cache_dir,
+    )
 
     def pair(r: dict) -> tuple[str, str]:
         return r["src"].decode("utf-8"), r["tgt"].decode("utf-8")
 
-    return Corpus("parallel", "seq2seq", _builder_splits(builder, pair, cfg),
-                  info={"data_dir": str(builder.data_dir)})
+    return Corpus("parallel", "seq2seq", _builder_splits(builder, pair, cfg), info={"data_dir": str(builder.data_dir)})
 
 
 @DATASETS.register("tfds")
@@ -153,12 +161,12 @@ def tfds_dataset(cfg: DataConfig) -> Corpus:
     """A prepared TFDS catalog dataset (``data.tfds_name``), read without TensorFlow."""
     from transformer_jax.data import builders
 
-    builder = builders.catalog_builder(cfg.tfds_name, cache_dir=cfg.cache_dir,
-                                       download=cfg.tfds_download)
+    builder = builders.catalog_builder(cfg.tfds_name, cache_dir=cfg.cache_dir, download=cfg.tfds_download)
     features = builder.info.features
     keys = list(features.keys()) if hasattr(features, "keys") else []
     info = {"data_dir": str(builder.data_dir)}
     if {cfg.src_lang, cfg.tgt_lang} <= set(keys):
+
         def pair(r: dict) -> tuple[str, str]:
             return r[cfg.src_lang].decode("utf-8"), r[cfg.tgt_lang].decode("utf-8")
 
@@ -169,20 +177,28 @@ def tfds_dataset(cfg: DataConfig) -> Corpus:
     else:
         raise ValueError(
             f"TFDS dataset {cfg.tfds_name!r} has features {keys}; expected 'text' (LM) or "
-            f"data.src_lang={cfg.src_lang!r} and data.tgt_lang={cfg.tgt_lang!r} (translation)")
+            f"data.src_lang={cfg.src_lang!r} and data.tgt_lang={cfg.tgt_lang!r} (translation)"
+        )
     if "val" not in splits and "test" in splits:
         splits["val"] = splits["test"]
     many = "train" in splits and len(splits["train"]) > 1
-    return Corpus(f"tfds:{cfg.tfds_name}", kind, splits, records_are_documents=many,
-                  joiner="\n" if many else "", info=info)
+    return Corpus(
+        f"tfds:{cfg.tfds_name}", kind, splits, records_are_documents=many, joiner="\n" if many else "", info=info
+    )
 
 
 def synthetic_dataset(cfg: DataConfig, task: str) -> Corpus:
     sizes = {"train": cfg.synthetic_train_size, "val": cfg.synthetic_val_size}
     splits = {
         split: synthetic.SyntheticSource(
-            task, size, seed=cfg.seed, split=split, min_len=cfg.synthetic_min_len,
-            max_len=cfg.synthetic_max_len, vocab=cfg.synthetic_vocab)
+            task,
+            size,
+            seed=cfg.seed,
+            split=split,
+            min_len=cfg.synthetic_min_len,
+            max_len=cfg.synthetic_max_len,
+            vocab=cfg.synthetic_vocab,
+        )
         for split, size in sizes.items()
     }
     return Corpus(task, "synthetic", splits, records_are_documents=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 
@@ -45,15 +45,30 @@ def _seq(rng: np.random.Generator, n: int, vocab: int) -> list[int]:
     return rng.integers(0, vocab, size=n).tolist()
 
 
-TASKS.register("copy", SyntheticTask(
-    generate=lambda rng, n, v: (lambda x: (x, list(x)))(_seq(rng, n, v)),
-    prompt_len=lambda n: n, answer_len=lambda n: n))
-TASKS.register("reverse", SyntheticTask(
-    generate=lambda rng, n, v: (lambda x: (x, x[::-1]))(_seq(rng, n, v)),
-    prompt_len=lambda n: n, answer_len=lambda n: n))
-TASKS.register("sort", SyntheticTask(
-    generate=lambda rng, n, v: (lambda x: (x, sorted(x)))(_seq(rng, n, v)),
-    prompt_len=lambda n: n, answer_len=lambda n: n))
+TASKS.register(
+    "copy",
+    SyntheticTask(
+        generate=lambda rng, n, v: (lambda x: (x, list(x)))(_seq(rng, n, v)),
+        prompt_len=lambda n: n,
+        answer_len=lambda n: n,
+    ),
+)
+TASKS.register(
+    "reverse",
+    SyntheticTask(
+        generate=lambda rng, n, v: (lambda x: (x, x[::-1]))(_seq(rng, n, v)),
+        prompt_len=lambda n: n,
+        answer_len=lambda n: n,
+    ),
+)
+TASKS.register(
+    "sort",
+    SyntheticTask(
+        generate=lambda rng, n, v: (lambda x: (x, sorted(x)))(_seq(rng, n, v)),
+        prompt_len=lambda n: n,
+        answer_len=lambda n: n,
+    ),
+)
 
 
 def _associative_recall(rng: np.random.Generator, n: int, vocab: int) -> tuple[list[int], list[int]]:
@@ -64,16 +79,18 @@ def _associative_recall(rng: np.random.Generator, n: int, vocab: int) -> tuple[l
     return prompt, [values[q]]
 
 
-TASKS.register("associative_recall", SyntheticTask(
-    generate=_associative_recall, prompt_len=lambda n: 2 * n + 1, answer_len=lambda n: 1,
-    min_vocab=lambda n: n))
+TASKS.register(
+    "associative_recall",
+    SyntheticTask(
+        generate=_associative_recall, prompt_len=lambda n: 2 * n + 1, answer_len=lambda n: 1, min_vocab=lambda n: n
+    ),
+)
 
 
 class SyntheticSource:
     """Random-access ``(prompt, answer)`` examples of one split (a grain/TFDS-style source)."""
 
-    def __init__(self, task: str, size: int, *, seed: int, split: str, min_len: int,
-                 max_len: int, vocab: int):
+    def __init__(self, task: str, size: int, *, seed: int, split: str, min_len: int, max_len: int, vocab: int):
         self.task = TASKS.get(task)
         self.name = task
         self.size = size

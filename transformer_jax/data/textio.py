@@ -39,8 +39,7 @@ def expand_paths(spec: str, *, field: str = "data.path") -> list[Path]:
             files.append(path)
         else:
             raise FileNotFoundError(
-                f"{field}: {path} does not exist (give a file, comma-separated files or a "
-                "directory of text files)"
+                f"{field}: {path} does not exist (give a file, comma-separated files or a directory of text files)"
             )
     if not files:
         raise FileNotFoundError(f"{field}={spec!r} names no files")
@@ -102,8 +101,7 @@ def read_texts(paths: Iterable[Path], errors: str = "strict", *, field: str = "d
     text = "".join(parts)
     if not text.strip():
         names = ", ".join(str(p) for p in paths)
-        raise ValueError(f"{field}: {names} is empty (after stripping whitespace); "
-                         "give a non-empty text corpus")
+        raise ValueError(f"{field}: {names} is empty (after stripping whitespace); give a non-empty text corpus")
     return text
 
 

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
+from transformer_jax.core.tokens import BOS_ID, EOS_ID, N_SPECIAL, PAD_ID, SEP_ID, UNK_ID
 
 if TYPE_CHECKING:
     from transformer_jax.data.config import DataConfig
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-N_SPECIAL = 4
 TOKENIZER_FILE = "tokenizer.json"
 
 TOKENIZERS: Registry[type[Tokenizer]] = Registry("tokenizer")
@@ -53,6 +52,10 @@ class Tokenizer(abc.ABC):
 
     @abc.abstractmethod
     def decode(self, ids: Iterable[int]) -> str: ...
+
+    def unrepresentable(self, text: str) -> list[str]:
+        """The distinct characters of ``text`` (in order of appearance) that encode to ``unk_id``."""
+        return [c for c in dict.fromkeys(text) if self.unk_id in self.encode(c)]
 
     @abc.abstractmethod
     def to_json(self) -> dict[str, Any]: ...
@@ -129,9 +132,11 @@ class CharTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return self.encode_np(text).tolist()
 
+    def unrepresentable(self, text: str) -> list[str]:
+        return [c for c in dict.fromkeys(text) if c not in self.chars]
+
     def decode(self, ids: Iterable[int]) -> str:
-        return "".join("\ufffd" if i == UNK_ID else self.chars[i - N_SPECIAL]
-                       for i in self._content_ids(ids))
+        return "".join("\ufffd" if i == UNK_ID else self.chars[i - N_SPECIAL] for i in self._content_ids(ids))
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.kind, "chars": self.chars}
@@ -198,8 +203,10 @@ class SentencePieceTokenizer(Tokenizer):
         self._sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
         got = (self._sp.pad_id(), self._sp.bos_id(), self._sp.eos_id(), self._sp.unk_id())
         if got != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
-            raise ValueError(f"SentencePiece model has special ids (pad, bos, eos, unk)={got}; "
-                             f"expected {(PAD_ID, BOS_ID, EOS_ID, UNK_ID)}: retrain it with train()")
+            raise ValueError(
+                f"SentencePiece model has special ids (pad, bos, eos, unk)={got}; "
+                f"expected {(PAD_ID, BOS_ID, EOS_ID, UNK_ID)}: retrain it with train()"
+            )
 
     @property
     def vocab_size(self) -> int:
@@ -242,18 +249,26 @@ class SentencePieceTokenizer(Tokenizer):
         spm.set_random_generator_seed(cfg.seed)
         model = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=sentences(), model_writer=model, vocab_size=cfg.vocab_size,
-            model_type=cfg.sp_model_type, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            unk_id=UNK_ID, user_defined_symbols=["\n"], byte_fallback=cfg.sp_byte_fallback,
-            character_coverage=cfg.sp_character_coverage, hard_vocab_limit=False,
-            remove_extra_whitespaces=False, normalization_rule_name="nmt_nfkc",
-            input_sentence_size=cfg.sp_max_sentences, shuffle_input_sentence=True,
-            num_threads=1, minloglevel=2,
+            sentence_iterator=sentences(),
+            model_writer=model,
+            vocab_size=cfg.vocab_size,
+            model_type=cfg.sp_model_type,
+            pad_id=PAD_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+            user_defined_symbols=["\n"],
+            byte_fallback=cfg.sp_byte_fallback,
+            character_coverage=cfg.sp_character_coverage,
+            hard_vocab_limit=False,
+            remove_extra_whitespaces=False,
+            normalization_rule_name="nmt_nfkc",
+            input_sentence_size=cfg.sp_max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=1,
+            minloglevel=2,
         )
         return cls(model.getvalue())
-
-
-SEP_ID = N_SPECIAL
 
 
 @TOKENIZERS.register("symbols")
@@ -280,6 +295,10 @@ class SymbolTokenizer(Tokenizer):
 
     def symbol_ids(self, symbols: Sequence[int]) -> list[int]:
         return [SEP_ID + 1 + int(s) for s in symbols]
+
+    def unrepresentable(self, text: str) -> list[str]:
+        """The distinct words that are neither ``|`` nor a symbol ``0..n-1``."""
+        return [w for w in dict.fromkeys(text.split()) if self.encode(w) == [UNK_ID]]
 
     def encode(self, text: str) -> list[int]:
         out = []

@@ -7,5 +7,17 @@ from transformer_jax.decode.loop import Generation
 from transformer_jax.decode.seq2seq import translate, translate_beam
 from transformer_jax.decode.strategies import STRATEGIES, SamplingConfig, pick, top_k_logits, top_p_logits
 
-__all__ = ["STRATEGIES", "BeamOutput", "Generation", "SamplingConfig", "beam_search", "generate", "length_penalty",
-           "pick", "top_k_logits", "top_p_logits", "translate", "translate_beam"]
+__all__ = [
+    "STRATEGIES",
+    "BeamOutput",
+    "Generation",
+    "SamplingConfig",
+    "beam_search",
+    "generate",
+    "length_penalty",
+    "pick",
+    "top_k_logits",
+    "top_p_logits",
+    "translate",
+    "translate_beam",
+]

@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.decode.loop import PAD_ID, Step, new_tokens
+from transformer_jax.core.tokens import PAD_ID
+from transformer_jax.decode.loop import Step, new_tokens
 
 NEG = -1.0e9  # "impossible" score; finite, so sums and differences stay well defined
 
@@ -51,9 +52,20 @@ def _take(x_BK, idx_BJ):
     return jnp.take_along_axis(x_BK, idx, axis=1)
 
 
-def beam_loop(step: Step, cache, first_logits_BV: Float[Array, "B V"], seq_BL: Int[Array, "B L"],
-              lengths_B: Int[Array, "B"], *, start: int, beam_size: int, max_new_tokens: int, alpha: float,
-              eos_id: int | None, reorder: Callable[[object, Int[Array, "R"]], object]) -> BeamOutput:
+def beam_loop(
+    step: Step,
+    cache,
+    first_logits_BV: Float[Array, "B V"],
+    seq_BL: Int[Array, "B L"],
+    lengths_B: Int[Array, " B"],
+    *,
+    start: int,
+    beam_size: int,
+    max_new_tokens: int,
+    alpha: float,
+    eos_id: int | None,
+    reorder: Callable[[object, Int[Array, " R"]], object],
+) -> BeamOutput:
     """``step`` and ``cache`` work on B*W rows (row b*W + i is beam i of b, the cache already
     repeated); ``first_logits_BV`` are the prefill's last logits of the B prompts; ``reorder(cache,
     rows_R)`` moves cache row ``rows_R[r]`` to r."""
@@ -89,15 +101,17 @@ def beam_loop(step: Step, cache, first_logits_BV: Float[Array, "B V"], seq_BL: I
         ends = (is_eos | (n_B >= N)[:, None]) & active[:, None]
         fin_cand = jnp.where(ends, top / length_penalty(n_B, alpha)[:, None], NEG)
         f_scores, f_idx = jax.lax.top_k(jnp.concatenate([s["fin_scores"], fin_cand], axis=1), W)
-        pool = lambda old, new: _take(jnp.concatenate([old, new], axis=1), f_idx)  # noqa: E731
+        pool = lambda old, new: _take(jnp.concatenate([old, new], axis=1), f_idx)
         n_2W = jnp.broadcast_to(n_B[:, None], (B, 2 * W))
         alive_logp, a_idx = jax.lax.top_k(jnp.where(is_eos, NEG, top), W)
         keep = forced[:, None]
         new = dict(
             seqs=jnp.where(keep[:, :, None], s["seqs"], _take(cand, a_idx)),
             logp=jnp.where(keep, s["logp"], alive_logp),
-            fin_seqs=pool(s["fin_seqs"], cand), fin_scores=f_scores,
-            fin_logp=pool(s["fin_logp"], jnp.where(ends, top, NEG)), fin_len=pool(s["fin_len"], n_2W),
+            fin_seqs=pool(s["fin_seqs"], cand),
+            fin_scores=f_scores,
+            fin_logp=pool(s["fin_logp"], jnp.where(ends, top, NEG)),
+            fin_len=pool(s["fin_len"], n_2W),
         )
         best_possible = new["logp"][:, 0] / final_lp
         new["done"] = s["done"] | (active & ((n_B >= N) | (f_scores[:, -1] >= best_possible)))
@@ -126,5 +140,6 @@ def beam_loop(step: Step, cache, first_logits_BV: Float[Array, "B V"], seq_BL: I
     n_BW = s["fin_len"]
     tokens = new_tokens(s["fin_seqs"].reshape(B * W, L), jnp.repeat(lengths_B, W), n_BW.reshape(-1), N)
     seqs = jnp.where(jnp.arange(L) < (lengths_B[:, None, None] + n_BW[:, :, None]), s["fin_seqs"], PAD_ID)
-    return BeamOutput(tokens=tokens.reshape(B, W, N), lengths=n_BW, scores=s["fin_scores"], log_probs=s["fin_logp"],
-                      sequences=seqs)
+    return BeamOutput(
+        tokens=tokens.reshape(B, W, N), lengths=n_BW, scores=s["fin_scores"], log_probs=s["fin_logp"], sequences=seqs
+    )

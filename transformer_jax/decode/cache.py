@@ -45,8 +45,7 @@ def repeat_rows(cache, n: int):
     return map_cache_rows(cache, lambda x, axis: jnp.repeat(x, n, axis=axis))
 
 
-def gather_rows(cache, rows_R: Int[Array, "R"], *, names: tuple[str, ...] = ("self",)):
+def gather_rows(cache, rows_R: Int[Array, " R"], *, names: tuple[str, ...] = ("self",)):
     """Row ``rows_R[r]`` of the entries in ``names`` moved to row r (beam reordering). The
     cross-attention entries are equal within a source's beams, so beam search leaves them."""
     return map_cache_rows(cache, lambda x, axis: jnp.take(x, rows_R, axis=axis), names=names)
-

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
 
-from transformer_jax import compiler
+from transformer_jax.core import compiler
 from transformer_jax.decode.beam import BeamOutput, beam_loop
 from transformer_jax.decode.cache import gather_rows, repeat_rows
 from transformer_jax.decode.loop import Generation, as_graph, check_length, merge, sample_loop
@@ -36,23 +36,47 @@ def _step(model):
     return step
 
 
-@functools.partial(compiler.jit, static_argnames=("graphdef", "start", "max_new_tokens", "sampling", "eos_id",
-                                                  "return_logits"))
+@functools.partial(
+    compiler.jit, static_argnames=("graphdef", "start", "max_new_tokens", "sampling", "eos_id", "return_logits")
+)
 def _sample(graphdef, params, seq_BL, lengths_B, key, *, start, max_new_tokens, sampling, eos_id, return_logits):
     model = merge(graphdef, params)
     logits, cache = _prefill(model, seq_BL, start)
-    return sample_loop(_step(model), cache, logits[:, -1], seq_BL, lengths_B, start=start,
-                       max_new_tokens=max_new_tokens, key=key, sampling=sampling, eos_id=eos_id,
-                       prefill_logits_BTV=logits, return_logits=return_logits)
+    return sample_loop(
+        _step(model),
+        cache,
+        logits[:, -1],
+        seq_BL,
+        lengths_B,
+        start=start,
+        max_new_tokens=max_new_tokens,
+        key=key,
+        sampling=sampling,
+        eos_id=eos_id,
+        prefill_logits_BTV=logits,
+        return_logits=return_logits,
+    )
 
 
-@functools.partial(compiler.jit, static_argnames=("graphdef", "start", "beam_size", "max_new_tokens", "alpha", "eos_id"))
+@functools.partial(
+    compiler.jit, static_argnames=("graphdef", "start", "beam_size", "max_new_tokens", "alpha", "eos_id")
+)
 def _beam(graphdef, params, seq_BL, lengths_B, *, start, beam_size, max_new_tokens, alpha, eos_id):
     model = merge(graphdef, params)
     logits, cache = _prefill(model, seq_BL, start)
-    return beam_loop(_step(model), repeat_rows(cache, beam_size), logits[:, -1], seq_BL, lengths_B, start=start,
-                     beam_size=beam_size, max_new_tokens=max_new_tokens, alpha=alpha, eos_id=eos_id,
-                     reorder=gather_rows)
+    return beam_loop(
+        _step(model),
+        repeat_rows(cache, beam_size),
+        logits[:, -1],
+        seq_BL,
+        lengths_B,
+        start=start,
+        beam_size=beam_size,
+        max_new_tokens=max_new_tokens,
+        alpha=alpha,
+        eos_id=eos_id,
+        reorder=gather_rows,
+    )
 
 
 def prompt_buffer(prompt_BP, prompt_lengths_B, max_new_tokens: int):
@@ -71,10 +95,18 @@ def prompt_buffer(prompt_BP, prompt_lengths_B, max_new_tokens: int):
     return jnp.asarray(seq), jnp.asarray(lengths), int(lengths.min())
 
 
-def generate(model_or_graphdef, params=None, *, prompt_BP: Int[Array, "B P"], max_new_tokens: int,
-             prompt_lengths_B: Int[Array, "B"] | None = None, key: jax.Array | None = None,
-             sampling: SamplingConfig = SamplingConfig(), eos_id: int | None = None,
-             return_logits: bool = False) -> Generation:
+def generate(
+    model_or_graphdef,
+    params=None,
+    *,
+    prompt_BP: Int[Array, "B P"],
+    max_new_tokens: int,
+    prompt_lengths_B: Int[Array, " B"] | None = None,
+    key: jax.Array | None = None,
+    sampling: SamplingConfig = SamplingConfig(),
+    eos_id: int | None = None,
+    return_logits: bool = False,
+) -> Generation:
     """Up to ``max_new_tokens`` new tokens per prompt (fewer after an ``eos_id``) chosen by
     ``sampling`` (greedy, temperature, top-k, top-p); deterministic for a ``key``.
 
@@ -85,17 +117,44 @@ def generate(model_or_graphdef, params=None, *, prompt_BP: Int[Array, "B P"], ma
     graphdef, params = as_graph(model_or_graphdef, params)
     seq, lengths, start = prompt_buffer(prompt_BP, prompt_lengths_B, max_new_tokens)
     key = jax.random.key(0) if key is None else key
-    return _sample(graphdef, params, seq, lengths, key, start=start, max_new_tokens=max_new_tokens,
-                   sampling=sampling, eos_id=eos_id, return_logits=return_logits)
+    return _sample(
+        graphdef,
+        params,
+        seq,
+        lengths,
+        key,
+        start=start,
+        max_new_tokens=max_new_tokens,
+        sampling=sampling,
+        eos_id=eos_id,
+        return_logits=return_logits,
+    )
 
 
-def beam_search(model_or_graphdef, params=None, *, prompt_BP: Int[Array, "B P"], max_new_tokens: int,
-                prompt_lengths_B: Int[Array, "B"] | None = None, beam_size: int = 4, alpha: float = 0.6,
-                eos_id: int | None = None) -> BeamOutput:
+def beam_search(
+    model_or_graphdef,
+    params=None,
+    *,
+    prompt_BP: Int[Array, "B P"],
+    max_new_tokens: int,
+    prompt_lengths_B: Int[Array, " B"] | None = None,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    eos_id: int | None = None,
+) -> BeamOutput:
     """The ``beam_size`` best continuations of each prompt (``decode.beam``), best first."""
     if beam_size < 1:
         raise ValueError(f"beam_size={beam_size} must be >= 1")
     graphdef, params = as_graph(model_or_graphdef, params)
     seq, lengths, start = prompt_buffer(prompt_BP, prompt_lengths_B, max_new_tokens)
-    return _beam(graphdef, params, seq, lengths, start=start, beam_size=beam_size, max_new_tokens=max_new_tokens,
-                 alpha=float(alpha), eos_id=eos_id)
+    return _beam(
+        graphdef,
+        params,
+        seq,
+        lengths,
+        start=start,
+        beam_size=beam_size,
+        max_new_tokens=max_new_tokens,
+        alpha=float(alpha),
+        eos_id=eos_id,
+    )

@@ -21,9 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from transformer_jax.core.tokens import PAD_ID
 from transformer_jax.decode.strategies import SamplingConfig, pick
-
-PAD_ID = 0
 
 # step(tokens_B1, cache) -> (logits_BV of the next position, cache)
 Step = Callable[[Int[Array, "B 1"], object], tuple[Float[Array, "B V"], object]]
@@ -38,7 +37,7 @@ class Generation:
     ``sequences[b]`` (t >= 1; t = 0 is zero)."""
 
     tokens: Int[Array, "B N"]
-    lengths: Int[Array, "B"]
+    lengths: Int[Array, " B"]
     sequences: Int[Array, "B L"]
     logits: Float[Array, "B L V"] | None = None
 
@@ -48,8 +47,9 @@ def set_column(x_BL: Array, t, col_B: Array) -> Array:
     return jax.lax.dynamic_update_slice_in_dim(x_BL, col_B[:, None].astype(x_BL.dtype), t, axis=1)
 
 
-def new_tokens(seq_BL: Int[Array, "B L"], lengths_B: Int[Array, "B"], n_new_B: Int[Array, "B"],
-               max_new_tokens: int) -> Int[Array, "B N"]:
+def new_tokens(
+    seq_BL: Int[Array, "B L"], lengths_B: Int[Array, " B"], n_new_B: Int[Array, " B"], max_new_tokens: int
+) -> Int[Array, "B N"]:
     """``seq[b, lengths[b] : lengths[b] + n_new[b]]`` left-aligned in N columns, PAD after."""
     i_N = jnp.arange(max_new_tokens)
     idx_BN = jnp.minimum(lengths_B[:, None] + i_N, seq_BL.shape[1] - 1)
@@ -57,10 +57,21 @@ def new_tokens(seq_BL: Int[Array, "B L"], lengths_B: Int[Array, "B"], n_new_B: I
     return jnp.where(i_N < n_new_B[:, None], out, PAD_ID)
 
 
-def sample_loop(step: Step, cache, first_logits_BV: Float[Array, "B V"], seq_BL: Int[Array, "B L"],
-                lengths_B: Int[Array, "B"], *, start: int, max_new_tokens: int, key: jax.Array,
-                sampling: SamplingConfig, eos_id: int | None, prefill_logits_BTV=None,
-                return_logits: bool = False) -> Generation:
+def sample_loop(
+    step: Step,
+    cache,
+    first_logits_BV: Float[Array, "B V"],
+    seq_BL: Int[Array, "B L"],
+    lengths_B: Int[Array, " B"],
+    *,
+    start: int,
+    max_new_tokens: int,
+    key: jax.Array,
+    sampling: SamplingConfig,
+    eos_id: int | None,
+    prefill_logits_BTV=None,
+    return_logits: bool = False,
+) -> Generation:
     """Chooses token ``start`` from ``first_logits_BV`` (the prefill's last logits), then feeds
     each chosen token through ``step`` until every row has ``max_new_tokens`` new tokens or an
     EOS. The token at slot t is drawn with ``fold_in(key, t)``."""
@@ -102,8 +113,9 @@ def sample_loop(step: Step, cache, first_logits_BV: Float[Array, "B V"], seq_BL:
 
     carry = (t0, seq, tok, cache, done, n_new, record)
     _, seq, _, _, _, n_new, record = jax.lax.while_loop(cond, body, carry)
-    return Generation(tokens=new_tokens(seq, lengths_B, n_new, max_new_tokens), lengths=n_new, sequences=seq,
-                      logits=record)
+    return Generation(
+        tokens=new_tokens(seq, lengths_B, n_new, max_new_tokens), lengths=n_new, sequences=seq, logits=record
+    )
 
 
 def as_graph(model_or_graphdef, params):
@@ -126,5 +138,7 @@ def merge(graphdef, params):
 def check_length(cfg, length: int, what: str) -> None:
     """Learned position tables (of the Transformer kinds) end at ``model.max_len``."""
     if cfg.kind in ("decoder_lm", "encoder_decoder") and cfg.position == "learned" and length > cfg.max_len:
-        raise ValueError(f"{what}: decoding needs {length} positions but model.max_len={cfg.max_len} (a learned "
-                         "position table); lower max_new_tokens or shorten the prompt")
+        raise ValueError(
+            f"{what}: decoding needs {length} positions but model.max_len={cfg.max_len} (a learned "
+            "position table); lower max_new_tokens or shorten the prompt"
+        )

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.configlib import check_choice, fail
-from transformer_jax.registry import Registry
+from transformer_jax.core.configlib import check_choice, fail
+from transformer_jax.core.registry import Registry
 
 STRATEGIES: Registry = Registry("decoding strategy")
 
@@ -61,18 +61,18 @@ def top_p_logits(logits_BV: Float[Array, "B V"], p: float) -> Float[Array, "B V"
 
 
 @STRATEGIES.register("greedy")
-def greedy(logits_BV, key, cfg: SamplingConfig) -> Int[Array, "B"]:
+def greedy(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
     del key, cfg
     return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
 
 
 @STRATEGIES.register("sample")
-def sample(logits_BV, key, cfg: SamplingConfig) -> Int[Array, "B"]:
+def sample(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
     return jax.random.categorical(key, logits_BV.astype(jnp.float32) / cfg.temperature, axis=-1).astype(jnp.int32)
 
 
 @STRATEGIES.register("top_k")
-def top_k(logits_BV, key, cfg: SamplingConfig) -> Int[Array, "B"]:
+def top_k(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
     filtered = top_k_logits(logits_BV.astype(jnp.float32) / cfg.temperature, cfg.top_k)
     if cfg.uniform_top_k:
         filtered = jnp.where(jnp.isfinite(filtered), 0.0, -jnp.inf)
@@ -80,11 +80,11 @@ def top_k(logits_BV, key, cfg: SamplingConfig) -> Int[Array, "B"]:
 
 
 @STRATEGIES.register("top_p")
-def top_p(logits_BV, key, cfg: SamplingConfig) -> Int[Array, "B"]:
+def top_p(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
     filtered = top_p_logits(logits_BV.astype(jnp.float32) / cfg.temperature, cfg.top_p)
     return jax.random.categorical(key, filtered, axis=-1).astype(jnp.int32)
 
 
-def pick(logits_BV, key, cfg: SamplingConfig) -> Int[Array, "B"]:
+def pick(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
     """The next tokens under ``cfg.strategy``."""
     return STRATEGIES.get(cfg.strategy)(logits_BV, key, cfg)

@@ -2,8 +2,22 @@
 
 from transformer_jax.eval.bleu import corpus_bleu
 from transformer_jax.eval.perplexity import perplexity
-from transformer_jax.eval.translation import (TranslateConfig, bleu_on_split, reference_pairs, translate_ids,
-                                              translate_texts, validation_bleu)
+from transformer_jax.eval.translation import (
+    TranslateConfig,
+    bleu_on_split,
+    reference_pairs,
+    translate_ids,
+    translate_texts,
+    validation_bleu,
+)
 
-__all__ = ["TranslateConfig", "bleu_on_split", "corpus_bleu", "perplexity", "reference_pairs", "translate_ids",
-           "translate_texts", "validation_bleu"]
+__all__ = [
+    "TranslateConfig",
+    "bleu_on_split",
+    "corpus_bleu",
+    "perplexity",
+    "reference_pairs",
+    "translate_ids",
+    "translate_texts",
+    "validation_bleu",
+]

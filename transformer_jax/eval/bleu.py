@@ -18,6 +18,11 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], **bleu_opt
         raise ValueError("a hypothesis contains a newline; give one line per sentence")
     metric = BLEU(**bleu_options)
     score = metric.corpus_score(hyps, [refs])
-    return {"bleu": float(score.score), "signature": str(metric.get_signature()),
-            "precisions": [float(p) for p in score.precisions], "bp": float(score.bp),
-            "sys_len": int(score.sys_len), "ref_len": int(score.ref_len)}
+    return {
+        "bleu": float(score.score),
+        "signature": str(metric.get_signature()),
+        "precisions": [float(p) for p in score.precisions],
+        "bp": float(score.bp),
+        "sys_len": int(score.sys_len),
+        "ref_len": int(score.ref_len),
+    }

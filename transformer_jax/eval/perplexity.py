@@ -5,17 +5,15 @@ from __future__ import annotations
 import types
 from collections.abc import Iterable
 
+from transformer_jax.core import compiler
+from transformer_jax.eval.evaluate import evaluate, make_eval_step
+from transformer_jax.eval.tasks import TASKS
 
-from transformer_jax import compiler
 
 def perplexity(graphdef, params, model_state, batches: Iterable[dict], task: str, *, put_batch=None) -> dict:
     """``{"loss", "perplexity", "accuracy", "tokens"}`` of the model over ``batches`` of ``task``
     ("lm" or "seq2seq"): loss = sum of per-token NLL / number of target tokens, perplexity =
-    exp(loss) (``train.evaluate`` run with the task's eval step)."""
-    from transformer_jax.train.evaluate import evaluate
-    from transformer_jax.train.step import make_eval_step
-    from transformer_jax.train.tasks import TASKS
-
+    exp(loss) (``evaluate`` run with the task's eval step)."""
     state = types.SimpleNamespace(params=params, model_state=model_state)
     step = compiler.jit(make_eval_step(graphdef, TASKS.get(task)))
     return evaluate(step, state, batches, put_batch or (lambda b: b))
@@ -23,5 +21,11 @@ def perplexity(graphdef, params, model_state, batches: Iterable[dict], task: str
 
 def split_perplexity(run, split: str = "val", max_batches: int | None = None) -> dict:
     """``perplexity`` of a ``train.loop.Run``'s current state over one split of its data."""
-    return perplexity(run.graphdef, run.state.params, run.state.model_state,
-                      run.data.eval_batches(split, max_batches), run.data.task, put_batch=run.put_batch)
+    return perplexity(
+        run.graphdef,
+        run.state.params,
+        run.state.model_state,
+        run.data.eval_batches(split, max_batches),
+        run.data.task,
+        put_batch=run.put_batch,
+    )

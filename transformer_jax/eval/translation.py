@@ -13,10 +13,9 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.decode import SamplingConfig, translate, translate_beam
 from transformer_jax.eval.bleu import corpus_bleu
-
-BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,37 +43,55 @@ class TranslateConfig:
 
 
 def _source_ids(ids: Sequence[int], max_src_len: int) -> list[int]:
-    return list(ids)[:max_src_len - 1] + [EOS_ID]
+    return list(ids)[: max_src_len - 1] + [EOS_ID]
 
 
-def translate_ids(graphdef, params, sources: Sequence[Sequence[int]], cfg: TranslateConfig = TranslateConfig()
-                  ) -> list[list[int]]:
+def translate_ids(
+    graphdef, params, sources: Sequence[Sequence[int]], cfg: TranslateConfig = TranslateConfig()
+) -> list[list[int]]:
     """The best translation (token ids, without BOS/EOS/padding) of each source (ids without EOS)."""
     srcs = [_source_ids(s, cfg.max_src_len) for s in sources]
     order = sorted(range(len(srcs)), key=lambda i: -len(srcs[i]))
     out: list[list[int]] = [[] for _ in srcs]
     for lo in range(0, len(order), cfg.batch_size):
-        idx = order[lo:lo + cfg.batch_size]
+        idx = order[lo : lo + cfg.batch_size]
         bucket = min(cfg.max_src_len, -(-len(srcs[idx[0]]) // cfg.length_bucket) * cfg.length_bucket)
         src = np.zeros((cfg.batch_size, bucket), np.int32)
         src[:, 0] = EOS_ID  # dummy rows of a short last batch
         for r, i in enumerate(idx):
-            src[r, :len(srcs[i])] = srcs[i]
+            src[r, : len(srcs[i])] = srcs[i]
         n_new = max(1, min(cfg.max_new_tokens, int(cfg.len_a * bucket) + cfg.len_b))
         if cfg.beam_size == 1:
-            tokens = translate(graphdef, params, src_BS=src, max_new_tokens=n_new, bos_id=BOS_ID, eos_id=EOS_ID,
-                               sampling=cfg.sampling, key=jax.random.fold_in(jax.random.key(cfg.seed), lo)).tokens
+            tokens = translate(
+                graphdef,
+                params,
+                src_BS=src,
+                max_new_tokens=n_new,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                sampling=cfg.sampling,
+                key=jax.random.fold_in(jax.random.key(cfg.seed), lo),
+            ).tokens
         else:
-            tokens = translate_beam(graphdef, params, src_BS=src, max_new_tokens=n_new, beam_size=cfg.beam_size,
-                                    alpha=cfg.alpha, bos_id=BOS_ID, eos_id=EOS_ID).tokens[:, 0]
+            tokens = translate_beam(
+                graphdef,
+                params,
+                src_BS=src,
+                max_new_tokens=n_new,
+                beam_size=cfg.beam_size,
+                alpha=cfg.alpha,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+            ).tokens[:, 0]
         tokens = np.asarray(jax.device_get(tokens))
         for r, i in enumerate(idx):
             out[i] = [int(t) for t in tokens[r] if t not in (PAD_ID, BOS_ID, EOS_ID)]
     return out
 
 
-def translate_texts(graphdef, params, tokenizer, texts: Sequence[str], cfg: TranslateConfig = TranslateConfig()
-                    ) -> list[str]:
+def translate_texts(
+    graphdef, params, tokenizer, texts: Sequence[str], cfg: TranslateConfig = TranslateConfig()
+) -> list[str]:
     """Detokenized translations of ``texts`` (one line each)."""
     ids = translate_ids(graphdef, params, [tokenizer.encode(t) for t in texts], cfg)
     return [tokenizer.decode(x).replace("\n", " ") for x in ids]
@@ -99,8 +116,14 @@ def reference_pairs(data, split: str = "val", max_examples: int | None = None) -
     return sources, refs
 
 
-def bleu_on_split(graphdef, params, data, split: str = "val", cfg: TranslateConfig = TranslateConfig(),
-                  max_examples: int | None = None) -> dict:
+def bleu_on_split(
+    graphdef,
+    params,
+    data,
+    split: str = "val",
+    cfg: TranslateConfig = TranslateConfig(),
+    max_examples: int | None = None,
+) -> dict:
     """Corpus BLEU of the model's translations of ``split`` against its references."""
     sources, refs = reference_pairs(data, split, max_examples)
     hyps = [data.tokenizer.decode(x).replace("\n", " ") for x in translate_ids(graphdef, params, sources, cfg)]
@@ -112,12 +135,14 @@ def run_translate_config(run, *, beam_size: int, alpha: float = 0.6, batch_size:
     (``data.max_src_len``), translations of at most ``data.seq_len`` tokens (EOS included)."""
     d, m = run.cfg.data, run.cfg.model
     n_new = d.seq_len if m.position != "learned" else min(d.seq_len, m.max_len - 1)
-    return TranslateConfig(beam_size=beam_size, alpha=alpha, batch_size=batch_size, max_src_len=d.max_src_len,
-                           max_new_tokens=n_new)
+    return TranslateConfig(
+        beam_size=beam_size, alpha=alpha, batch_size=batch_size, max_src_len=d.max_src_len, max_new_tokens=n_new
+    )
 
 
-def validation_bleu(run, state, split: str = "val", max_batches: int | None = None, *, beam_size: int = 1,
-                    alpha: float = 0.6) -> dict:
+def validation_bleu(
+    run, state, split: str = "val", max_batches: int | None = None, *, beam_size: int = 1, alpha: float = 0.6
+) -> dict:
     """The seq2seq task's ``extra_eval``: ``{"bleu": ...}`` of ``state`` on ``split`` (greedy by
     default, to keep validation cheap); ``max_batches`` (``train.eval_batches``) limits it to
     the first ``max_batches * train.batch_size`` sentences."""

@@ -5,16 +5,30 @@
 >>> logits_BTV, aux = model(tokens_BT)
 """
 
-from transformer_jax.models.baselines.config import BaselineConfig, baseline_model_config
+from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.baselines.ngram import NGramLM
 from transformer_jax.models.baselines.rnn import RNNLM
 from transformer_jax.models.baselines.window import WindowLM
-from transformer_jax.models.config import MODELS, ModelConfig
+from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.decoder_lm import DecoderLM
 from transformer_jax.models.encoder_decoder import EncoderDecoder
-from transformer_jax.models.presets import PRESETS, get_preset
-from transformer_jax.models.util import build_model, count_params, abstract_model
+from transformer_jax.models.kinds import MODELS
+from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
+from transformer_jax.models.util import abstract_model, build_model, count_params
 
-__all__ = ["MODELS", "ModelConfig", "DecoderLM", "EncoderDecoder", "PRESETS", "get_preset", "build_model",
-           "count_params", "abstract_model", "BaselineConfig", "baseline_model_config", "NGramLM", "RNNLM",
-           "WindowLM"]
+__all__ = [
+    "MODELS",
+    "PRESETS",
+    "RNNLM",
+    "BaselineConfig",
+    "DecoderLM",
+    "EncoderDecoder",
+    "ModelConfig",
+    "NGramLM",
+    "WindowLM",
+    "abstract_model",
+    "baseline_model_config",
+    "build_model",
+    "count_params",
+    "get_preset",
+]

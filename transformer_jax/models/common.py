@@ -17,28 +17,44 @@ from transformer_jax.ops.kv_cache import init_kv_cache
 
 def make_embed(cfg: ModelConfig, rngs: nnx.Rngs) -> Embed:
     init = cfg.init_scheme().embedding(cfg.d_model, scaled=cfg.scale_embeddings)
-    return Embed(cfg.vocab_size, cfg.d_model, init=init, scale=cfg.scale_embeddings, dtype=cfg.compute_dtype,
-                 param_dtype=cfg.params_dtype, rngs=rngs)
+    return Embed(
+        cfg.vocab_size,
+        cfg.d_model,
+        init=init,
+        scale=cfg.scale_embeddings,
+        dtype=cfg.compute_dtype,
+        param_dtype=cfg.params_dtype,
+        rngs=rngs,
+    )
 
 
 def make_final_norm(cfg: ModelConfig, rngs: nnx.Rngs) -> Norm | None:
     """Pre-LN stacks end with a norm (the stream is never normalised otherwise); Post-LN ones do not."""
     if not residual.PLACEMENTS.get(cfg.placement).final_norm:
         return None
-    return Norm(cfg.d_model, kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias,
-                param_dtype=cfg.params_dtype, rngs=rngs)
+    return Norm(
+        cfg.d_model, kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.params_dtype, rngs=rngs
+    )
 
 
 def make_lm_head(cfg: ModelConfig, rngs: nnx.Rngs) -> DenseGeneral | None:
     if cfg.tie_embeddings:
         return None
-    return DenseGeneral(cfg.d_model, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False,
-                        kernel_init=cfg.init_scheme().kernel(0, 1), dtype=cfg.compute_dtype,
-                        param_dtype=cfg.params_dtype, rngs=rngs)
+    return DenseGeneral(
+        cfg.d_model,
+        cfg.vocab_size,
+        axes=("embed", "vocab"),
+        use_bias=False,
+        kernel_init=cfg.init_scheme().kernel(0, 1),
+        dtype=cfg.compute_dtype,
+        param_dtype=cfg.params_dtype,
+        rngs=rngs,
+    )
 
 
-def output_logits(x_BTD: Float[Array, "B T D"], final_norm: Norm | None, lm_head: DenseGeneral | None,
-                  embed: Embed) -> Float[Array, "B T V"]:
+def output_logits(
+    x_BTD: Float[Array, "B T D"], final_norm: Norm | None, lm_head: DenseGeneral | None, embed: Embed
+) -> Float[Array, "B T V"]:
     """Final norm (if any), then the untied head or x E^T; logits in float32."""
     if final_norm is not None:
         x_BTD = final_norm(x_BTD)

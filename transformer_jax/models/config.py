@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
-import jax.numpy as jnp
-
-from transformer_jax.configlib import check_choice, check_positive, check_range, fail
+from transformer_jax.core.configlib import check_choice, check_positive, check_range, fail
+from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.models.baselines.config import BaselineConfig
+from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.block import BlockConfig
@@ -18,11 +19,7 @@ from transformer_jax.nn.stack import REMAT_POLICIES
 from transformer_jax.ops import activations, norms, residual
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
-from transformer_jax.registry import Registry
 
-MODELS: Registry = Registry("model kind")
-TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _BIAS_POSITIONS = ("relative_bias", "alibi")
 
 
@@ -80,6 +77,14 @@ class ModelConfig:
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
     baseline: BaselineConfig | None = None  # settings of the classic LMs (n-gram, window, RNN)
 
+    SELECTORS: ClassVar = (
+        ("kind", MODELS),
+        ("position", POSITIONS),
+        ("rope_scaling", rope_ops.ROPE_SCALINGS),
+        ("attention_kind", attention_ops.ATTENTION_KINDS),
+        ("attention_impl", attention_ops.ATTENTION_IMPLS),
+    )
+
     def __post_init__(self):
         check_choice("model.kind", self.kind, MODELS)
         if self.kind not in TRANSFORMER_KINDS:
@@ -95,29 +100,43 @@ class ModelConfig:
         if self.vocab_size < 2:
             fail("model.vocab_size", self.vocab_size, "must be at least 2")
         if self.head_dim is None and self.d_model % self.n_heads:
-            fail("model.d_model", self.d_model, f"is not divisible by n_heads={self.n_heads}",
-                 "change d_model or n_heads, or set head_dim explicitly")
+            fail(
+                "model.d_model",
+                self.d_model,
+                f"is not divisible by n_heads={self.n_heads}",
+                "change d_model or n_heads, or set head_dim explicitly",
+            )
         if self.head_dim is not None:
             check_positive("model.head_dim", self.head_dim)
         if self.n_kv_heads is not None:
             check_positive("model.n_kv_heads", self.n_kv_heads)
             if self.n_heads % self.n_kv_heads:
-                fail("model.n_kv_heads", self.n_kv_heads, f"does not divide n_heads={self.n_heads}",
-                     "use a divisor of n_heads (1 = multi-query attention)")
+                fail(
+                    "model.n_kv_heads",
+                    self.n_kv_heads,
+                    f"does not divide n_heads={self.n_heads}",
+                    "use a divisor of n_heads (1 = multi-query attention)",
+                )
         if self.d_ff is not None:
             check_positive("model.d_ff", self.d_ff)
         if self.kind == "encoder_decoder" and self.n_encoder_layers < 1:
             fail("model.n_encoder_layers", self.n_encoder_layers, "an encoder_decoder needs at least 1 encoder layer")
         if self.kind != "encoder_decoder" and self.n_encoder_layers:
-            fail("model.n_encoder_layers", self.n_encoder_layers, f"is only used by kind='encoder_decoder'",
-                 "set it to 0 or change model.kind")
+            fail(
+                "model.n_encoder_layers",
+                self.n_encoder_layers,
+                "is only used by kind='encoder_decoder'",
+                "set it to 0 or change model.kind",
+            )
         check_choice("model.placement", self.placement, residual.PLACEMENTS, "norm placement")
         check_choice("model.norm", self.norm, norms.NORMS)
         check_positive("model.norm_eps", self.norm_eps)
         check_choice("model.position", self.position, POSITIONS, "position encoding")
         check_choice("model.ffn", self.ffn, activations.FFN_ACTIVATIONS, "feed-forward kind")
         check_choice("model.attention_kind", self.attention_kind, attention_ops.ATTENTION_KINDS, "attention kind")
-        check_choice("model.attention_impl", self.attention_impl, attention_ops.ATTENTION_IMPLS, "attention implementation")
+        check_choice(
+            "model.attention_impl", self.attention_impl, attention_ops.ATTENTION_IMPLS, "attention implementation"
+        )
         check_choice("model.rope_scaling", self.rope_scaling, rope_ops.ROPE_SCALINGS, "RoPE scaling")
         check_choice("model.rope_pairing", self.rope_pairing, ("split", "adjacent"), "RoPE pairing")
         check_choice("model.init", self.init, INIT_SCHEMES, "init scheme")
@@ -128,20 +147,32 @@ class ModelConfig:
         check_positive("model.init_std", self.init_std)
         check_positive("model.attention_block_size", self.attention_block_size)
         if self.position == "rope" and self.resolved_head_dim % 2:
-            fail("model.head_dim", self.resolved_head_dim, "RoPE rotates pairs of dimensions, so head_dim must be even",
-                 "change d_model/n_heads or head_dim")
+            fail(
+                "model.head_dim",
+                self.resolved_head_dim,
+                "RoPE rotates pairs of dimensions, so head_dim must be even",
+                "change d_model/n_heads or head_dim",
+            )
         if self.position == "sinusoidal" and self.d_model % 2:
             fail("model.d_model", self.d_model, "sinusoidal positions need an even d_model")
         if self.rope_scaling_factor < 1:
             fail("model.rope_scaling_factor", self.rope_scaling_factor, "must be >= 1 (1 = no scaling)")
         if self.attention_kind == "sliding_window" and (self.attention_window is None or self.attention_window < 1):
-            fail("model.attention_window", self.attention_window, "attention_kind='sliding_window' needs a window",
-                 "set model.attention_window to a positive number of tokens")
+            fail(
+                "model.attention_window",
+                self.attention_window,
+                "attention_kind='sliding_window' needs a window",
+                "set model.attention_window to a positive number of tokens",
+            )
         if self.attention_window is not None and self.attention_window < 1:
             fail("model.attention_window", self.attention_window, "must be a positive number of tokens or None")
         if self.attention_kind == "linear" and self.position in _BIAS_POSITIONS:
-            fail("model.position", self.position, "linear attention cannot add a bias to attention logits",
-                 "use rope, sinusoidal, learned or none with attention_kind='linear'")
+            fail(
+                "model.position",
+                self.position,
+                "linear attention cannot add a bias to attention logits",
+                "use rope, sinusoidal, learned or none with attention_kind='linear'",
+            )
         if self.attention_kind == "linear" and self.attention_window is not None:
             fail("model.attention_window", self.attention_window, "linear attention has no window")
         if self.attention_scale is not None and self.attention_scale <= 0:
@@ -155,20 +186,37 @@ class ModelConfig:
         if self.kind == "encoder_decoder":
             stacks["model.n_encoder_layers"] = self.n_encoder_layers
         if moe.every > min(stacks.values()):
-            fail("model.moe.every", moe.every, f"leaves a stack without MoE layers ({stacks})",
-                 "use every <= the number of layers, or model.moe=None for a dense model")
+            fail(
+                "model.moe.every",
+                moe.every,
+                f"leaves a stack without MoE layers ({stacks})",
+                "use every <= the number of layers, or model.moe=None for a dense model",
+            )
         if self.scan_layers and moe.every > 1:
             for field, n in stacks.items():
                 if n % moe.every:
-                    fail("model.moe.every", moe.every, f"does not divide {field}={n} with scan_layers=True "
-                         "(the scan repeats groups of `every` layers)", "choose a divisor or set scan_layers=False")
+                    fail(
+                        "model.moe.every",
+                        moe.every,
+                        f"does not divide {field}={n} with scan_layers=True "
+                        "(the scan repeats groups of `every` layers)",
+                        "choose a divisor or set scan_layers=False",
+                    )
             if self.kind == "encoder_decoder":
-                fail("model.moe.every", moe.every, "every > 1 with scan_layers=True is not supported for "
-                     "encoder_decoder (decoder cross-attention caches assume one stacked layer kind)",
-                     "use every=1 or scan_layers=False")
+                fail(
+                    "model.moe.every",
+                    moe.every,
+                    "every > 1 with scan_layers=True is not supported for "
+                    "encoder_decoder (decoder cross-attention caches assume one stacked layer kind)",
+                    "use every=1 or scan_layers=False",
+                )
         if moe.d_expert is None and self.resolved_d_ff % moe.segments:
-            fail("model.moe.segments", moe.segments, f"does not divide the expert width d_ff={self.resolved_d_ff}",
-                 "set model.moe.d_expert to a multiple of segments")
+            fail(
+                "model.moe.segments",
+                moe.segments,
+                f"does not divide the expert width d_ff={self.resolved_d_ff}",
+                "set model.moe.d_expert to a multiple of segments",
+            )
 
     # Derived values --------------------------------------------------------------------------
 
@@ -204,18 +252,29 @@ class ModelConfig:
         return InitScheme(name=self.init, std=self.init_std, n_residual_layers=n_sublayers)
 
     def rope_spec(self) -> RopeSpec:
-        scaling = rope_ops.RopeScaling(kind=self.rope_scaling, factor=self.rope_scaling_factor,
-                                       original_max_len=self.rope_original_max_len)
-        return RopeSpec(theta=self.rope_theta, pairing=self.rope_pairing,
-                        scaling=None if self.rope_scaling == "none" else scaling)
+        scaling = rope_ops.RopeScaling(
+            kind=self.rope_scaling, factor=self.rope_scaling_factor, original_max_len=self.rope_original_max_len
+        )
+        return RopeSpec(
+            theta=self.rope_theta, pairing=self.rope_pairing, scaling=None if self.rope_scaling == "none" else scaling
+        )
 
     def position_args(self, *, bidirectional: bool) -> PositionArgs:
         rope = self.rope_spec()
-        return PositionArgs(d_model=self.d_model, n_heads=self.n_heads, max_len=self.max_len,
-                            bidirectional=bidirectional, rope_theta=rope.theta, rope_pairing=rope.pairing,
-                            rope_scaling=rope.scaling, num_buckets=self.relative_buckets,
-                            max_distance=self.relative_max_distance, init_std=self.init_std,
-                            dtype=self.compute_dtype, param_dtype=self.params_dtype)
+        return PositionArgs(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            max_len=self.max_len,
+            bidirectional=bidirectional,
+            rope_theta=rope.theta,
+            rope_pairing=rope.pairing,
+            rope_scaling=rope.scaling,
+            num_buckets=self.relative_buckets,
+            max_distance=self.relative_max_distance,
+            init_std=self.init_std,
+            dtype=self.compute_dtype,
+            param_dtype=self.params_dtype,
+        )
 
     def moe_spec(self) -> MoESpec | None:
         """The layer-level MoE settings (fine-grained sizes resolved), or None for a dense model."""
@@ -223,27 +282,64 @@ class ModelConfig:
         if moe is None:
             return None
         width = (moe.d_expert or self.resolved_d_ff) // moe.segments
-        return MoESpec(n_experts=moe.n_routed, top_k=moe.routed_k, d_expert=width, n_shared=moe.n_shared,
-                       d_shared=width, ffn=moe.ffn or self.ffn, router=moe.router, renormalize=moe.renormalize,
-                       n_groups=moe.n_groups, topk_groups=moe.topk_groups, group_score=moe.group_score,
-                       capacity_factor=moe.capacity_factor, drop_order=moe.drop_order, dispatch=moe.dispatch,
-                       balance_loss=moe.balance_loss, balance_coef=moe.balance_coef, z_loss_coef=moe.z_loss_coef,
-                       bias_update_rate=moe.bias_update_rate)
+        return MoESpec(
+            n_experts=moe.n_routed,
+            top_k=moe.routed_k,
+            d_expert=width,
+            n_shared=moe.n_shared,
+            d_shared=width,
+            ffn=moe.ffn or self.ffn,
+            router=moe.router,
+            renormalize=moe.renormalize,
+            n_groups=moe.n_groups,
+            topk_groups=moe.topk_groups,
+            group_score=moe.group_score,
+            capacity_factor=moe.capacity_factor,
+            drop_order=moe.drop_order,
+            dispatch=moe.dispatch,
+            balance_loss=moe.balance_loss,
+            balance_coef=moe.balance_coef,
+            z_loss_coef=moe.z_loss_coef,
+            bias_update_rate=moe.bias_update_rate,
+        )
 
     def block_config(self, *, side: str, rope: RopeSpec | None) -> BlockConfig:
         """The layer hyperparameters of the ``side`` ("encoder" or "decoder") stack."""
         placement = residual.PLACEMENTS.get(self.placement)
-        alpha, beta = placement.constants(architecture=self.architecture(), n_encoder_layers=self.n_encoder_layers,
-                                          n_decoder_layers=self.n_layers, side=side)
+        alpha, beta = placement.constants(
+            architecture=self.architecture(),
+            n_encoder_layers=self.n_encoder_layers,
+            n_decoder_layers=self.n_layers,
+            side=side,
+        )
         window = self.attention_window if self.attention_kind == "sliding_window" else None
         return BlockConfig(
-            d_model=self.d_model, n_heads=self.n_heads, n_kv_heads=self.resolved_kv_heads,
-            head_dim=self.resolved_head_dim, d_ff=self.resolved_d_ff, ffn=self.ffn, use_bias=self.use_bias,
-            norm=self.norm, norm_eps=self.norm_eps, norm_bias=self.norm_bias, placement=self.placement,
-            alpha=alpha, beta=beta, dropout=self.dropout,
-            attention=AttentionSpec(kind=self.attention_kind, impl=self.attention_impl, window=window,
-                                    block_size=self.attention_block_size, scale=self.attention_scale),
-            rope=rope, cross=(side == "decoder" and self.kind == "encoder_decoder"),
-            init=self.init_scheme(), dtype=self.compute_dtype, param_dtype=self.params_dtype,
-            moe=self.moe_spec(), moe_every=1 if self.moe is None else self.moe.every,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_kv_heads=self.resolved_kv_heads,
+            head_dim=self.resolved_head_dim,
+            d_ff=self.resolved_d_ff,
+            ffn=self.ffn,
+            use_bias=self.use_bias,
+            norm=self.norm,
+            norm_eps=self.norm_eps,
+            norm_bias=self.norm_bias,
+            placement=self.placement,
+            alpha=alpha,
+            beta=beta,
+            dropout=self.dropout,
+            attention=AttentionSpec(
+                kind=self.attention_kind,
+                impl=self.attention_impl,
+                window=window,
+                block_size=self.attention_block_size,
+                scale=self.attention_scale,
+            ),
+            rope=rope,
+            cross=(side == "decoder" and self.kind == "encoder_decoder"),
+            init=self.init_scheme(),
+            dtype=self.compute_dtype,
+            param_dtype=self.params_dtype,
+            moe=self.moe_spec(),
+            moe_every=1 if self.moe is None else self.moe.every,
         )

@@ -34,11 +34,22 @@ def gpt2_config(hf_config: Mapping, **overrides) -> ModelConfig:
     act = hf_config.get("activation_function", "gelu_new")
     ffn = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}[act]
     d = hf_config["n_embd"]
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=hf_config["vocab_size"], d_model=d, n_heads=hf_config["n_head"],
-                      d_ff=hf_config.get("n_inner") or 4 * d, n_layers=hf_config["n_layer"],
-                      max_len=hf_config["n_positions"], placement="pre", norm="layernorm",
-                      norm_eps=hf_config.get("layer_norm_epsilon", 1e-5), position="learned", ffn=ffn,
-                      use_bias=True, tie_embeddings=True)
+    cfg = ModelConfig(
+        kind="decoder_lm",
+        vocab_size=hf_config["vocab_size"],
+        d_model=d,
+        n_heads=hf_config["n_head"],
+        d_ff=hf_config.get("n_inner") or 4 * d,
+        n_layers=hf_config["n_layer"],
+        max_len=hf_config["n_positions"],
+        placement="pre",
+        norm="layernorm",
+        norm_eps=hf_config.get("layer_norm_epsilon", 1e-5),
+        position="learned",
+        ffn=ffn,
+        use_bias=True,
+        tie_embeddings=True,
+    )
     return dataclasses.replace(cfg, **overrides)
 
 
@@ -53,8 +64,8 @@ def load_gpt2(model, sd: Mapping[str, np.ndarray]) -> None:
         q = f"{p}h.{i}."
         w_qkv, b_qkv = np.asarray(sd[q + "attn.c_attn.weight"]), np.asarray(sd[q + "attn.c_attn.bias"])
         for j, proj in enumerate((blk.self_attn.q, blk.self_attn.k, blk.self_attn.v)):
-            _set(proj.kernel, w_qkv[:, j * D:(j + 1) * D].reshape(D, H, Dh), f"h.{i}.attn.c_attn")
-            _set(proj.bias, b_qkv[j * D:(j + 1) * D].reshape(H, Dh), f"h.{i}.attn.c_attn.bias")
+            _set(proj.kernel, w_qkv[:, j * D : (j + 1) * D].reshape(D, H, Dh), f"h.{i}.attn.c_attn")
+            _set(proj.bias, b_qkv[j * D : (j + 1) * D].reshape(H, Dh), f"h.{i}.attn.c_attn.bias")
         _set(blk.self_attn.o.kernel, np.asarray(sd[q + "attn.c_proj.weight"]).reshape(H, Dh, D), f"h.{i}.attn.c_proj")
         _set(blk.self_attn.o.bias, sd[q + "attn.c_proj.bias"], f"h.{i}.attn.c_proj.bias")
         for norm, name in ((blk.self_attn_norm, "ln_1"), (blk.ffn_norm, "ln_2")):
@@ -73,14 +84,26 @@ def llama_config(hf_config: Mapping, **overrides) -> ModelConfig:
     d, h = hf_config["hidden_size"], hf_config["num_attention_heads"]
     rope = hf_config.get("rope_parameters") or {}
     theta = rope.get("rope_theta", hf_config.get("rope_theta", 10000.0))
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=hf_config["vocab_size"], d_model=d, n_heads=h,
-                      n_kv_heads=hf_config.get("num_key_value_heads") or h,
-                      head_dim=hf_config.get("head_dim") or d // h, d_ff=hf_config["intermediate_size"],
-                      n_layers=hf_config["num_hidden_layers"], max_len=hf_config["max_position_embeddings"],
-                      placement="pre", norm="rmsnorm", norm_eps=hf_config["rms_norm_eps"], position="rope",
-                      rope_theta=float(theta), rope_pairing="split", ffn="swiglu",
-                      use_bias=bool(hf_config.get("attention_bias", False)),
-                      tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)))
+    cfg = ModelConfig(
+        kind="decoder_lm",
+        vocab_size=hf_config["vocab_size"],
+        d_model=d,
+        n_heads=h,
+        n_kv_heads=hf_config.get("num_key_value_heads") or h,
+        head_dim=hf_config.get("head_dim") or d // h,
+        d_ff=hf_config["intermediate_size"],
+        n_layers=hf_config["num_hidden_layers"],
+        max_len=hf_config["max_position_embeddings"],
+        placement="pre",
+        norm="rmsnorm",
+        norm_eps=hf_config["rms_norm_eps"],
+        position="rope",
+        rope_theta=float(theta),
+        rope_pairing="split",
+        ffn="swiglu",
+        use_bias=bool(hf_config.get("attention_bias", False)),
+        tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
+    )
     return dataclasses.replace(cfg, **overrides)
 
 

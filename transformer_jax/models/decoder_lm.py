@@ -7,9 +7,16 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.models.common import (cache_index, make_embed, make_final_norm, make_lm_head,
-                                           make_self_caches, output_logits)
-from transformer_jax.models.config import MODELS, ModelConfig
+from transformer_jax.models.common import (
+    cache_index,
+    make_embed,
+    make_final_norm,
+    make_lm_head,
+    make_self_caches,
+    output_logits,
+)
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.kinds import DECODER_LM_READS, MODELS
 from transformer_jax.nn.block import BlockInputs
 from transformer_jax.nn.moe import collect_moe_aux
 from transformer_jax.nn.positions import POSITIONS
@@ -18,7 +25,7 @@ from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.masks import AttentionMask
 
 
-@MODELS.register("decoder_lm")
+@MODELS.register("decoder_lm", reads=DECODER_LM_READS)
 class DecoderLM(nnx.Module):
     """tokens -> embed (+ positions) -> N causal blocks -> [final norm] -> logits.
 
@@ -34,8 +41,13 @@ class DecoderLM(nnx.Module):
         self.cfg = cfg
         self.embed = make_embed(cfg, rngs)
         self.positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=False), rngs=rngs)
-        self.layers = Stack(cfg.block_config(side="decoder", rope=self.positions.rope), cfg.n_layers,
-                            scan=cfg.scan_layers, remat=cfg.remat, rngs=rngs)
+        self.layers = Stack(
+            cfg.block_config(side="decoder", rope=self.positions.rope),
+            cfg.n_layers,
+            scan=cfg.scan_layers,
+            remat=cfg.remat,
+            rngs=rngs,
+        )
         self.final_norm = make_final_norm(cfg, rngs)
         self.lm_head = make_lm_head(cfg, rngs)
 
@@ -74,16 +86,19 @@ class DecoderLM(nnx.Module):
             S = (cache[0] if isinstance(cache, list) else cache)["self"].max_len
             kv_index_BS = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
         positions_BT = index_BT if positions_BT is None else positions_BT
-        mask = AttentionMask(causal=cfg.causal, q_segment_ids=segment_ids_BT, kv_segment_ids=segment_ids_BT,
-                             **({} if cache is None else dict(q_positions=index_BT, kv_positions=kv_index_BS)))
+        mask = AttentionMask(
+            causal=cfg.causal,
+            q_segment_ids=segment_ids_BT,
+            kv_segment_ids=segment_ids_BT,
+            **({} if cache is None else dict(q_positions=index_BT, kv_positions=kv_index_BS)),
+        )
         k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
         tok_BTD = self.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD.astype(cfg.compute_dtype)
         x_BTD = self.positions.embed(tok_BTD, positions_BT)
         x_BTD = dropout(x_BTD, cfg.dropout, k_embed)
         bias = self.positions.attention_bias(positions_BT, kv_index_BS)
         inputs = BlockInputs(mask=mask, positions=positions_BT, bias=bias)
-        x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers,
-                                        return_hidden=return_hidden)
+        x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
         logits_BTV = output_logits(x_BTD, self.final_norm, self.lm_head, self.embed)
         aux = {**{k: v for k, v in aux.items() if k != "moe"}, **collect_moe_aux(aux)}
         if cache is not None:

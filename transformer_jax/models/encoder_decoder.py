@@ -7,9 +7,16 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.models.common import (cache_index, make_embed, make_final_norm, make_lm_head,
-                                           make_self_caches, output_logits)
-from transformer_jax.models.config import MODELS, ModelConfig
+from transformer_jax.models.common import (
+    cache_index,
+    make_embed,
+    make_final_norm,
+    make_lm_head,
+    make_self_caches,
+    output_logits,
+)
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.kinds import ENCODER_DECODER_READS, MODELS
 from transformer_jax.nn.block import BlockInputs
 from transformer_jax.nn.moe import collect_moe_aux, merge_moe_aux
 from transformer_jax.nn.positions import POSITIONS
@@ -22,7 +29,7 @@ def _index(B: int, T: int, start=0):
     return jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
 
 
-@MODELS.register("encoder_decoder")
+@MODELS.register("encoder_decoder", reads=ENCODER_DECODER_READS)
 class EncoderDecoder(nnx.Module):
     """src -> encoder (bidirectional self-attention) -> memory;
     tgt -> decoder (causal self-attention, cross-attention to memory) -> logits.
@@ -39,11 +46,21 @@ class EncoderDecoder(nnx.Module):
         self.src_embed = None if cfg.share_embeddings else make_embed(cfg, rngs)
         self.src_positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=True), rngs=rngs)
         self.tgt_positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=False), rngs=rngs)
-        self.encoder = Stack(cfg.block_config(side="encoder", rope=self.src_positions.rope), cfg.n_encoder_layers,
-                             scan=cfg.scan_layers, remat=cfg.remat, rngs=rngs)
+        self.encoder = Stack(
+            cfg.block_config(side="encoder", rope=self.src_positions.rope),
+            cfg.n_encoder_layers,
+            scan=cfg.scan_layers,
+            remat=cfg.remat,
+            rngs=rngs,
+        )
         self.encoder_norm = make_final_norm(cfg, rngs)
-        self.decoder = Stack(cfg.block_config(side="decoder", rope=self.tgt_positions.rope), cfg.n_layers,
-                             scan=cfg.scan_layers, remat=cfg.remat, rngs=rngs)
+        self.decoder = Stack(
+            cfg.block_config(side="decoder", rope=self.tgt_positions.rope),
+            cfg.n_layers,
+            scan=cfg.scan_layers,
+            remat=cfg.remat,
+            rngs=rngs,
+        )
         self.decoder_norm = make_final_norm(cfg, rngs)
         self.lm_head = make_lm_head(cfg, rngs)
 
@@ -65,8 +82,9 @@ class EncoderDecoder(nnx.Module):
         k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
         embed = self.src_embed or self.tgt_embed
         x_BSD = dropout(self.src_positions.embed(embed(src_BS), positions_BS), cfg.dropout, k_embed)
-        inputs = BlockInputs(mask=mask, positions=positions_BS,
-                             bias=self.src_positions.attention_bias(positions_BS, positions_BS))
+        inputs = BlockInputs(
+            mask=mask, positions=positions_BS, bias=self.src_positions.attention_bias(positions_BS, positions_BS)
+        )
         x_BSD, _, aux = self.encoder(x_BSD, inputs, dropout_key=k_layers, return_hidden=return_hidden)
         if self.encoder_norm is not None:
             x_BSD = self.encoder_norm(x_BSD)
@@ -80,8 +98,9 @@ class EncoderDecoder(nnx.Module):
             graphdef, states = nnx.split(self.decoder.layers)
             project = jax.vmap(lambda s: nnx.merge(graphdef, s).cross_attn.project_kv(memory_BSD))
             return {**caches, "cross": project(states)}
-        return [{**c, "cross": block.cross_attn.project_kv(memory_BSD)}
-                for c, block in zip(caches, self.decoder.layers)]
+        return [
+            {**c, "cross": block.cross_attn.project_kv(memory_BSD)} for c, block in zip(caches, self.decoder.layers)
+        ]
 
     def decode(
         self,
@@ -114,21 +133,29 @@ class EncoderDecoder(nnx.Module):
             S_max = (cache[0] if isinstance(cache, list) else cache)["self"].max_len
             kv_index = _index(B, S_max)
         positions_BT = index_BT if tgt_positions_BT is None else tgt_positions_BT
-        self_mask = AttentionMask(causal=cfg.causal, q_segment_ids=tgt_segment_ids_BT, kv_segment_ids=tgt_segment_ids_BT,
-                                  **({} if cache is None else dict(q_positions=index_BT, kv_positions=kv_index)))
+        self_mask = AttentionMask(
+            causal=cfg.causal,
+            q_segment_ids=tgt_segment_ids_BT,
+            kv_segment_ids=tgt_segment_ids_BT,
+            **({} if cache is None else dict(q_positions=index_BT, kv_positions=kv_index)),
+        )
         cross_mask = None
         if src_segment_ids_BS is not None:
             q_seg = jnp.ones((B, T), jnp.int32) if tgt_segment_ids_BT is None else tgt_segment_ids_BT
-            cross_mask = AttentionMask(q_segment_ids=q_seg, kv_segment_ids=src_segment_ids_BS,
-                                       kv_valid=src_segment_ids_BS != 0)
+            cross_mask = AttentionMask(
+                q_segment_ids=q_seg, kv_segment_ids=src_segment_ids_BS, kv_valid=src_segment_ids_BS != 0
+            )
         k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
         tok_BTD = self.tgt_embed(tgt_BT) if tgt_embeddings_BTD is None else tgt_embeddings_BTD.astype(cfg.compute_dtype)
         x_BTD = dropout(self.tgt_positions.embed(tok_BTD, positions_BT), cfg.dropout, k_embed)
-        inputs = BlockInputs(mask=self_mask, positions=positions_BT,
-                             bias=self.tgt_positions.attention_bias(positions_BT, kv_index),
-                             memory=memory_BSD, cross_mask=cross_mask)
-        x_BTD, cache, aux = self.decoder(x_BTD, inputs, caches=cache, dropout_key=k_layers,
-                                         return_hidden=return_hidden)
+        inputs = BlockInputs(
+            mask=self_mask,
+            positions=positions_BT,
+            bias=self.tgt_positions.attention_bias(positions_BT, kv_index),
+            memory=memory_BSD,
+            cross_mask=cross_mask,
+        )
+        x_BTD, cache, aux = self.decoder(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
         logits = output_logits(x_BTD, self.decoder_norm, self.lm_head, self.tgt_embed)
         if cache is not None:
             aux["cache"] = cache
@@ -149,12 +176,22 @@ class EncoderDecoder(nnx.Module):
         """Teacher-forced logits [B, T, V]; aux holds ``encoder``/``decoder`` diagnostics and,
         with MoE layers, ``losses``/``metrics`` named ``encoder/...`` and ``decoder/...``."""
         k_enc, k_dec = (None, None) if dropout_key is None else jax.random.split(dropout_key)
-        memory, enc_aux = self.encode(src_BS, src_segment_ids_BS=src_segment_ids_BS,
-                                      src_positions_BS=src_positions_BS, dropout_key=k_enc,
-                                      return_hidden=return_hidden)
-        logits, dec_aux = self.decode(tgt_BT, memory, src_segment_ids_BS=src_segment_ids_BS,
-                                      tgt_segment_ids_BT=tgt_segment_ids_BT, tgt_positions_BT=tgt_positions_BT,
-                                      dropout_key=k_dec, return_hidden=return_hidden)
+        memory, enc_aux = self.encode(
+            src_BS,
+            src_segment_ids_BS=src_segment_ids_BS,
+            src_positions_BS=src_positions_BS,
+            dropout_key=k_enc,
+            return_hidden=return_hidden,
+        )
+        logits, dec_aux = self.decode(
+            tgt_BT,
+            memory,
+            src_segment_ids_BS=src_segment_ids_BS,
+            tgt_segment_ids_BT=tgt_segment_ids_BT,
+            tgt_positions_BT=tgt_positions_BT,
+            dropout_key=k_dec,
+            return_hidden=return_hidden,
+        )
         aux = merge_moe_aux(collect_moe_aux(enc_aux, "encoder/"), collect_moe_aux(dec_aux, "decoder/"))
         enc_aux, dec_aux = ({k: v for k, v in a.items() if k != "moe"} for a in (enc_aux, dec_aux))
         if enc_aux:

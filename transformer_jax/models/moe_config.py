@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from transformer_jax.configlib import check_choice, check_positive, fail
+from transformer_jax.core.configlib import check_choice, check_positive, fail
 from transformer_jax.ops import moe_dispatch, routing
 from transformer_jax.ops.activations import FFN_ACTIVATIONS
 
@@ -59,9 +59,12 @@ class MoEConfig:
             fail("model.moe.top_k", self.top_k, f"must be in [1, n_experts={self.n_experts}]")
         check_positive("model.moe.n_shared", self.n_shared, allow_zero=True)
         if self.n_shared >= self.top_k * self.segments:
-            fail("model.moe.n_shared", self.n_shared,
-                 f"leaves no routed expert per token (top_k * segments = {self.top_k * self.segments})",
-                 "shared experts are taken out of the top_k * segments active ones; lower n_shared or raise top_k")
+            fail(
+                "model.moe.n_shared",
+                self.n_shared,
+                f"leaves no routed expert per token (top_k * segments = {self.top_k * self.segments})",
+                "shared experts are taken out of the top_k * segments active ones; lower n_shared or raise top_k",
+            )
         if self.d_expert is not None:
             check_positive("model.moe.d_expert", self.d_expert)
             if self.d_expert % self.segments:
@@ -78,9 +81,13 @@ class MoEConfig:
         if self.topk_groups > self.n_groups:
             fail("model.moe.topk_groups", self.topk_groups, f"exceeds n_groups={self.n_groups}")
         if self.topk_groups * (self.n_routed // self.n_groups) < self.routed_k:
-            fail("model.moe.topk_groups", self.topk_groups,
-                 f"the chosen groups hold {self.topk_groups * (self.n_routed // self.n_groups)} experts, fewer than "
-                 f"the {self.routed_k} each token needs", "raise topk_groups or lower n_groups")
+            fail(
+                "model.moe.topk_groups",
+                self.topk_groups,
+                f"the chosen groups hold {self.topk_groups * (self.n_routed // self.n_groups)} experts, fewer than "
+                f"the {self.routed_k} each token needs",
+                "raise topk_groups or lower n_groups",
+            )
         if self.capacity_factor is not None and self.capacity_factor <= 0:
             fail("model.moe.capacity_factor", self.capacity_factor, "must be positive (or None for dropless routing)")
         for name in ("balance_coef", "z_loss_coef", "bias_update_rate"):

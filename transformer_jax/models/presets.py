@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from transformer_jax.core.registry import Registry
+from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.moe_config import MoEConfig
-from transformer_jax.registry import Registry
 
 PRESETS: Registry[ModelConfig] = Registry("model preset")
 
@@ -16,72 +17,229 @@ def get_preset(name: str, **overrides) -> ModelConfig:
     return dataclasses.replace(PRESETS.get(name), **overrides)
 
 
+def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **model_fields):
+    """A ``ModelConfig`` of a baseline ``kind`` with ``position="none"`` (and, for ``window_lm``,
+    an untied output layer unless ``d_ff == d_model``); ``model_fields`` set the rest."""
+    fields = {"position": "none", **model_fields}
+    if kind == "window_lm" and "tie_embeddings" not in fields:
+        d_model = fields.get("d_model", ModelConfig.d_model)
+        fields["tie_embeddings"] = fields.get("d_ff") == d_model
+    return ModelConfig(kind=kind, baseline=baseline or BaselineConfig(), **fields)
+
+
 # The original Transformer (Vaswani et al. 2017, Table 3 "base"): 6+6 layers, d_model 512,
 # 8 heads, d_ff 2048, dropout 0.1, Post-LN, sinusoidal positions, ReLU, a shared source/target
 # BPE vocabulary of about 37,000 tokens tied to the output projection, embeddings x sqrt(d).
-PRESETS.register("original_base", ModelConfig(
-    kind="encoder_decoder", vocab_size=37000, d_model=512, n_heads=8, d_ff=2048, n_layers=6,
-    n_encoder_layers=6, max_len=512, placement="post", norm="layernorm", position="sinusoidal", ffn="relu",
-    use_bias=True, tie_embeddings=True, share_embeddings=True, scale_embeddings=True, dropout=0.1,
-    init="xavier"))
-PRESETS.register("original_big", dataclasses.replace(
-    PRESETS.get("original_base"), d_model=1024, n_heads=16, d_ff=4096, dropout=0.3))
-PRESETS.register("original_tiny", dataclasses.replace(
-    PRESETS.get("original_base"), vocab_size=512, d_model=64, n_heads=4, d_ff=128, n_layers=2,
-    n_encoder_layers=2, max_len=128))
+PRESETS.register(
+    "original_base",
+    ModelConfig(
+        kind="encoder_decoder",
+        vocab_size=37000,
+        d_model=512,
+        n_heads=8,
+        d_ff=2048,
+        n_layers=6,
+        n_encoder_layers=6,
+        max_len=512,
+        placement="post",
+        norm="layernorm",
+        position="sinusoidal",
+        ffn="relu",
+        use_bias=True,
+        tie_embeddings=True,
+        share_embeddings=True,
+        scale_embeddings=True,
+        dropout=0.1,
+        init="xavier",
+    ),
+)
+PRESETS.register(
+    "original_big", dataclasses.replace(PRESETS.get("original_base"), d_model=1024, n_heads=16, d_ff=4096, dropout=0.3)
+)
+PRESETS.register(
+    "original_tiny",
+    dataclasses.replace(
+        PRESETS.get("original_base"),
+        vocab_size=512,
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        n_layers=2,
+        n_encoder_layers=2,
+        max_len=128,
+    ),
+)
 # A CPU-sized translation model (3+3 layers, d 256) for Multi30k.
-PRESETS.register("original_small", dataclasses.replace(
-    PRESETS.get("original_base"), vocab_size=8000, d_model=256, n_heads=8, d_ff=1024, n_layers=3,
-    n_encoder_layers=3, max_len=256))
+PRESETS.register(
+    "original_small",
+    dataclasses.replace(
+        PRESETS.get("original_base"),
+        vocab_size=8000,
+        d_model=256,
+        n_heads=8,
+        d_ff=1024,
+        n_layers=3,
+        n_encoder_layers=3,
+        max_len=256,
+    ),
+)
 
 # GPT-2 small (Radford et al. 2019): exactly Hugging Face's GPT2LMHeadModel layout, 124,439,808
 # parameters with tied embeddings.
-PRESETS.register("gpt2_small", ModelConfig(
-    kind="decoder_lm", vocab_size=50257, d_model=768, n_heads=12, d_ff=3072, n_layers=12, max_len=1024,
-    placement="pre", norm="layernorm", norm_eps=1e-5, position="learned", ffn="gelu_tanh", use_bias=True,
-    tie_embeddings=True, init="normal", init_std=0.02))
-PRESETS.register("gpt2_tiny", dataclasses.replace(
-    PRESETS.get("gpt2_small"), vocab_size=256, d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128))
+PRESETS.register(
+    "gpt2_small",
+    ModelConfig(
+        kind="decoder_lm",
+        vocab_size=50257,
+        d_model=768,
+        n_heads=12,
+        d_ff=3072,
+        n_layers=12,
+        max_len=1024,
+        placement="pre",
+        norm="layernorm",
+        norm_eps=1e-5,
+        position="learned",
+        ffn="gelu_tanh",
+        use_bias=True,
+        tie_embeddings=True,
+        init="normal",
+        init_std=0.02,
+    ),
+)
+PRESETS.register(
+    "gpt2_tiny",
+    dataclasses.replace(
+        PRESETS.get("gpt2_small"), vocab_size=256, d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128
+    ),
+)
 # nanoGPT's shakespeare_char model / ../shared/bench/torch_gpt.py: no biases, exact GELU.
-PRESETS.register("nanogpt_char", ModelConfig(
-    kind="decoder_lm", vocab_size=65, d_model=128, n_heads=4, d_ff=512, n_layers=4, max_len=64,
-    placement="pre", norm="layernorm", norm_bias=False, position="learned", ffn="gelu", use_bias=False,
-    tie_embeddings=True, init="normal", init_std=0.02))
+PRESETS.register(
+    "nanogpt_char",
+    ModelConfig(
+        kind="decoder_lm",
+        vocab_size=65,
+        d_model=128,
+        n_heads=4,
+        d_ff=512,
+        n_layers=4,
+        max_len=64,
+        placement="pre",
+        norm="layernorm",
+        norm_bias=False,
+        position="learned",
+        ffn="gelu",
+        use_bias=False,
+        tie_embeddings=True,
+        init="normal",
+        init_std=0.02,
+    ),
+)
 
 # LLaMA-like (Touvron et al. 2023): RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases,
 # untied output head.
-PRESETS.register("llama_like", ModelConfig(
-    kind="decoder_lm", vocab_size=32000, d_model=1024, n_heads=16, n_kv_heads=4, d_ff=2816, n_layers=24,
-    max_len=2048, placement="pre", norm="rmsnorm", norm_eps=1e-5, position="rope", rope_theta=10000.0,
-    ffn="swiglu", use_bias=False, tie_embeddings=False, init="normal", init_std=0.02))
-PRESETS.register("llama_tiny", dataclasses.replace(
-    PRESETS.get("llama_like"), vocab_size=256, d_model=64, n_heads=4, n_kv_heads=2, d_ff=176, n_layers=2,
-    max_len=128))
+PRESETS.register(
+    "llama_like",
+    ModelConfig(
+        kind="decoder_lm",
+        vocab_size=32000,
+        d_model=1024,
+        n_heads=16,
+        n_kv_heads=4,
+        d_ff=2816,
+        n_layers=24,
+        max_len=2048,
+        placement="pre",
+        norm="rmsnorm",
+        norm_eps=1e-5,
+        position="rope",
+        rope_theta=10000.0,
+        ffn="swiglu",
+        use_bias=False,
+        tie_embeddings=False,
+        init="normal",
+        init_std=0.02,
+    ),
+)
+PRESETS.register(
+    "llama_tiny",
+    dataclasses.replace(
+        PRESETS.get("llama_like"),
+        vocab_size=256,
+        d_model=64,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=176,
+        n_layers=2,
+        max_len=128,
+    ),
+)
 
 # Mixture-of-Experts (model.moe). Tiny decoders for tests and CPU runs, plus a Mixtral-like recipe
 # at llama_like's size.
 # Switch Transformer (Fedus et al. 2021): top-1, capacity factor 1.25, MoE in every other layer.
-PRESETS.register("switch_tiny", dataclasses.replace(
-    PRESETS.get("gpt2_tiny"), moe=MoEConfig(n_experts=8, top_k=1, every=2, capacity_factor=1.25,
-                                            balance_loss="switch", balance_coef=0.01)))
+PRESETS.register(
+    "switch_tiny",
+    dataclasses.replace(
+        PRESETS.get("gpt2_tiny"),
+        moe=MoEConfig(n_experts=8, top_k=1, every=2, capacity_factor=1.25, balance_loss="switch", balance_coef=0.01),
+    ),
+)
 # GShard (Lepikhin et al. 2020): top-2 with normalised gates, capacity 2 T / E, every other layer.
-PRESETS.register("gshard_tiny", dataclasses.replace(
-    PRESETS.get("gpt2_tiny"), moe=MoEConfig(n_experts=8, top_k=2, every=2, renormalize=True, capacity_factor=2.0,
-                                            balance_loss="switch", balance_coef=0.01)))
+PRESETS.register(
+    "gshard_tiny",
+    dataclasses.replace(
+        PRESETS.get("gpt2_tiny"),
+        moe=MoEConfig(
+            n_experts=8,
+            top_k=2,
+            every=2,
+            renormalize=True,
+            capacity_factor=2.0,
+            balance_loss="switch",
+            balance_coef=0.01,
+        ),
+    ),
+)
 # DeepSeekMoE (Dai et al. 2024) scaled down: 4 experts top-2, each split in 4 (16 experts of width
 # d_expert / 4, 8 active), one of them shared: 1 shared + top-7 of 15 routed, as the paper's "1+7".
-PRESETS.register("deepseek_moe_tiny", dataclasses.replace(
-    PRESETS.get("llama_tiny"), moe=MoEConfig(n_experts=4, top_k=2, segments=4, n_shared=1, d_expert=128,
-                                             balance_loss="expert", balance_coef=0.01)))
+PRESETS.register(
+    "deepseek_moe_tiny",
+    dataclasses.replace(
+        PRESETS.get("llama_tiny"),
+        moe=MoEConfig(
+            n_experts=4, top_k=2, segments=4, n_shared=1, d_expert=128, balance_loss="expert", balance_coef=0.01
+        ),
+    ),
+)
 # DeepSeek-V3 style: sigmoid scores, renormalised top-k, group-limited routing, auxiliary-loss-free
 # bias balancing plus a tiny sequence-wise balance loss; 1 shared + top-2 of 8 routed.
-PRESETS.register("deepseek_v3_tiny", dataclasses.replace(
-    PRESETS.get("llama_tiny"), moe=MoEConfig(n_experts=9, top_k=3, n_shared=1, d_expert=64, router="sigmoid_topk",
-                                             renormalize=True, n_groups=4, topk_groups=2, group_score="top2_sum",
-                                             bias_update_rate=1e-3, balance_loss="sequence", balance_coef=1e-4)))
+PRESETS.register(
+    "deepseek_v3_tiny",
+    dataclasses.replace(
+        PRESETS.get("llama_tiny"),
+        moe=MoEConfig(
+            n_experts=9,
+            top_k=3,
+            n_shared=1,
+            d_expert=64,
+            router="sigmoid_topk",
+            renormalize=True,
+            n_groups=4,
+            topk_groups=2,
+            group_score="top2_sum",
+            bias_update_rate=1e-3,
+            balance_loss="sequence",
+            balance_coef=1e-4,
+        ),
+    ),
+)
 # Mixtral (Jiang et al. 2024): 8 SwiGLU experts, top-2 with softmax over the chosen two, dropless.
-PRESETS.register("mixtral_like", dataclasses.replace(
-    PRESETS.get("llama_like"), moe=MoEConfig(n_experts=8, top_k=2, renormalize=True, balance_loss="expert",
-                                             balance_coef=0.002)))
-PRESETS.register("mixtral_tiny", dataclasses.replace(
-    PRESETS.get("llama_tiny"), moe=PRESETS.get("mixtral_like").moe))
+PRESETS.register(
+    "mixtral_like",
+    dataclasses.replace(
+        PRESETS.get("llama_like"),
+        moe=MoEConfig(n_experts=8, top_k=2, renormalize=True, balance_loss="expert", balance_coef=0.002),
+    ),
+)
+PRESETS.register("mixtral_tiny", dataclasses.replace(PRESETS.get("llama_tiny"), moe=PRESETS.get("mixtral_like").moe))

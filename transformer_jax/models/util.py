@@ -6,7 +6,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from transformer_jax.models.config import MODELS, ModelConfig
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.kinds import MODELS
 
 
 def build_model(cfg: ModelConfig, *, seed: int = 0) -> nnx.Module:

@@ -46,24 +46,56 @@ class Attention(nnx.Module):
     o [H, Dh, D]. ``value_gain`` multiplies the init of v and o (DeepNorm's beta).
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
-                 cross: bool = False, use_bias: bool = False, rope: RopeSpec | None = None,
-                 spec: AttentionSpec = AttentionSpec(),
-                 init: InitScheme = InitScheme(), value_gain: float = 1.0,
-                 dtype: jnp.dtype = jnp.float32, param_dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        cross: bool = False,
+        use_bias: bool = False,
+        rope: RopeSpec | None = None,
+        spec: AttentionSpec = AttentionSpec(),
+        init: InitScheme = InitScheme(),
+        value_gain: float = 1.0,
+        dtype: jnp.dtype = jnp.float32,
+        param_dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
         if cross and rope is not None:
             raise ValueError("cross-attention takes no RoPE (query and key positions live in different sequences)")
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         common = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q = DenseGeneral(d_model, (n_heads, head_dim), axes=("embed", "heads", "head_dim"),
-                              kernel_init=init.kernel(0, (1, 2)), **common)
-        self.k = DenseGeneral(d_model, (n_kv_heads, head_dim), axes=("embed", "kv_heads", "head_dim"),
-                              kernel_init=init.kernel(0, (1, 2)), **common)
-        self.v = DenseGeneral(d_model, (n_kv_heads, head_dim), axes=("embed", "kv_heads", "head_dim"),
-                              kernel_init=init.kernel(0, (1, 2), gain=value_gain), **common)
-        self.o = DenseGeneral((n_heads, head_dim), d_model, axes=("heads", "head_dim", "embed"),
-                              kernel_init=init.kernel((0, 1), 2, residual_out=True, gain=value_gain), **common)
+        self.q = DenseGeneral(
+            d_model,
+            (n_heads, head_dim),
+            axes=("embed", "heads", "head_dim"),
+            kernel_init=init.kernel(0, (1, 2)),
+            **common,
+        )
+        self.k = DenseGeneral(
+            d_model,
+            (n_kv_heads, head_dim),
+            axes=("embed", "kv_heads", "head_dim"),
+            kernel_init=init.kernel(0, (1, 2)),
+            **common,
+        )
+        self.v = DenseGeneral(
+            d_model,
+            (n_kv_heads, head_dim),
+            axes=("embed", "kv_heads", "head_dim"),
+            kernel_init=init.kernel(0, (1, 2), gain=value_gain),
+            **common,
+        )
+        self.o = DenseGeneral(
+            (n_heads, head_dim),
+            d_model,
+            axes=("heads", "head_dim", "embed"),
+            kernel_init=init.kernel((0, 1), 2, residual_out=True, gain=value_gain),
+            **common,
+        )
         self.cross = cross
         self.rope = rope
         self.spec = spec
@@ -106,15 +138,26 @@ class Attention(nnx.Module):
         if cache is not None and self.spec.kind == "softmax":
             if mask is not None:
                 mask.validate(q_BTHD.shape[1], cache.max_len, q_BTHD.shape[0], q_BTHD.shape[2])
-            y_BTHD = cached_attention(q_BTHD, cache, scale=self.spec.scale, bias_BHTS=bias,
-                                      mask_BHTS=None if mask is None else mask.materialize(q_BTHD.shape[1],
-                                                                                           cache.max_len))
+            y_BTHD = cached_attention(
+                q_BTHD,
+                cache,
+                scale=self.spec.scale,
+                bias_BHTS=bias,
+                mask_BHTS=None if mask is None else mask.materialize(q_BTHD.shape[1], cache.max_len),
+            )
             return self.o(y_BTHD), cache
         if cache is not None:
             k_BSKD, v_BSKD = cache.keys_values()
         y_BTHD = attention_ops.attention(
-            q_BTHD, k_BSKD.astype(q_BTHD.dtype), v_BSKD.astype(q_BTHD.dtype), mask=mask, bias=bias,
-            scale=self.spec.scale, kind=self.spec.kind,
-            impl=self.spec.impl, window=self.spec.window, block_size=self.spec.block_size,
+            q_BTHD,
+            k_BSKD.astype(q_BTHD.dtype),
+            v_BSKD.astype(q_BTHD.dtype),
+            mask=mask,
+            bias=bias,
+            scale=self.spec.scale,
+            kind=self.spec.kind,
+            impl=self.spec.impl,
+            window=self.spec.window,
+            block_size=self.spec.block_size,
         )
         return self.o(y_BTHD), cache

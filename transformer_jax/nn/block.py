@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from transformer_jax.core.sharding import constrain
 from transformer_jax.nn.attention import Attention, AttentionSpec, RopeSpec
 from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.mlp import FeedForward
@@ -19,7 +20,6 @@ from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import residual
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.masks import AttentionMask
-from transformer_jax.sharding import constrain
 
 # Logical axes of the residual stream at block boundaries (mesh axes from the active rules).
 ACTIVATION_AXES = ("batch", "length", "act_embed")
@@ -77,8 +77,15 @@ class Block(nnx.Module):
     def __init__(self, cfg: BlockConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.placement = residual.PLACEMENTS.get(cfg.placement)
-        attn = dict(use_bias=cfg.use_bias, spec=cfg.attention, init=cfg.init, value_gain=cfg.beta,
-                    dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        attn = dict(
+            use_bias=cfg.use_bias,
+            spec=cfg.attention,
+            init=cfg.init,
+            value_gain=cfg.beta,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
+        )
         norm = dict(kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.param_dtype)
         self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, **attn)
         self.self_attn_norm = Norm(cfg.d_model, **norm)
@@ -87,8 +94,9 @@ class Block(nnx.Module):
             self.cross_attn_norm = Norm(cfg.d_model, **norm)
         else:
             self.cross_attn = self.cross_attn_norm = None
-        ffn = dict(use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                   rngs=rngs)
+        ffn = dict(
+            use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
+        )
         if cfg.moe is None:
             self.ffn = FeedForward(cfg.d_model, cfg.d_ff, kind=cfg.ffn, **ffn)
         else:
@@ -113,28 +121,40 @@ class Block(nnx.Module):
         x_BTD = constrain(x_BTD, ACTIVATION_AXES)
 
         def self_attention(h):
-            y, c = self.self_attn(h, mask=inputs.mask, positions_BT=inputs.positions, bias=inputs.bias,
-                                  cache=None if cache is None else cache["self"])
+            y, c = self.self_attn(
+                h,
+                mask=inputs.mask,
+                positions_BT=inputs.positions,
+                bias=inputs.bias,
+                cache=None if cache is None else cache["self"],
+            )
             if new_cache is not None:
                 new_cache["self"] = c
             return dropout(y, cfg.dropout, keys[0])
 
         x_BTD = apply(x_BTD, self_attention, self.self_attn_norm, cfg.alpha)
         if self.cross_attn is not None:
+
             def cross_attention(h):
-                y, c = self.cross_attn(h, mask=inputs.cross_mask, kv_BSD=inputs.memory,
-                                       cache=None if cache is None else cache.get("cross"))
+                y, c = self.cross_attn(
+                    h, mask=inputs.cross_mask, kv_BSD=inputs.memory, cache=None if cache is None else cache.get("cross")
+                )
                 if new_cache is not None:
                     new_cache["cross"] = c
                 return dropout(y, cfg.dropout, keys[1])
 
             x_BTD = apply(x_BTD, cross_attention, self.cross_attn_norm, cfg.alpha)
+
         def feed_forward(h):
             if cfg.moe is None:
                 return dropout(self.ffn(h), cfg.dropout, keys[2])
             segments = None if inputs.mask is None else inputs.mask.q_segment_ids
-            y, aux["moe"] = self.ffn(h, valid_BT=None if segments is None else segments != 0,
-                                     train=dropout_key is not None, dropless=cache is not None)
+            y, aux["moe"] = self.ffn(
+                h,
+                valid_BT=None if segments is None else segments != 0,
+                train=dropout_key is not None,
+                dropless=cache is not None,
+            )
             return dropout(y, cfg.dropout, keys[2])
 
         x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.alpha)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import jax
 from jax.nn import initializers
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
 
 Initializer = jax.nn.initializers.Initializer
 Axes = int | Sequence[int]

@@ -19,12 +19,24 @@ class FeedForward(nnx.Module):
     ``gain`` multiplies the init of all three (DeepNorm's beta).
     """
 
-    def __init__(self, d_model: int, d_ff: int, *, kind: str = "relu", use_bias: bool = True,
-                 init: InitScheme = InitScheme(), gain: float = 1.0,
-                 dtype: jnp.dtype = jnp.float32, param_dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        kind: str = "relu",
+        use_bias: bool = True,
+        init: InitScheme = InitScheme(),
+        gain: float = 1.0,
+        dtype: jnp.dtype = jnp.float32,
+        param_dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
         self.spec = activations.FFN_ACTIVATIONS.get(kind)
         common = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.w_in = DenseGeneral(d_model, d_ff, axes=("embed", "mlp"), kernel_init=init.kernel(0, 1, gain=gain), **common)
+        self.w_in = DenseGeneral(
+            d_model, d_ff, axes=("embed", "mlp"), kernel_init=init.kernel(0, 1, gain=gain), **common
+        )
         self.w_gate = (
             DenseGeneral(d_model, d_ff, axes=("embed", "mlp"), kernel_init=init.kernel(0, 1, gain=gain), **common)
             if self.spec.gated

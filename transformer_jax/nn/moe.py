@@ -75,36 +75,77 @@ class MoE(nnx.Module):
     ``bias_update_rate > 0``. The router runs in float32.
     """
 
-    def __init__(self, d_model: int, spec: MoESpec, *, use_bias: bool = False, init: InitScheme = InitScheme(),
-                 gain: float = 1.0, dtype: Any = jnp.float32, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        d_model: int,
+        spec: MoESpec,
+        *,
+        use_bias: bool = False,
+        init: InitScheme = InitScheme(),
+        gain: float = 1.0,
+        dtype: Any = jnp.float32,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
         self.spec = spec
         self.dtype = dtype
         E, D, F = spec.n_experts, d_model, spec.d_expert
         gated = FFN_ACTIVATIONS.get(spec.ffn).gated
-        self.router = DenseGeneral(D, E, axes=("embed", None), kernel_init=init.kernel(0, 1), dtype=jnp.float32,
-                                   param_dtype=param_dtype, rngs=rngs)
+        self.router = DenseGeneral(
+            D,
+            E,
+            axes=("embed", None),
+            kernel_init=init.kernel(0, 1),
+            dtype=jnp.float32,
+            param_dtype=param_dtype,
+            rngs=rngs,
+        )
         k_in, k_out = init.kernel(0, 1, gain=gain), init.kernel(0, 1, residual_out=True, gain=gain)
-        param = lambda ini, shape, axes: nnx.Param(_stacked_init(ini, E, shape, param_dtype, rngs.params()),  # noqa: E731
-                                                  logical_axes=axes)
+        param = lambda ini, shape, axes: nnx.Param(
+            _stacked_init(ini, E, shape, param_dtype, rngs.params()),
+            logical_axes=axes,
+        )
         self.w_in = param(k_in, (D, F), ("experts", "embed", "mlp"))
         self.w_gate = param(k_in, (D, F), ("experts", "embed", "mlp")) if gated else None
         self.w_out = param(k_out, (F, D), ("experts", "mlp", "embed"))
-        zeros = lambda shape, axes: nnx.Param(jnp.zeros(shape, param_dtype), logical_axes=axes)  # noqa: E731
+        zeros = lambda shape, axes: nnx.Param(jnp.zeros(shape, param_dtype), logical_axes=axes)
         self.b_in = zeros((E, F), ("experts", "mlp")) if use_bias else None
         self.b_out = zeros((E, D), ("experts", "embed")) if use_bias else None
-        self.shared = (FeedForward(D, spec.n_shared * (spec.d_shared or F), kind=spec.ffn, use_bias=use_bias,
-                                   init=init, gain=gain, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-                       if spec.n_shared else None)
+        self.shared = (
+            FeedForward(
+                D,
+                spec.n_shared * (spec.d_shared or F),
+                kind=spec.ffn,
+                use_bias=use_bias,
+                init=init,
+                gain=gain,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                rngs=rngs,
+            )
+            if spec.n_shared
+            else None
+        )
         self.bias = ExpertBias(jnp.zeros((E,), jnp.float32)) if spec.bias_update_rate > 0 else None
 
     def expert_weights(self) -> moe_dispatch.ExpertWeights:
-        get = lambda p: None if p is None else p[...].astype(self.dtype)  # noqa: E731
-        return moe_dispatch.ExpertWeights(w_in_EDF=get(self.w_in), w_out_EFD=get(self.w_out),
-                                          w_gate_EDF=get(self.w_gate), b_in_EF=get(self.b_in),
-                                          b_out_ED=get(self.b_out))
+        get = lambda p: None if p is None else p[...].astype(self.dtype)
+        return moe_dispatch.ExpertWeights(
+            w_in_EDF=get(self.w_in),
+            w_out_EFD=get(self.w_out),
+            w_gate_EDF=get(self.w_gate),
+            b_in_EF=get(self.b_in),
+            b_out_ED=get(self.b_out),
+        )
 
-    def __call__(self, x_BTD: Float[Array, "B T D"], *, valid_BT: Bool[Array, "B T"] | None = None,
-                 train: bool = False, dropless: bool = False) -> tuple[Float[Array, "B T D"], dict]:
+    def __call__(
+        self,
+        x_BTD: Float[Array, "B T D"],
+        *,
+        valid_BT: Bool[Array, "B T"] | None = None,
+        train: bool = False,
+        dropless: bool = False,
+    ) -> tuple[Float[Array, "B T D"], dict]:
         """Returns (y, aux). aux["losses"]: the coefficient-weighted ``moe_balance`` and
         ``router_z`` (when their coefficients are > 0); aux["metrics"]: ``moe_load`` [E] (share of
         assignments per expert, before drops), ``moe_load_max_over_mean``,
@@ -119,13 +160,27 @@ class MoE(nnx.Module):
         valid_T = None if valid_BT is None else valid_BT.reshape(B * T)
         logits_TE = self.router(x_TD.astype(jnp.float32))
         bias_E = None if self.bias is None else self.bias[...]
-        r = routing.top_k_route(logits_TE, K, router=spec.router, renormalize=spec.renormalize, bias_E=bias_E,
-                                n_groups=spec.n_groups, topk_groups=spec.topk_groups, group_score=spec.group_score)
+        r = routing.top_k_route(
+            logits_TE,
+            K,
+            router=spec.router,
+            renormalize=spec.renormalize,
+            bias_E=bias_E,
+            n_groups=spec.n_groups,
+            topk_groups=spec.topk_groups,
+            group_score=spec.group_score,
+        )
         dispatch = moe_dispatch.get_dispatch(spec.dispatch)
-        y_TD, keep_TK = dispatch(x_TD, r.experts_TK, r.weights_TK.astype(self.dtype), self.expert_weights(),
-                                 activation=spec.ffn, capacity_factor=None if dropless else spec.capacity_factor,
-                                 valid_T=valid_T,
-                                 drop_order=spec.drop_order)
+        y_TD, keep_TK = dispatch(
+            x_TD,
+            r.experts_TK,
+            r.weights_TK.astype(self.dtype),
+            self.expert_weights(),
+            activation=spec.ffn,
+            capacity_factor=None if dropless else spec.capacity_factor,
+            valid_T=valid_T,
+            drop_order=spec.drop_order,
+        )
         if self.shared is not None:
             y_TD = y_TD + self.shared(x_TD)
 
@@ -134,8 +189,9 @@ class MoE(nnx.Module):
         losses = {}
         if spec.balance_coef > 0:
             balance = routing.BALANCE_LOSSES.get(spec.balance_loss)
-            losses["moe_balance"] = spec.balance_coef * balance(r.probs_TE.reshape(B, T, E),
-                                                                r.experts_TK.reshape(B, T, K), valid_BT)
+            losses["moe_balance"] = spec.balance_coef * balance(
+                r.probs_TE.reshape(B, T, E), r.experts_TK.reshape(B, T, K), valid_BT
+            )
         if spec.z_loss_coef > 0:
             losses["router_z"] = spec.z_loss_coef * routing.router_z_loss(logits_TE, valid_T)
         metrics = {
@@ -155,8 +211,10 @@ def collect_moe_aux(stack_aux: dict, prefix: str = "") -> dict:
     moe = stack_aux.get("moe")
     if not moe:
         return {}
-    return {"losses": {prefix + k: jnp.sum(v) for k, v in moe["losses"].items()},
-            "metrics": {prefix + k: v for k, v in moe["metrics"].items()}}
+    return {
+        "losses": {prefix + k: jnp.sum(v) for k, v in moe["losses"].items()},
+        "metrics": {prefix + k: v for k, v in moe["metrics"].items()},
+    }
 
 
 def merge_moe_aux(*auxes: dict) -> dict:

@@ -15,8 +15,16 @@ class Norm(nnx.Module):
     Parameters: ``scale`` [D] (ones) and, for kinds with a bias and ``use_bias``, ``bias`` [D].
     """
 
-    def __init__(self, d_model: int, *, kind: str = "layernorm", eps: float = 1e-5, use_bias: bool = True,
-                 param_dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        kind: str = "layernorm",
+        eps: float = 1e-5,
+        use_bias: bool = True,
+        param_dtype: jnp.dtype = jnp.float32,
+        rngs: nnx.Rngs | None = None,
+    ):
         del rngs
         self.spec = norms.NORMS.get(kind)
         self.eps = eps

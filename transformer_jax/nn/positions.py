@@ -14,10 +14,10 @@ from flax import nnx
 from jax.nn import initializers
 from jaxtyping import Array, Float, Int
 
+from transformer_jax.core.registry import Registry
 from transformer_jax.nn.attention import RopeSpec
 from transformer_jax.ops import positions as pos_ops
 from transformer_jax.ops import rope as rope_ops
-from transformer_jax.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,14 +73,17 @@ class Learned(PositionEncoding):
     def __init__(self, args: PositionArgs, *, rngs: nnx.Rngs):
         super().__init__(args, rngs=rngs)
         init = initializers.normal(stddev=args.init_std)
-        self.table = nnx.Param(init(rngs.params(), (args.max_len, args.d_model), args.param_dtype),
-                               logical_axes=("max_len", "embed"))
+        self.table = nnx.Param(
+            init(rngs.params(), (args.max_len, args.d_model), args.param_dtype), logical_axes=("max_len", "embed")
+        )
 
     def embed(self, x_BTD, positions_BT):
         return x_BTD + jnp.take(self.table[...], positions_BT, axis=0).astype(x_BTD.dtype)
 
 
-@POSITIONS.register("rope")
+@POSITIONS.register(
+    "rope", reads=("rope_theta", "rope_pairing", "rope_scaling", "rope_scaling_factor", "rope_original_max_len")
+)
 class Rope(PositionEncoding):
     """Rotary embeddings (Su et al. 2021) applied to q and k in every self-attention layer."""
 
@@ -89,7 +92,7 @@ class Rope(PositionEncoding):
         self.rope = RopeSpec(theta=args.rope_theta, pairing=args.rope_pairing, scaling=args.rope_scaling)
 
 
-@POSITIONS.register("relative_bias")
+@POSITIONS.register("relative_bias", reads=("relative_buckets", "relative_max_distance"))
 class RelativeBias(PositionEncoding):
     """b_ij = table[bucket(j - i), h], T5's log-bucketed learned bias (Raffel et al. 2020),
     shared by all layers of a stack."""
@@ -97,15 +100,22 @@ class RelativeBias(PositionEncoding):
     def __init__(self, args: PositionArgs, *, rngs: nnx.Rngs):
         super().__init__(args, rngs=rngs)
         self.table = nnx.Param(
-            initializers.normal(stddev=args.init_std)(rngs.params(), (args.num_buckets, args.n_heads), args.param_dtype),
+            initializers.normal(stddev=args.init_std)(
+                rngs.params(), (args.num_buckets, args.n_heads), args.param_dtype
+            ),
             logical_axes=("buckets", "heads"),
         )
 
     def attention_bias(self, q_positions_BT, kv_positions_BS):
         a = self.args
-        bias = pos_ops.relative_position_bias(self.table[...], q_positions_BT, kv_positions_BS,
-                                              bidirectional=a.bidirectional, num_buckets=a.num_buckets,
-                                              max_distance=a.max_distance)
+        bias = pos_ops.relative_position_bias(
+            self.table[...],
+            q_positions_BT,
+            kv_positions_BS,
+            bidirectional=a.bidirectional,
+            num_buckets=a.num_buckets,
+            max_distance=a.max_distance,
+        )
         return bias.astype(a.dtype)
 
 

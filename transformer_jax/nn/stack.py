@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
+from transformer_jax.core.registry import Registry
 from transformer_jax.nn.block import Block, BlockConfig, BlockInputs
-from transformer_jax.registry import Registry
 
 REMAT_POLICIES: Registry = Registry("remat policy")
 REMAT_POLICIES.register("none", None)
@@ -61,8 +61,7 @@ class Stack(nnx.Module):
     are written back to the stack.
     """
 
-    def __init__(self, cfg: BlockConfig, n_layers: int, *, scan: bool = False, remat: str = "none",
-                 rngs: nnx.Rngs):
+    def __init__(self, cfg: BlockConfig, n_layers: int, *, scan: bool = False, remat: str = "none", rngs: nnx.Rngs):
         self.n_layers = n_layers
         self.scan = scan
         self.remat_policy = remat
@@ -71,14 +70,17 @@ class Stack(nnx.Module):
         dense_cfg = dataclasses.replace(cfg, moe=None)
         self.moe_layers = nnx.data(None)
         if not scan:
-            self.layers = nnx.List([Block(cfg if is_moe_layer(cfg, i) else dense_cfg, rngs=rngs)
-                                    for i in range(n_layers)])
+            self.layers = nnx.List(
+                [Block(cfg if is_moe_layer(cfg, i) else dense_cfg, rngs=rngs) for i in range(n_layers)]
+            )
         elif self.every == 1:
             self.layers = _stacked_blocks(cfg, n_layers, rngs)
         else:
             if n_layers % self.every:
-                raise ValueError(f"moe_every={self.every} does not divide n_layers={n_layers}; a scanned stack "
-                                 "repeats groups of moe_every layers")
+                raise ValueError(
+                    f"moe_every={self.every} does not divide n_layers={n_layers}; a scanned stack "
+                    "repeats groups of moe_every layers"
+                )
             self.layers = _stacked_blocks(dense_cfg, n_layers - n_layers // self.every, rngs)
             self.moe_layers = _stacked_blocks(cfg, n_layers // self.every, rngs)
 
@@ -129,8 +131,9 @@ class Stack(nnx.Module):
         for i, block in enumerate(self.layers):
             graphdef, state = nnx.split(block)
             hidden.append(x)
-            x, c, a, rest = self._block_fn(graphdef)(state, x, inputs, None if caches is None else caches[i],
-                                                     None if keys is None else keys[i])
+            x, c, a, rest = self._block_fn(graphdef)(
+                state, x, inputs, None if caches is None else caches[i], None if keys is None else keys[i]
+            )
             nnx.update(block, rest)
             new_caches.append(c)
             if a:
@@ -163,7 +166,7 @@ class Stack(nnx.Module):
 
         def body(x, xs):
             dense, moe, cache, key = xs
-            pick = lambda tree, j: None if tree is None else jax.tree.map(lambda a: a[j], tree)  # noqa: E731
+            pick = lambda tree, j: None if tree is None else jax.tree.map(lambda a: a[j], tree)
             new_caches, rests, hidden = [], [], []
             for j in range(n):
                 hidden.append(x)
@@ -172,11 +175,17 @@ class Stack(nnx.Module):
                 new_caches.append(c)
                 rests.append(rest)
             out_cache = None if cache is None else _stack_trees(new_caches)
-            return x, (out_cache, aux, _stack_trees(rests[:-1]), rests[-1],
-                       jnp.stack(hidden) if return_hidden else None)
+            return x, (
+                out_cache,
+                aux,
+                _stack_trees(rests[:-1]),
+                rests[-1],
+                jnp.stack(hidden) if return_hidden else None,
+            )
 
         x_out, (caches, aux, dense_rest, moe_rest, hidden) = jax.lax.scan(
-            body, x, (dense_states, moe_states, caches, keys))
+            body, x, (dense_states, moe_states, caches, keys)
+        )
         nnx.update(self.layers, _ungroup(dense_rest))
         nnx.update(self.moe_layers, moe_rest)
         caches = None if caches is None else _ungroup(caches)

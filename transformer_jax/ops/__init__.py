@@ -14,8 +14,32 @@ Each submodule documents the shapes and the formula (or paper) it implements:
 - ``dropout``, ``kv_cache``
 """
 
-from transformer_jax.ops import (activations, attention, chunked_attention, dropout, kv_cache, linear_attention,
-                                 losses, masks, norms, positions, residual, rope)
+from transformer_jax.ops import (
+    activations,
+    attention,
+    chunked_attention,
+    dropout,
+    kv_cache,
+    linear_attention,
+    losses,
+    masks,
+    norms,
+    positions,
+    residual,
+    rope,
+)
 
-__all__ = ["activations", "attention", "chunked_attention", "dropout", "kv_cache", "linear_attention", "losses",
-           "masks", "norms", "positions", "residual", "rope"]
+__all__ = [
+    "activations",
+    "attention",
+    "chunked_attention",
+    "dropout",
+    "kv_cache",
+    "linear_attention",
+    "losses",
+    "masks",
+    "norms",
+    "positions",
+    "residual",
+    "rope",
+]

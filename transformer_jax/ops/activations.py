@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
 
 
 def relu(x: Array) -> Array:
@@ -60,8 +60,8 @@ def ffn(
     *,
     activation: str | FfnSpec,
     w_gate: Float[Array, "D F"] | None = None,
-    b_in: Float[Array, "F"] | None = None,
-    b_out: Float[Array, "D"] | None = None,
+    b_in: Float[Array, " F"] | None = None,
+    b_out: Float[Array, " D"] | None = None,
 ) -> Float[Array, "... D"]:
     """Position-wise FFN. Plain (Vaswani et al. 2017): ``act(x W_in + b_in) W_out + b_out``.
 

@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from transformer_jax.core.registry import Registry
 from transformer_jax.ops.chunked_attention import _check_qkv, chunked_attention
 from transformer_jax.ops.linear_attention import linear_attention
 from transformer_jax.ops.masks import AttentionMask
-from transformer_jax.registry import Registry
 
 # impl(q, k, v, *, mask, bias, scale, block_size) -> out
 ATTENTION_IMPLS: Registry[Callable[..., Array]] = Registry("attention implementation")
@@ -55,8 +55,9 @@ def attention(
         mask.validate(T, k_BSKD.shape[1], B, H)
     kind_fn = ATTENTION_KINDS.get(kind)
     ATTENTION_IMPLS.get(impl)
-    return kind_fn(q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, impl=impl,
-                   window=window, block_size=block_size)
+    return kind_fn(
+        q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, impl=impl, window=window, block_size=block_size
+    )
 
 
 def _zero_empty_rows(out_BTHD: Array, mask_BHTS: Bool[Array, "B H T S"] | None) -> Array:
@@ -78,8 +79,9 @@ _MASK_ARRAYS = ("q_positions", "kv_positions", "q_segment_ids", "kv_segment_ids"
 
 def _plain_causal(mask: AttentionMask | None) -> bool:
     """True for AttentionMask(causal=True) with nothing else set."""
-    return (mask is not None and mask.causal and mask.window is None
-            and all(getattr(mask, f) is None for f in _MASK_ARRAYS))
+    return (
+        mask is not None and mask.causal and mask.window is None and all(getattr(mask, f) is None for f in _MASK_ARRAYS)
+    )
 
 
 def _jax_dpa(q, k, v, *, mask, bias, scale, implementation: str):
@@ -111,61 +113,44 @@ def cudnn_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512
     return _jax_dpa(q, k, v, mask=mask, bias=bias, scale=scale, implementation="cudnn")
 
 
-@ATTENTION_IMPLS.register("chunked")
+@ATTENTION_IMPLS.register("chunked", reads=("attention_block_size",))
 def _chunked_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
     return chunked_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
 
 
-@ATTENTION_KINDS.register("softmax")
-def softmax_attention(
-    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512
-):
+@ATTENTION_KINDS.register("softmax", reads=("attention_impl", "attention_scale"))
+def softmax_attention(q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512):
     """Full softmax attention run by ATTENTION_IMPLS[impl]."""
     if window is not None:
         raise ValueError(
-            f"window={window} is only used by kind='sliding_window'; pass kind='sliding_window' "
-            "or window=None"
+            f"window={window} is only used by kind='sliding_window'; pass kind='sliding_window' or window=None"
         )
-    return ATTENTION_IMPLS.get(impl)(
-        q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size
-    )
+    return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
 
 
-@ATTENTION_KINDS.register("sliding_window")
-def sliding_window_attention(
-    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512
-):
+@ATTENTION_KINDS.register("sliding_window", reads=("attention_window", "attention_impl", "attention_scale"))
+def sliding_window_attention(q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512):
     """Softmax attention restricted to `mask.with_window(window)` (Beltagy et al. 2020, Longformer;
     Mistral). Without a mask the window is two-sided: |q_pos - kv_pos| < window."""
     if window is None:
-        raise ValueError(
-            "kind='sliding_window' needs window=<int>, the number of visible positions"
-        )
+        raise ValueError("kind='sliding_window' needs window=<int>, the number of visible positions")
     mask = (AttentionMask() if mask is None else mask).with_window(window)
-    return ATTENTION_IMPLS.get(impl)(
-        q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size
-    )
+    return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
 
 
 @ATTENTION_KINDS.register("linear")
-def _linear_kind(
-    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512
-):
+def _linear_kind(q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512):
     """Linear attention (ops.linear_attention); honours mask.causal and mask.kv_valid only.
-    scale, impl and block_size do not apply and are ignored."""
+    scale, impl and block_size do not apply (a model config that sets them is refused)."""
     unsupported = [] if bias is None else ["bias"]
     if window is not None:
         unsupported.append("window")
     if mask is not None:
         unsupported += [
-            f"mask.{f}"
-            for f in ("window", "q_segment_ids", "kv_segment_ids", "dense")
-            if getattr(mask, f) is not None
+            f"mask.{f}" for f in ("window", "q_segment_ids", "kv_segment_ids", "dense") if getattr(mask, f) is not None
         ]
         if mask.causal:
-            unsupported += [
-                f"mask.{f}" for f in ("q_positions", "kv_positions") if getattr(mask, f) is not None
-            ]
+            unsupported += [f"mask.{f}" for f in ("q_positions", "kv_positions") if getattr(mask, f) is not None]
     if unsupported:
         raise ValueError(
             f"kind='linear' cannot honour {', '.join(unsupported)}; it supports only "

@@ -40,9 +40,7 @@ def chunked_attention(
     _check_qkv(q_BTHD, k_BSKD, v_BSKD)
     D = q_BTHD.shape[-1]
     scale = float(1.0 / D**0.5 if scale is None else scale)
-    return _chunked_attention(
-        q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, block_size=block_size
-    )
+    return _chunked_attention(q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, block_size=block_size)
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "block_size"))
@@ -65,9 +63,7 @@ def _chunked_attention(q_BTHD, k_BSKD, v_BSKD, *, mask, bias, scale: float, bloc
         bias = _as_4d(bias)
         want = (B, H, T, S)
         if any(d not in (1, w) for d, w in zip(bias.shape, want)):
-            raise ValueError(
-                f"bias has shape {bias.shape}; expected one broadcastable to [B, H, T, S] = {want}"
-            )
+            raise ValueError(f"bias has shape {bias.shape}; expected one broadcastable to [B, H, T, S] = {want}")
         pad_T = Tp - T if bias.shape[2] == T else 0
         pad_S = Sp - S if bias.shape[3] == S else 0
         bias = jnp.pad(bias, ((0, 0), (0, 0), (0, pad_T), (0, pad_S)))
@@ -238,14 +234,10 @@ def _flash_bwd(scale, bq, bk, res, d_out):
 
         dq, dbias = carry
         zeros = jnp.zeros((B, bk, K, D), jnp.float32)
-        (dk, dv, dq, dbias), _ = jax.lax.scan(
-            q_step, (zeros, zeros, dq, dbias), (jnp.arange(nq), qs, dos, lse, deltas)
-        )
+        (dk, dv, dq, dbias), _ = jax.lax.scan(q_step, (zeros, zeros, dq, dbias), (jnp.arange(nq), qs, dos, lse, deltas))
         return (dq, dbias), (dk, dv)
 
-    (dq, dbias), (dks, dvs) = jax.lax.scan(
-        kv_block, (dq0, dbias0), (jnp.arange(nk), _blocks(k, nk), _blocks(v, nk))
-    )
+    (dq, dbias), (dks, dvs) = jax.lax.scan(kv_block, (dq0, dbias0), (jnp.arange(nk), _blocks(k, nk), _blocks(v, nk)))
     dq = _unblocks(dq).astype(q.dtype)
     dk, dv = _unblocks(dks).astype(k.dtype), _unblocks(dvs).astype(v.dtype)
     dbias = None if bias is None else dbias.astype(bias.dtype)

@@ -43,8 +43,9 @@ def _slots_last(x_BTKD: Array) -> Array:
 
 def kv_cache_of(k_BSKD: Float[Array, "B S K D"], v_BSKD: Float[Array, "B S K D"]) -> KVCache:
     """A full cache holding these keys/values (e.g. a cross-attention memory)."""
-    return KVCache(k_BKDS=_slots_last(k_BSKD), v_BKDS=_slots_last(v_BSKD),
-                   index=jnp.asarray(k_BSKD.shape[-3], jnp.int32))
+    return KVCache(
+        k_BKDS=_slots_last(k_BSKD), v_BKDS=_slots_last(v_BSKD), index=jnp.asarray(k_BSKD.shape[-3], jnp.int32)
+    )
 
 
 def init_kv_cache(batch: int, max_len: int, n_kv_heads: int, head_dim: int, dtype=jnp.float32) -> KVCache:
@@ -61,17 +62,21 @@ def update_kv_cache(cache: KVCache, k_BTKD: Float[Array, "B T K D"], v_BTKD: Flo
     return KVCache(k_BKDS=k, v_BKDS=v, index=cache.index + k_BTKD.shape[1])
 
 
-def cached_attention(q_BTHD: Float[Array, "B T H D"], cache: KVCache, *,
-                     mask_BHTS: Bool[Array, "B|1 H|1 T S"] | None = None,
-                     bias_BHTS: Float[Array, "B|1 H|1 T S"] | None = None,
-                     scale: float | None = None) -> Float[Array, "B T H D"]:
+def cached_attention(
+    q_BTHD: Float[Array, "B T H D"],
+    cache: KVCache,
+    *,
+    mask_BHTS: Bool[Array, "B|1 H|1 T S"] | None = None,
+    bias_BHTS: Float[Array, "B|1 H|1 T S"] | None = None,
+    scale: float | None = None,
+) -> Float[Array, "B T H D"]:
     """softmax(q k^T * scale + bias, masked) v over the cache's S slots, read in its stored
     layout; query heads H = K * G share key/value head h // G (GQA). ``scale`` defaults to
     1/sqrt(D); softmax in float32; a query that sees no slot gets 0. Equals ``ops.attention``
     (kind ``softmax``) on ``cache.keys_values()``."""
     B, T, H, D = q_BTHD.shape
     K = cache.k_BKDS.shape[1]
-    scale = D ** -0.5 if scale is None else scale
+    scale = D**-0.5 if scale is None else scale
     q_BKGTD = jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
     k_BKDS = cache.k_BKDS.astype(q_BTHD.dtype)
     logits = jnp.einsum("bkgtd,bkds->bkgts", q_BKGTD, k_BKDS).astype(jnp.float32) * scale

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 
-def elu_feature_map(x: Float[Array, "..."]) -> Float[Array, "..."]:
+def elu_feature_map(x: Float[Array, ...]) -> Float[Array, ...]:
     """phi(x) = elu(x) + 1 > 0."""
     return jax.nn.elu(x) + 1.0
 
@@ -39,12 +39,7 @@ def linear_attention(
     B, T, H, D = q_BTHD.shape
     _, S, K, _ = k_BSKD.shape
     E = v_BSKE.shape[-1]
-    if (
-        H % K
-        or k_BSKD.shape[:3] != v_BSKE.shape[:3]
-        or k_BSKD.shape[0] != B
-        or k_BSKD.shape[-1] != D
-    ):
+    if H % K or k_BSKD.shape[:3] != v_BSKE.shape[:3] or k_BSKD.shape[0] != B or k_BSKD.shape[-1] != D:
         raise ValueError(
             f"linear_attention: q {q_BTHD.shape}, k {k_BSKD.shape}, v {v_BSKE.shape} do not fit "
             "[B, T, H, D], [B, S, K, D], [B, S, K, E] with H % K == 0"

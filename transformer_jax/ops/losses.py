@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 
-def z_loss(logits: Float[Array, "... V"]) -> Float[Array, "..."]:
+def z_loss(logits: Float[Array, "... V"]) -> Float[Array, ...]:
     """Per-token ``logsumexp(logits)^2`` (PaLM's auxiliary z-loss, before its coefficient)."""
     return jnp.square(jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1))
 

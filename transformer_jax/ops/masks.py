@@ -21,7 +21,7 @@ def causal_mask(q_len: int, kv_len: int | None = None, *, q_offset: int = 0) -> 
     return jnp.arange(kv_len)[None, :] <= jnp.arange(q_len)[:, None] + q_offset
 
 
-def padding_mask_from_lengths(lengths_B: Int[Array, "B"], max_len: int) -> Bool[Array, "B S"]:
+def padding_mask_from_lengths(lengths_B: Int[Array, " B"], max_len: int) -> Bool[Array, "B S"]:
     """mask[b, s] = s < lengths[b] (the first lengths[b] tokens are real, the rest padding)."""
     return jnp.arange(max_len)[None, :] < jnp.asarray(lengths_B)[:, None]
 
@@ -31,14 +31,10 @@ def padding_mask_from_ids(ids_BS: Int[Array, "B S"], pad_id: int) -> Bool[Array,
     return jnp.asarray(ids_BS) != pad_id
 
 
-def segment_mask(
-    q_segment_ids_BT: Int[Array, "B T"], kv_segment_ids_BS: Int[Array, "B S"]
-) -> Bool[Array, "B T S"]:
+def segment_mask(q_segment_ids_BT: Int[Array, "B T"], kv_segment_ids_BS: Int[Array, "B S"]) -> Bool[Array, "B T S"]:
     """mask[b, t, s] = q_seg[b, t] == kv_seg[b, s] (packed sequences attend only within their
     segment; mask padding separately, e.g. with `kv_valid`)."""
-    return (
-        jnp.asarray(q_segment_ids_BT)[..., :, None] == jnp.asarray(kv_segment_ids_BS)[..., None, :]
-    )
+    return jnp.asarray(q_segment_ids_BT)[..., :, None] == jnp.asarray(kv_segment_ids_BS)[..., None, :]
 
 
 def sliding_window_mask(
@@ -55,7 +51,7 @@ def sliding_window_mask(
     return ((d >= 0) & (d < window)) if causal else (jnp.abs(d) < window)
 
 
-def combine_masks(*masks: Bool[Array, "..."] | None) -> Bool[Array, "..."] | None:
+def combine_masks(*masks: Bool[Array, ...] | None) -> Bool[Array, ...] | None:
     """Logical AND of the given masks with broadcasting; None entries are skipped (all None ->
     None)."""
     present = [jnp.asarray(m, dtype=bool) for m in masks if m is not None]
@@ -69,9 +65,7 @@ def combine_masks(*masks: Bool[Array, "..."] | None) -> Bool[Array, "..."] | Non
 
 def _check_window(window) -> None:
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-        raise ValueError(
-            f"window={window!r} must be a positive int (the number of visible positions)"
-        )
+        raise ValueError(f"window={window!r} must be a positive int (the number of visible positions)")
 
 
 def _as_2d(x: Array | None) -> Array | None:
@@ -81,9 +75,7 @@ def _as_2d(x: Array | None) -> Array | None:
 def _as_4d(x: Array) -> Array:
     x = jnp.asarray(x)
     if x.ndim > 4:
-        raise ValueError(
-            f"dense mask has shape {x.shape}; expected at most 4 dims [B|1, H|1, T, S]"
-        )
+        raise ValueError(f"dense mask has shape {x.shape}; expected at most 4 dims [B|1, H|1, T, S]")
     return x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 
@@ -121,9 +113,7 @@ class AttentionMask:
         new = window if self.window is None else min(self.window, window)
         return dataclasses.replace(self, window=new)
 
-    def validate(
-        self, q_len: int, kv_len: int, batch: int | None = None, num_heads: int | None = None
-    ) -> None:
+    def validate(self, q_len: int, kv_len: int, batch: int | None = None, num_heads: int | None = None) -> None:
         """Raise ValueError if an array's shape does not fit queries of length q_len and keys of
         length kv_len (and batch / num_heads when given)."""
         if self.window is not None:
@@ -193,14 +183,10 @@ class AttentionMask:
         """The dense boolean mask, shape [B|1, H|1, q_len, kv_len]."""
         self.validate(q_len, kv_len)
         q_pos = jnp.arange(q_len)[None] if self.q_positions is None else _as_2d(self.q_positions)
-        kv_pos = (
-            jnp.arange(kv_len)[None] if self.kv_positions is None else _as_2d(self.kv_positions)
-        )
+        kv_pos = jnp.arange(kv_len)[None] if self.kv_positions is None else _as_2d(self.kv_positions)
         q_seg, kv_seg = self._segments(q_len, kv_len)
         dense = None if self.dense is None else _as_4d(self.dense)
-        return self._combine(
-            q_pos, kv_pos, q_seg, kv_seg, _as_2d(self.kv_valid), dense, q_len, kv_len
-        )
+        return self._combine(q_pos, kv_pos, q_seg, kv_seg, _as_2d(self.kv_valid), dense, q_len, kv_len)
 
     def block(self, q_start, q_len: int, kv_start, kv_len: int) -> Bool[Array, "B|1 H|1 tq tk"]:
         """materialize(T, S)[..., q_start:q_start+q_len, kv_start:kv_start+kv_len] without building
@@ -223,9 +209,7 @@ class AttentionMask:
         )
         dense = None
         if self.dense is not None:
-            dense = _slice_last(
-                _slice_last(_as_4d(self.dense), q_start, q_len, 2), kv_start, kv_len, 3
-            )
+            dense = _slice_last(_slice_last(_as_4d(self.dense), q_start, q_len, 2), kv_start, kv_len, 3)
         return self._combine(
             q_pos,
             kv_pos,

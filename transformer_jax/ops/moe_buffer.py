@@ -62,7 +62,7 @@ def _take(x, index):
 
 
 @jax.custom_vjp
-def permute_rows(x_ND: Array, index_M: Int[Array, "M"], inverse_N: Int[Array, "N"]) -> Array:
+def permute_rows(x_ND: Array, index_M: Int[Array, " M"], inverse_N: Int[Array, " N"]) -> Array:
     """``out[m] = x[index[m]]`` (0 where ``index[m]`` is out of range), for a partial one-to-one
     map whose inverse is ``inverse`` (``inverse[index[m]] = m``; out of range for unused rows):
     the cotangent is then gathered back, ``g_x[n] = g_out[inverse[n]]``."""
@@ -81,7 +81,7 @@ def _permute_bwd(res, g):
 permute_rows.defvjp(_permute_fwd, _permute_bwd)
 
 
-def slot_sources(dest_A: Int[Array, "A"], n_slots: int) -> Int[Array, "S"]:
+def slot_sources(dest_A: Int[Array, " A"], n_slots: int) -> Int[Array, " S"]:
     """The inverse of assignment -> slot: the assignment in each slot (A where empty)."""
     A = dest_A.shape[0]
     return jnp.full((n_slots,), A, jnp.int32).at[dest_A].set(jnp.arange(A, dtype=jnp.int32), mode="drop")
@@ -99,16 +99,18 @@ def gather_to_slots(x_TD: Float[Array, "T D"], dest_TK: Int[Array, "T K"], n_slo
     return permute_rows(_repeat_k(x_TD, dest_TK.shape[1]), src_S, dest_TK.ravel()), src_S
 
 
-def combine_from_slots(y_SD: Float[Array, "S D"], dest_TK: Int[Array, "T K"], src_S: Int[Array, "S"],
-                       weights_TK: Float[Array, "T K"]) -> Float[Array, "T D"]:
+def combine_from_slots(
+    y_SD: Float[Array, "S D"], dest_TK: Int[Array, "T K"], src_S: Int[Array, " S"], weights_TK: Float[Array, "T K"]
+) -> Float[Array, "T D"]:
     """``y_t = sum_k w_tk * y_S[dest_tk]`` (0 for dropped assignments)."""
     T, K = dest_TK.shape
     y_TKD = permute_rows(y_SD, dest_TK.ravel(), src_S).reshape(T, K, -1)
     return jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(y_TKD.dtype))
 
 
-def buffer_dest(experts_TK: Int[Array, "T K"], position_TK: Int[Array, "T K"], keep_TK: Bool[Array, "T K"],
-                n_experts: int, C: int) -> Int[Array, "T K"]:
+def buffer_dest(
+    experts_TK: Int[Array, "T K"], position_TK: Int[Array, "T K"], keep_TK: Bool[Array, "T K"], n_experts: int, C: int
+) -> Int[Array, "T K"]:
     """Slot ``e * C + p`` of each kept assignment; ``E * C`` (out of range) for dropped ones."""
     return jnp.where(keep_TK, experts_TK * C + position_TK, n_experts * C).astype(jnp.int32)
 
@@ -116,14 +118,22 @@ def buffer_dest(experts_TK: Int[Array, "T K"], position_TK: Int[Array, "T K"], k
 # Padded layout: a batched first round, then overflow tiles; a hand-written backward pass --------
 
 
-def slot_table(experts_TK: Int[Array, "T K"], position_TK: Int[Array, "T K"], keep_TK: Bool[Array, "T K"],
-               n_experts: int, n_positions: int) -> Int[Array, "E P"]:
+def slot_table(
+    experts_TK: Int[Array, "T K"],
+    position_TK: Int[Array, "T K"],
+    keep_TK: Bool[Array, "T K"],
+    n_experts: int,
+    n_positions: int,
+) -> Int[Array, "E P"]:
     """``table[e, p]`` = the assignment index t*K + k kept at position p of expert e; T*K (out of
     range) where empty."""
     A = experts_TK.size
     rows = jnp.where(keep_TK, experts_TK, n_experts).ravel()
-    return (jnp.full((n_experts, n_positions), A, jnp.int32)
-            .at[rows, position_TK.ravel()].set(jnp.arange(A, dtype=jnp.int32), mode="drop"))
+    return (
+        jnp.full((n_experts, n_positions), A, jnp.int32)
+        .at[rows, position_TK.ravel()]
+        .set(jnp.arange(A, dtype=jnp.int32), mode="drop")
+    )
 
 
 @jax.tree_util.register_dataclass
@@ -135,9 +145,9 @@ class OverflowTiles:
     ``row_A[a]`` of the [J * m] overflow buffer (out of range if it is not an overflow one)."""
 
     n: Int[Array, ""]
-    expert_J: Int[Array, "J"]
-    start_J: Int[Array, "J"]
-    row_A: Int[Array, "A"]
+    expert_J: Int[Array, " J"]
+    start_J: Int[Array, " J"]
+    row_A: Int[Array, " A"]
 
 
 def overflow_tiles(experts_TK, position_TK, keep_TK, n_experts: int, first: int, m: int) -> OverflowTiles:
@@ -154,8 +164,9 @@ def overflow_tiles(experts_TK, position_TK, keep_TK, n_experts: int, first: int,
     start_J = first + (j - begin_E[expert_J]) * m
     over_TK = keep_TK & (position_TK >= first)
     row_TK = jnp.where(over_TK, begin_E[experts_TK] * m + position_TK - first, n_tiles * m)
-    return OverflowTiles(n=end_E[-1], expert_J=expert_J, start_J=start_J.astype(jnp.int32),
-                         row_A=row_TK.ravel().astype(jnp.int32))
+    return OverflowTiles(
+        n=end_E[-1], expert_J=expert_J, start_J=start_J.astype(jnp.int32), row_A=row_TK.ravel().astype(jnp.int32)
+    )
 
 
 def _tokens_of(src_EC, K, T):
@@ -240,10 +251,11 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
         T, K = experts.shape
         E, D = w.n_experts, x.shape[-1]
         table, dest0_A, tiles = setup(experts, position, keep, E)
-        rows = lambda src: _take(x, _tokens_of(src, K, T).ravel()).reshape(src.shape + (D,))  # noqa: E731
+        rows = lambda src: _take(x, _tokens_of(src, K, T).ravel()).reshape(src.shape + (D,))
         y0, h0, g0 = _experts_forward(spec, w, rows(table[:, :first]))
         y_AD = _take(y0.reshape(E * first, D), dest0_A)
         if tiles is not None:
+
             def body(i, buf):
                 src = tile_src(table, tiles, i)
                 y = _experts_forward(spec, _one_expert(w, tiles.expert_J[i]), rows(src))[0]
@@ -267,8 +279,8 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
         T, K = experts.shape
         E, D = w.n_experts, x.shape[-1]
         table, dest0_A, tiles = setup(experts, position, keep, E)
-        rows = lambda z, src: _take(z, src.ravel()).reshape(src.shape + (z.shape[-1],))  # noqa: E731
-        x_rows = lambda src: rows(x, _tokens_of(src, K, T))  # noqa: E731
+        rows = lambda z, src: _take(z, src.ravel()).reshape(src.shape + (z.shape[-1],))
+        x_rows = lambda src: rows(x, _tokens_of(src, K, T))
         wk = (wt * keep).astype(g_TD.dtype)
         d_wt = jnp.einsum("tkd,td->tk", y_AD.reshape(T, K, D), g_TD) * keep
         d_y_AD = (g_TD[:, None, :] * wk[..., None]).reshape(T * K, D)
@@ -277,6 +289,7 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
         d_x0 = _experts_backward(spec, w, x_rows(src0), h0, g0, rows(d_y_AD, src0), acc)
         d_x_AD = _take(d_x0.reshape(E * first, D), dest0_A)
         if tiles is not None:
+
             def body(i, carry):
                 acc, buf = carry
                 src, e = tile_src(table, tiles, i), tiles.expert_J[i]
@@ -287,8 +300,10 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
                 acc = {k: _add_at(v, e, part[k]) for k, v in acc.items()}
                 return acc, jax.lax.dynamic_update_slice_in_dim(buf, d_x[0], i * tile, axis=0)
 
-            zeros = lambda: ({k: jnp.zeros_like(v) for k, v in acc.items()},  # noqa: E731
-                             jnp.zeros((tiles.expert_J.size * tile, D), x.dtype))
+            zeros = lambda: (
+                {k: jnp.zeros_like(v) for k, v in acc.items()},
+                jnp.zeros((tiles.expert_J.size * tile, D), x.dtype),
+            )
             acc_tiles, buf = _loop_if_needed(tiles.n, body, zeros)
             acc = {k: v + acc_tiles[k] for k, v in acc.items()}
             d_x_AD = d_x_AD + _take(buf, tiles.row_A)

@@ -33,38 +33,47 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int
 
+from transformer_jax.core.registry import Registry, unknown_name_message
 from transformer_jax.ops import routing
-from transformer_jax.ops.moe_buffer import (ExpertWeights, padded_ffn, combine_from_slots, expert_ffn, ffn_spec,
-                                             gather_to_slots)
+from transformer_jax.ops.moe_buffer import (
+    ExpertWeights,
+    combine_from_slots,
+    expert_ffn,
+    ffn_spec,
+    gather_to_slots,
+    padded_ffn,
+)
 from transformer_jax.ops.moe_expert_parallel import expert_parallel_dispatch
-from transformer_jax.registry import Registry, unknown_name_message
-
 
 # Implementations ------------------------------------------------------------------------------
 
 
 def _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order):
     cap = routing.capacity(experts_TK.shape[0], E, experts_TK.shape[1], capacity_factor)
-    return routing.expert_positions(experts_TK, E, cap, valid_T=valid_T, weights_TK=weights_TK,
-                                    drop_order=drop_order), cap
+    return routing.expert_positions(
+        experts_TK, E, cap, valid_T=valid_T, weights_TK=weights_TK, drop_order=drop_order
+    ), cap
 
 
-def naive_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
-                   valid_T=None, drop_order="rank"):
+def naive_dispatch(
+    x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None, valid_T=None, drop_order="rank"
+):
     """Reference: every token through every expert (E times the FLOPs), masked by the gates."""
     E = w.n_experts
     slots, _ = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
-    gate_TE = jnp.einsum("tke,tk->te", jax.nn.one_hot(experts_TK, E, dtype=x_TD.dtype),
-                         (weights_TK * slots.keep_TK).astype(x_TD.dtype))
+    gate_TE = jnp.einsum(
+        "tke,tk->te", jax.nn.one_hot(experts_TK, E, dtype=x_TD.dtype), (weights_TK * slots.keep_TK).astype(x_TD.dtype)
+    )
     y_TD = jnp.zeros_like(x_TD)
     for e in range(E):
-        one = jax.tree.map(lambda a: a[e : e + 1], w)
+        one = jax.tree.map(lambda a, e=e: a[e : e + 1], w)
         y_TD = y_TD + gate_TE[:, e : e + 1] * expert_ffn(x_TD[None], one, activation)[0]
     return y_TD, slots.keep_TK
 
 
-def dense_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
-                   valid_T=None, drop_order="rank"):
+def dense_dispatch(
+    x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None, valid_T=None, drop_order="rank"
+):
     """GShard (Lepikhin et al. 2020, alg. 1): one-hot dispatch [T, E, C] and combine tensors,
     ``einsum("tec,td->ecd")``, the experts, ``einsum("tec,ecd->td")``. Dropless: C = T."""
     T, K = experts_TK.shape
@@ -72,8 +81,11 @@ def dense_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation
     slots, cap = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
     C = T if cap is None else cap
     keep = slots.keep_TK.astype(x_TD.dtype)
-    dispatch_TKEC = (jax.nn.one_hot(experts_TK, E, dtype=x_TD.dtype)[..., None]
-                     * jax.nn.one_hot(slots.position_TK, C, dtype=x_TD.dtype)[:, :, None, :] * keep[..., None, None])
+    dispatch_TKEC = (
+        jax.nn.one_hot(experts_TK, E, dtype=x_TD.dtype)[..., None]
+        * jax.nn.one_hot(slots.position_TK, C, dtype=x_TD.dtype)[:, :, None, :]
+        * keep[..., None, None]
+    )
     combine_TEC = jnp.einsum("tkec,tk->tec", dispatch_TKEC, weights_TK.astype(x_TD.dtype))
     x_ECD = jnp.einsum("tec,td->ecd", jnp.sum(dispatch_TKEC, axis=1), x_TD)
     return jnp.einsum("tec,ecd->td", combine_TEC, expert_ffn(x_ECD, w, activation)), slots.keep_TK
@@ -89,8 +101,9 @@ def _grouped_dest(slots: routing.Slots, experts: Int[Array, "T K"], E: int):
     return dest_TK.astype(jnp.int32), kept_E.astype(jnp.int32)
 
 
-def ragged_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
-                    valid_T=None, drop_order="rank"):
+def ragged_dispatch(
+    x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None, valid_T=None, drop_order="rank"
+):
     """Sort-based dropless MoE (MegaBlocks-style, Gale et al. 2022): rows grouped by expert
     without padding, each weight applied with one ``jax.lax.ragged_dot`` over the groups."""
     T, K = experts_TK.shape
@@ -110,8 +123,19 @@ def ragged_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activatio
     return combine_from_slots(y_RD, dest_TK, src_R, weights_TK * slots.keep_TK), slots.keep_TK
 
 
-def padded_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
-                    valid_T=None, drop_order="rank", first: float = 1.0, tile: float = 0.25):
+def padded_dispatch(
+    x_TD,
+    experts_TK,
+    weights_TK,
+    w: ExpertWeights,
+    *,
+    activation,
+    capacity_factor=None,
+    valid_T=None,
+    drop_order="rank",
+    first: float = 1.0,
+    tile: float = 0.25,
+):
     """Group by expert, pad every group to the same length C, batched einsums
     (``moe_buffer.padded_ffn``). With a capacity factor, C is the capacity. Dropless, C is
     ``first * mean`` (mean = T K / E, rounded up to 8) and each expert's load beyond C runs in
@@ -167,7 +191,7 @@ def get_dispatch(name: str) -> Callable:
 STATIC_OPTIONS = ("activation", "capacity_factor", "drop_order", "first", "tile", "axis")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(fn: Callable) -> Callable:
     params = inspect.signature(fn).parameters
     return jax.jit(fn, static_argnames=tuple(n for n in STATIC_OPTIONS if n in params))

@@ -32,8 +32,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from transformer_jax.ops import routing
-from transformer_jax.ops.moe_buffer import (ExpertWeights, buffer_dest, combine_from_slots, expert_ffn,
-                                            gather_to_slots)
+from transformer_jax.ops.moe_buffer import ExpertWeights, buffer_dest, combine_from_slots, expert_ffn, gather_to_slots
 
 EXPERT_AXIS = "expert"
 BATCH_AXES = ("data", "fsdp")
@@ -46,12 +45,14 @@ def _mesh_or_fail(axis: str):
         raise ValueError(
             f"dispatch='expert_parallel' needs a mesh with an {axis!r} axis around the call (found mesh axes "
             f"{names}): run it under `with jax.set_mesh(transformer_jax.parallel.make_mesh(MeshConfig(expert=N)))`, "
-            "or choose another model.moe.dispatch (auto, padded, ragged, dense)")
+            "or choose another model.moe.dispatch (auto, padded, ragged, dense)"
+        )
     return mesh
 
 
-def _local(x_TD, experts_TK, weights_TK, valid_T, w: ExpertWeights, *, axis, n, activation, capacity_factor,
-           drop_order):
+def _local(
+    x_TD, experts_TK, weights_TK, valid_T, w: ExpertWeights, *, axis, n, activation, capacity_factor, drop_order
+):
     """One device's chunk of tokens: buffer -> all_to_all -> local experts -> all_to_all -> combine."""
     T, K = experts_TK.shape
     E_l = w.n_experts
@@ -69,16 +70,28 @@ def _local(x_TD, experts_TK, weights_TK, valid_T, w: ExpertWeights, *, axis, n, 
     return y_TD, slots.keep_TK
 
 
-def expert_parallel_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None,
-                             valid_T=None, drop_order="rank", axis: str = EXPERT_AXIS):
+def expert_parallel_dispatch(
+    x_TD,
+    experts_TK,
+    weights_TK,
+    w: ExpertWeights,
+    *,
+    activation,
+    capacity_factor=None,
+    valid_T=None,
+    drop_order="rank",
+    axis: str = EXPERT_AXIS,
+):
     """The ``moe_dispatch`` contract with the experts sharded over the mesh axis ``axis``
     (see the module docstring); ``(y_TD, keep_TK)`` equal the single-device dispatches' when
     nothing drops."""
     mesh = _mesh_or_fail(axis)
     n = mesh.shape[axis]
     if w.n_experts % n:
-        raise ValueError(f"the {w.n_experts} experts cannot be split over the {n} devices of mesh axis {axis!r}; "
-                         "choose a mesh.expert that divides the number of routed experts")
+        raise ValueError(
+            f"the {w.n_experts} experts cannot be split over the {n} devices of mesh axis {axis!r}; "
+            "choose a mesh.expert that divides the number of routed experts"
+        )
     T = x_TD.shape[0]
     batch = tuple(a for a in BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
     if T % math.prod(mesh.shape[a] for a in batch):
@@ -89,8 +102,10 @@ def expert_parallel_dispatch(x_TD, experts_TK, weights_TK, w: ExpertWeights, *, 
     args = [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x_TD, experts_TK, weights_TK, valid_T)]
     tokens = P((*batch, axis))
     w_specs = jax.tree.map(lambda _: P(axis), w)
-    fn = functools.partial(_local, axis=axis, n=n, activation=activation, capacity_factor=capacity_factor,
-                           drop_order=drop_order)
+    fn = functools.partial(
+        _local, axis=axis, n=n, activation=activation, capacity_factor=capacity_factor, drop_order=drop_order
+    )
     y_TD, keep_TK = jax.shard_map(fn, mesh=mesh, in_specs=(tokens,) * 4 + (w_specs,), out_specs=(tokens, tokens))(
-        *args, w)
+        *args, w
+    )
     return y_TD[:T], keep_TK[:T]

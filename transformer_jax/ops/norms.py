@@ -12,13 +12,13 @@ from collections.abc import Callable
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
 
 
 def layer_norm(
     x: Float[Array, "... D"],
-    scale: Float[Array, "D"] | None = None,
-    bias: Float[Array, "D"] | None = None,
+    scale: Float[Array, " D"] | None = None,
+    bias: Float[Array, " D"] | None = None,
     *,
     eps: float = 1e-5,
 ) -> Float[Array, "... D"]:
@@ -37,7 +37,7 @@ def layer_norm(
 
 def rms_norm(
     x: Float[Array, "... D"],
-    scale: Float[Array, "D"] | None = None,
+    scale: Float[Array, " D"] | None = None,
     *,
     eps: float = 1e-6,
 ) -> Float[Array, "... D"]:

@@ -50,9 +50,7 @@ def relative_position_buckets(
     float32 like the original, result int32 in ``[0, num_buckets)``.
     """
     if num_buckets < 2 or (bidirectional and num_buckets < 4):
-        raise ValueError(
-            f"num_buckets={num_buckets} is too small; use at least 4 (bidirectional) or 2"
-        )
+        raise ValueError(f"num_buckets={num_buckets} is too small; use at least 4 (bidirectional) or 2")
     rel = jnp.asarray(relative_position, jnp.int32)
     buckets = jnp.zeros_like(rel)
     if bidirectional:
@@ -111,7 +109,7 @@ def _alibi_slopes_list(n: int) -> list[float]:
     return _alibi_slopes_list(closest) + _alibi_slopes_list(2 * closest)[0::2][: n - closest]
 
 
-def alibi_slopes(n_heads: int) -> Float[Array, "H"]:
+def alibi_slopes(n_heads: int) -> Float[Array, " H"]:
     """ALiBi head slopes (Press et al. 2022): geometric ``2^(-8/n) ... 2^(-8)`` for a power of 2.
 
     For other ``n_heads``, the slopes of the closest smaller power of two ``c``, then every other
@@ -123,7 +121,7 @@ def alibi_slopes(n_heads: int) -> Float[Array, "H"]:
 
 
 def alibi_bias(
-    slopes_H: Float[Array, "H"],
+    slopes_H: Float[Array, " H"],
     q_positions_BT: Int[Array, "B T"],
     kv_positions_BS: Int[Array, "B S"],
     *,

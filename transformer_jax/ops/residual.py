@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from jaxtyping import Array, Float
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
 
 SublayerFn = Callable[[Array], Array]
 
@@ -55,17 +55,13 @@ def deepnorm_constants(
         raise ValueError(f"side={side!r} must be one of {_SIDES}")
     if architecture == "decoder_only":
         if side != "decoder":
-            raise ValueError(
-                "side='encoder' is invalid for architecture='decoder_only'; use side='decoder'"
-            )
+            raise ValueError("side='encoder' is invalid for architecture='decoder_only'; use side='decoder'")
         _check_layers("n_decoder_layers", n_decoder_layers)
         m = n_decoder_layers
         return (2 * m) ** 0.25, (8 * m) ** -0.25
     if architecture == "encoder_only":
         if side != "encoder":
-            raise ValueError(
-                "side='decoder' is invalid for architecture='encoder_only'; use side='encoder'"
-            )
+            raise ValueError("side='decoder' is invalid for architecture='encoder_only'; use side='encoder'")
         _check_layers("n_encoder_layers", n_encoder_layers)
         n = n_encoder_layers
         return (2 * n) ** 0.25, (8 * n) ** -0.25
@@ -98,9 +94,7 @@ def _deepnorm(x: Float[Array, "... D"], sublayer_fn, norm_fn, alpha: float = 1.0
 
 PLACEMENTS.register("post", Placement("post", _post, final_norm=False, constants=_unit_constants))
 PLACEMENTS.register("pre", Placement("pre", _pre, final_norm=True, constants=_unit_constants))
-PLACEMENTS.register(
-    "deepnorm", Placement("deepnorm", _deepnorm, final_norm=False, constants=deepnorm_constants)
-)
+PLACEMENTS.register("deepnorm", Placement("deepnorm", _deepnorm, final_norm=False, constants=deepnorm_constants))
 
 
 def placement_constants(

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from transformer_jax.registry import Registry, unknown_name_message
+from transformer_jax.core.registry import Registry, unknown_name_message
 
 ScalingFn = Callable[[int, float, "RopeScaling"], tuple[np.ndarray, float]]
 ROPE_SCALINGS: Registry[ScalingFn] = Registry("rope scaling")
@@ -65,13 +65,13 @@ def _none(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray
     return _base_inv_freq(head_dim, theta), 1.0
 
 
-@ROPE_SCALINGS.register("linear")
+@ROPE_SCALINGS.register("linear", reads=("rope_scaling_factor",))
 def _linear(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """Position interpolation (Chen et al. 2023): angle = (pos / s) * inv_freq."""
     return _base_inv_freq(head_dim, theta) / scaling.factor, 1.0
 
 
-@ROPE_SCALINGS.register("ntk")
+@ROPE_SCALINGS.register("ntk", reads=("rope_scaling_factor",))
 def _ntk(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """NTK-aware base scaling: theta' = theta * s^(D / (D - 2))."""
     if head_dim <= 2:
@@ -85,7 +85,7 @@ def _yarn_correction_dim(num_rotations: float, head_dim: int, theta: float, max_
     return head_dim * math.log(max_len / (num_rotations * 2 * math.pi)) / (2 * math.log(theta))
 
 
-@ROPE_SCALINGS.register("yarn")
+@ROPE_SCALINGS.register("yarn", reads=("rope_scaling_factor", "rope_original_max_len"))
 def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """YaRN (Peng et al. 2023), as Hugging Face ``_compute_yarn_parameters`` (truncate=True).
 
@@ -110,7 +110,7 @@ def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray
 
 def rope_frequencies(
     head_dim: int, *, theta: float = 10000.0, scaling: RopeScaling | None = None
-) -> tuple[Float[Array, "D/2"], float]:
+) -> tuple[Float[Array, "D/2"], float]:  # noqa: F821 - jaxtyping axis expression
     """``(inv_freq [head_dim // 2] float32, attention_factor)`` for RoPE with optional scaling."""
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"head_dim={head_dim} must be a positive even number for RoPE")

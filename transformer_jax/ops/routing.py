@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
 
 # Scores ---------------------------------------------------------------------------------------
 
@@ -68,8 +68,9 @@ GROUP_SCORES.register("max", lambda s_TGM: jnp.max(s_TGM, axis=-1))  # DeepSeek-
 GROUP_SCORES.register("top2_sum", lambda s_TGM: jnp.sum(jax.lax.top_k(s_TGM, min(2, s_TGM.shape[-1]))[0], -1))  # V3
 
 
-def group_limited_mask(scores_TE: Float[Array, "T E"], n_groups: int, topk_groups: int,
-                       group_score: str = "max") -> Bool[Array, "T E"]:
+def group_limited_mask(
+    scores_TE: Float[Array, "T E"], n_groups: int, topk_groups: int, group_score: str = "max"
+) -> Bool[Array, "T E"]:
     """True for experts in the ``topk_groups`` best of ``n_groups`` contiguous equal groups
     (group score: ``GROUP_SCORES[group_score]`` of its experts' scores; DeepSeek-V2 sec. 2.1.2)."""
     T, E = scores_TE.shape
@@ -89,7 +90,7 @@ def top_k_route(
     *,
     router: str = "softmax_topk",
     renormalize: bool = False,
-    bias_E: Float[Array, "E"] | None = None,
+    bias_E: Float[Array, " E"] | None = None,
     n_groups: int = 1,
     topk_groups: int = 1,
     group_score: str = "max",
@@ -160,7 +161,7 @@ class Slots:
 
     position_TK: Int[Array, "T K"]
     keep_TK: Bool[Array, "T K"]
-    counts_E: Int[Array, "E"]
+    counts_E: Int[Array, " E"]
 
 
 def expert_positions(
@@ -168,7 +169,7 @@ def expert_positions(
     n_experts: int,
     capacity: int | None = None,
     *,
-    valid_T: Bool[Array, "T"] | None = None,
+    valid_T: Bool[Array, " T"] | None = None,
     weights_TK: Float[Array, "T K"] | None = None,
     drop_order: str = "rank",
 ) -> Slots:
@@ -194,20 +195,22 @@ def _valid(valid, shape):
     return jnp.ones(shape, jnp.float32) if valid is None else valid.astype(jnp.float32)
 
 
-def expert_load(experts_TK: Int[Array, "T K"], n_experts: int,
-                valid_T: Bool[Array, "T"] | None = None) -> Float[Array, "E"]:
+def expert_load(
+    experts_TK: Int[Array, "T K"], n_experts: int, valid_T: Bool[Array, " T"] | None = None
+) -> Float[Array, " E"]:
     """Number of (valid) assignments routed to each expert, before any capacity drop."""
     v = _valid(valid_T, experts_TK.shape[:1])
     return jnp.einsum("tke,t->e", jax.nn.one_hot(experts_TK, n_experts, dtype=jnp.float32), v)
 
 
-def load_max_over_mean(load_E: Float[Array, "E"]) -> Float[Array, ""]:
+def load_max_over_mean(load_E: Float[Array, " E"]) -> Float[Array, ""]:
     """``max_i load_i / mean_i load_i``: 1 when perfectly balanced, E when one expert takes all."""
     return jnp.max(load_E) / jnp.maximum(jnp.mean(load_E), 1e-9)
 
 
-def switch_balance_loss(probs_TE: Float[Array, "T E"], experts_TK: Int[Array, "T K"],
-                        valid_T: Bool[Array, "T"] | None = None) -> Float[Array, ""]:
+def switch_balance_loss(
+    probs_TE: Float[Array, "T E"], experts_TK: Int[Array, "T K"], valid_T: Bool[Array, " T"] | None = None
+) -> Float[Array, ""]:
     """Switch / GShard balance loss ``E * sum_i f_i P_i`` (Fedus et al. 2021 eq. 4-6; GShard's
     ``mean(mask1) * mean(gates)``): f_i = fraction of tokens whose first choice is expert i,
     P_i = mean router probability of expert i. 1 when uniform."""
@@ -219,8 +222,9 @@ def switch_balance_loss(probs_TE: Float[Array, "T E"], experts_TK: Int[Array, "T
     return E * jnp.sum(f_E * P_E)
 
 
-def expert_balance_loss(probs_TE: Float[Array, "T E"], experts_TK: Int[Array, "T K"],
-                        valid_T: Bool[Array, "T"] | None = None) -> Float[Array, ""]:
+def expert_balance_loss(
+    probs_TE: Float[Array, "T E"], experts_TK: Int[Array, "T K"], valid_T: Bool[Array, " T"] | None = None
+) -> Float[Array, ""]:
     """DeepSeekMoE expert-level balance loss ``sum_i f_i P_i`` (Dai et al. 2024 eq. 12-14; the
     coefficient alpha is applied by the caller): f_i = E / (K T) * (number of tokens choosing i
     among their K), P_i = mean router probability of i. 1 when uniform."""
@@ -232,8 +236,9 @@ def expert_balance_loss(probs_TE: Float[Array, "T E"], experts_TK: Int[Array, "T
     return jnp.sum(f_E * P_E)
 
 
-def sequence_balance_loss(probs_BTE: Float[Array, "B T E"], experts_BTK: Int[Array, "B T K"],
-                          valid_BT: Bool[Array, "B T"] | None = None) -> Float[Array, ""]:
+def sequence_balance_loss(
+    probs_BTE: Float[Array, "B T E"], experts_BTK: Int[Array, "B T K"], valid_BT: Bool[Array, "B T"] | None = None
+) -> Float[Array, ""]:
     """DeepSeek-V3's complementary sequence-wise loss (eq. 17-20): `expert_balance_loss` within
     each sequence, averaged over the sequences."""
     valid = jnp.ones(probs_BTE.shape[:2], bool) if valid_BT is None else valid_BT
@@ -255,14 +260,14 @@ BALANCE_LOSSES.register("expert", _flat(expert_balance_loss))
 BALANCE_LOSSES.register("sequence", sequence_balance_loss)
 
 
-def router_z_loss(logits_TE: Float[Array, "T E"], valid_T: Bool[Array, "T"] | None = None) -> Float[Array, ""]:
+def router_z_loss(logits_TE: Float[Array, "T E"], valid_T: Bool[Array, " T"] | None = None) -> Float[Array, ""]:
     """ST-MoE router z-loss (Zoph et al. 2022 eq. 5): mean over tokens of ``logsumexp(logits)^2``."""
     v = _valid(valid_T, logits_TE.shape[:1])
     lse = jax.nn.logsumexp(logits_TE.astype(jnp.float32), axis=-1)
     return jnp.sum(v * lse**2) / jnp.maximum(jnp.sum(v), 1.0)
 
 
-def update_balance_bias(bias_E: Float[Array, "E"], load_E: Float[Array, "E"], rate: float) -> Float[Array, "E"]:
+def update_balance_bias(bias_E: Float[Array, " E"], load_E: Float[Array, " E"], rate: float) -> Float[Array, " E"]:
     """Auxiliary-loss-free balancing (DeepSeek-V3 sec. 2.1.2; Wang et al. 2024):
     ``b_i <- b_i + rate * sign(mean(load) - load_i)``, outside the gradient."""
     load_E = jax.lax.stop_gradient(load_E.astype(jnp.float32))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from transformer_jax.configlib import fail
+from transformer_jax.core.configlib import fail
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
 
@@ -42,10 +42,18 @@ class MeshConfig:
             fixed *= s if s != -1 else 1
         if -1 in sizes.values():
             if n_devices % fixed:
-                fail("mesh", sizes, f"the fixed axes ({fixed} devices) do not divide the {n_devices} devices",
-                     "choose axis sizes whose product divides the device count")
+                fail(
+                    "mesh",
+                    sizes,
+                    f"the fixed axes ({fixed} devices) do not divide the {n_devices} devices",
+                    "choose axis sizes whose product divides the device count",
+                )
             sizes = {k: (n_devices // fixed if v == -1 else v) for k, v in sizes.items()}
         elif fixed != n_devices:
-            fail("mesh", sizes, f"the axes multiply to {fixed} but there are {n_devices} devices",
-                 "set one axis to -1 or make the product equal the device count")
+            fail(
+                "mesh",
+                sizes,
+                f"the axes multiply to {fixed} but there are {n_devices} devices",
+                "set one axis to -1 or make the product equal the device count",
+            )
         return sizes

@@ -8,9 +8,13 @@ import os
 
 import jax
 
-ENV = {"coordinator": "TRANSFORMER_JAX_COORDINATOR", "num_processes": "TRANSFORMER_JAX_NUM_PROCESSES",
-       "process_id": "TRANSFORMER_JAX_PROCESS_ID", "local_devices": "TRANSFORMER_JAX_LOCAL_DEVICES",
-       "heartbeat_timeout_s": "TRANSFORMER_JAX_HEARTBEAT_S"}
+ENV = {
+    "coordinator": "TRANSFORMER_JAX_COORDINATOR",
+    "num_processes": "TRANSFORMER_JAX_NUM_PROCESSES",
+    "process_id": "TRANSFORMER_JAX_PROCESS_ID",
+    "local_devices": "TRANSFORMER_JAX_LOCAL_DEVICES",
+    "heartbeat_timeout_s": "TRANSFORMER_JAX_HEARTBEAT_S",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +53,16 @@ def initialize(cfg: DistributedConfig) -> bool:
     if not cfg.enabled:
         return False
     if cfg.coordinator is not None and (cfg.num_processes is None or cfg.process_id is None):
-        raise ValueError(f"--coordinator {cfg.coordinator} needs --num-processes and --process-id "
-                         f"(or {ENV['num_processes']} and {ENV['process_id']})")
+        raise ValueError(
+            f"--coordinator {cfg.coordinator} needs --num-processes and --process-id "
+            f"(or {ENV['num_processes']} and {ENV['process_id']})"
+        )
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes only; others ignore it
-    jax.distributed.initialize(coordinator_address=cfg.coordinator, num_processes=cfg.num_processes,
-                               process_id=cfg.process_id, heartbeat_timeout_seconds=cfg.heartbeat_timeout_s,
-                               initialization_timeout=120)
+    jax.distributed.initialize(
+        coordinator_address=cfg.coordinator,
+        num_processes=cfg.num_processes,
+        process_id=cfg.process_id,
+        heartbeat_timeout_seconds=cfg.heartbeat_timeout_s,
+        initialization_timeout=120,
+    )
     return True

@@ -8,10 +8,11 @@ import jax
 import numpy as np
 from flax import nnx
 from flax.core import spmd
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from transformer_jax.core.sharding import logical_to_spec
 from transformer_jax.parallel.config import MESH_AXES, MeshConfig
-from transformer_jax.sharding import logical_to_spec
 
 # Logical axis name -> mesh axes (None: replicated). One table for the whole zoo.
 LOGICAL_RULES: dict[str, tuple[str, ...] | str | None] = {
@@ -61,7 +62,7 @@ def state_shardings(tree, mesh: Mesh, rules=LOGICAL_RULES):
 @contextlib.contextmanager
 def sharding_context(mesh: Mesh, rules=LOGICAL_RULES):
     """``jax.set_mesh(mesh)`` plus Flax's logical-axis rules: inside it, parameters and
-    ``transformer_jax.sharding.constrain``-annotated activations follow ``rules``."""
+    ``transformer_jax.core.sharding.constrain``-annotated activations follow ``rules``."""
     with jax.set_mesh(mesh), spmd.logical_axis_rules(tuple(rules.items())):
         yield mesh
 

@@ -27,6 +27,13 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be used (mismatched architecture, corrupt files, ...)."""
 
 
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint's files cannot be read (truncated, corrupt, missing): an older one may still restore."""
+
+
+DAMAGED_SUFFIX = ".damaged"
+
+
 TMP_MARKER = ".orbax-checkpoint-tmp"
 
 
@@ -34,29 +41,41 @@ def _manager(directory: str, *, keep: int, async_save: bool) -> ocp.CheckpointMa
     """An Orbax manager; leftovers of an interrupted save (``<step>.orbax-checkpoint-tmp``
     directories, never restored) are reported and removed."""
     directory = os.path.abspath(directory)
-    partial = sorted(name for name in (os.listdir(directory) if os.path.isdir(directory) else [])
-                     if TMP_MARKER in name)
+    partial = sorted(name for name in (os.listdir(directory) if os.path.isdir(directory) else []) if TMP_MARKER in name)
     if partial and jax.process_index() == 0:
-        log.warning("ignoring and removing %d incomplete checkpoint(s) in %s left by an interrupted save: %s",
-                    len(partial), directory, ", ".join(partial))
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True,
-                                           enable_async_checkpointing=async_save)
-    handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
-                "meta": ocp.JsonCheckpointHandler()}
+        log.warning(
+            "ignoring and removing %d incomplete checkpoint(s) in %s left by an interrupted save: %s",
+            len(partial),
+            directory,
+            ", ".join(partial),
+        )
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=True, cleanup_tmp_directories=True, enable_async_checkpointing=async_save
+    )
+    handlers = {
+        "state": ocp.StandardCheckpointHandler(),
+        "data": ocp.JsonCheckpointHandler(),
+        "meta": ocp.JsonCheckpointHandler(),
+    }
     return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
 def all_finite(tree) -> bool:
-    return bool(jax.device_get(jax.tree.reduce(lambda a, b: a & b,
-                                               jax.tree.map(lambda x: jax.numpy.all(jax.numpy.isfinite(x)), tree),
-                                               True)))
+    return bool(
+        jax.device_get(
+            jax.tree.reduce(
+                lambda a, b: a & b, jax.tree.map(lambda x: jax.numpy.all(jax.numpy.isfinite(x)), tree), True
+            )
+        )
+    )
 
 
 class Checkpoints:
     """``workdir/checkpoints`` (last ``keep``) and ``workdir/best`` (lowest validation loss)."""
 
-    def __init__(self, workdir: str, *, keep: int = 3, keep_best: bool = True, best_mode: str = "min",
-                 async_save: bool = True):
+    def __init__(
+        self, workdir: str, *, keep: int = 3, keep_best: bool = True, best_mode: str = "min", async_save: bool = True
+    ):
         self.workdir = workdir
         self.sign = 1.0 if best_mode == "min" else -1.0
         self.last = _manager(os.path.join(workdir, "checkpoints"), keep=keep, async_save=async_save)
@@ -67,15 +86,67 @@ class Checkpoints:
         """The best metric so far, in "lower is better" form (sign-adjusted)."""
         if self.best is None or self.best.latest_step() is None:
             return float("inf")
-        meta = self.best.restore(self.best.latest_step(), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        value = meta["meta"].get("best_value")
+        step = self.best.latest_step()
+        try:
+            meta = self.best.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            value = meta["meta"].get("best_value")
+        except Exception as e:
+            log.warning(
+                "the best checkpoint %s/%s cannot be read (%s); the next validation replaces it",
+                self.best.directory,
+                step,
+                type(e).__name__,
+            )
+            return float("inf")
         return float("inf") if value is None else self.sign * float(value)
 
     def latest_step(self) -> int | None:
         return self.last.latest_step()
 
-    def save(self, step: int, state: TrainState, data_state: dict, meta: dict, *, best_value: float | None = None,
-             force: bool = False) -> bool:
+    def steps(self, *, best: bool = False) -> list[int]:
+        """The complete checkpoints' steps, newest first."""
+        mgr = self._manager(best)
+        return sorted(mgr.all_steps(), reverse=True)
+
+    def _manager(self, best: bool) -> ocp.CheckpointManager:
+        if best and self.best is None:
+            raise CheckpointError("this run keeps no best checkpoint (train.keep_best=false)")
+        return self.best if best and self.best is not None else self.last
+
+    def _damaged(self, mgr: ocp.CheckpointManager, step: int, what: str, err: Exception) -> DamagedCheckpointError:
+        steps = sorted(mgr.all_steps())
+        detail = (str(err).splitlines() or [""])[0]
+        detail = detail if len(detail) <= 160 else detail[:157] + "..."
+        return DamagedCheckpointError(
+            f"checkpoint {mgr.directory}/{step} (step {step}) cannot be restored: its {what} is damaged "
+            f"({type(err).__name__}: {detail}); steps in "
+            f"{mgr.directory}: {', '.join(map(str, steps)) or 'none'} (choose one with --restore-step N)"
+        )
+
+    def set_aside(self, step: int, *, best: bool = False) -> str:
+        """Renames the damaged checkpoint of ``step`` to ``<step>.damaged`` (kept for inspection,
+        never restored, and out of the way of a new save of that step); returns the new path."""
+        mgr = self._manager(best)
+        src = os.path.join(str(mgr.directory), str(step))
+        dst = src + DAMAGED_SUFFIX
+        n = 1
+        while os.path.exists(dst):
+            dst, n = f"{src}{DAMAGED_SUFFIX}{n}", n + 1
+        if jax.process_index() == 0:
+            os.rename(src, dst)
+        mgr.reload()
+        return dst
+
+    def save(
+        self,
+        step: int,
+        state: TrainState,
+        data_state: dict,
+        meta: dict,
+        *,
+        best_value: float | None = None,
+        force: bool = False,
+    ) -> bool:
         """Saves asynchronously; never writes a state with non-finite parameters. Also saves to
         ``best`` when ``best_value`` (the validation metric) improves. Returns whether a
         checkpoint was written."""
@@ -83,8 +154,9 @@ class Checkpoints:
             log.error("not saving step %d: the parameters are not finite (the last good checkpoint is kept)", step)
             return False
         meta = {**meta, "step": int(step), **({"best_value": float(best_value)} if best_value is not None else {})}
-        args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
-                                  meta=ocp.args.JsonSave(meta))
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state), meta=ocp.args.JsonSave(meta)
+        )
         with self._write_errors(self.last, step):
             self.last.wait_until_finished()  # one save in flight at a time; surfaces earlier async errors
             saved = self.last.save(step, args=args, force=force)
@@ -101,62 +173,102 @@ class Checkpoints:
         kept, and removes the incomplete directory so the failure frees its space."""
         try:
             yield
-        except Exception as e:  # noqa: BLE001 - Orbax/TensorStore raise many types for I/O failures
+        except Exception as e:
             directory = str(mgr.directory)
             for name in os.listdir(directory) if os.path.isdir(directory) else []:
                 if TMP_MARKER in name:
                     shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
             complete = mgr.all_steps()
-            kept = f"the last complete checkpoint (step {max(complete)}) is intact" if complete else \
-                "no earlier checkpoint exists"
+            kept = (
+                f"the last complete checkpoint (step {max(complete)}) is intact"
+                if complete
+                else "no earlier checkpoint exists"
+            )
             no_space = "No space left" in str(e) or getattr(e, "errno", None) == errno.ENOSPC
             hint = "free disk space (or lower train.keep_checkpoints)" if no_space else "fix the cause"
-            raise CheckpointError(f"could not write a checkpoint to {directory} (around step {step}): "
-                                  f"{'no space left on device' if no_space else e}; {kept}. "
-                                  f"{hint.capitalize()} and rerun the same command to resume.") from e
+            raise CheckpointError(
+                f"could not write a checkpoint to {directory} (around step {step}): "
+                f"{'no space left on device' if no_space else e}; {kept}. "
+                f"{hint.capitalize()} and rerun the same command to resume."
+            ) from e
 
-    def restore(self, target: TrainState, step: int | None = None, *, best: bool = False
-                ) -> tuple[TrainState, dict, dict]:
+    def restore(
+        self, target: TrainState, step: int | None = None, *, best: bool = False
+    ) -> tuple[TrainState, dict, dict]:
         """(state, data_state, meta) of ``step`` (default: latest) onto ``target``'s shapes and
         shardings; a mismatch raises ``CheckpointError`` listing the differing parameters."""
-        mgr = self.best if best else self.last
-        if mgr is None:
-            raise CheckpointError("this run keeps no best checkpoint (train.keep_best=false)")
-        step = mgr.latest_step() if step is None else step
-        if step is None:
-            raise CheckpointError(f"no checkpoint in {mgr.directory}")
+        mgr = self._manager(best)
+        step = self.resolve_step(step, best=best)
         self.check_compatible(target, step, mgr)
-        restored = mgr.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()))
+        try:
+            restored = mgr.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()
+                ),
+            )
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise self._damaged(mgr, step, "state, data position or metadata", e) from e
         return restored["state"], restored["data"], restored["meta"]
 
-    def restore_meta(self, step: int | None = None, *, best: bool = False) -> dict:
-        mgr = self.best if best else self.last
-        step = mgr.latest_step() if step is None else step
+    def resolve_step(self, step: int | None, *, best: bool = False) -> int:
+        """``step`` if it has a complete checkpoint (None: the latest); else a CheckpointError listing the steps."""
+        mgr = self._manager(best)
+        steps = sorted(mgr.all_steps())
         if step is None:
-            raise CheckpointError(f"no checkpoint in {mgr.directory}")
-        return mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+            if not steps:
+                raise CheckpointError(f"no checkpoint in {mgr.directory}")
+            return steps[-1]
+        if step not in steps:
+            raise CheckpointError(
+                f"--restore-step {step}: {mgr.directory} has no checkpoint of step {step}; "
+                f"steps: {', '.join(map(str, steps)) or 'none'}"
+            )
+        return step
+
+    def restore_meta(self, step: int | None = None, *, best: bool = False) -> dict:
+        mgr = self._manager(best)
+        step = self.resolve_step(step, best=best)
+        try:
+            meta = mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        except Exception as e:
+            raise self._damaged(mgr, step, "metadata (meta/)", e) from e
+        if not isinstance(meta, dict) or "tokenizer" not in meta:
+            raise self._damaged(mgr, step, "metadata (meta/)", ValueError("no tokenizer in it"))
+        return meta
 
     def check_compatible(self, target: TrainState, step: int, mgr: ocp.CheckpointManager) -> None:
         """Compares saved parameter paths/shapes with the target's before Orbax sees them."""
         try:
             saved = mgr.item_metadata(step)["state"]
-        except Exception:  # noqa: BLE001 - metadata unreadable: let restore report it
+        except Exception:
             return
         if saved is None:
             return
         saved_params = _shapes(getattr(saved, "params", None) or saved.get("params"))
         wanted = _shapes(target.params)
-        problems = [f"  {p}: checkpoint has no such parameter (model expects {wanted[p]})" for p in wanted
-                    if p not in saved_params]
-        problems += [f"  {p}: model has no such parameter (checkpoint has {saved_params[p]})" for p in saved_params
-                     if p not in wanted]
-        problems += [f"  {p}: checkpoint {saved_params[p]} vs model {wanted[p]}" for p in wanted
-                     if p in saved_params and saved_params[p] != wanted[p]]
+        problems = [
+            f"  {p}: checkpoint has no such parameter (model expects {wanted[p]})"
+            for p in wanted
+            if p not in saved_params
+        ]
+        problems += [
+            f"  {p}: model has no such parameter (checkpoint has {saved_params[p]})"
+            for p in saved_params
+            if p not in wanted
+        ]
+        problems += [
+            f"  {p}: checkpoint {saved_params[p]} vs model {wanted[p]}"
+            for p in wanted
+            if p in saved_params and saved_params[p] != wanted[p]
+        ]
         if problems:
             raise CheckpointError(
                 f"checkpoint {mgr.directory}/{step} does not fit this model ({len(problems)} mismatched "
-                "parameters); is this the same architecture and vocabulary?\n" + "\n".join(problems[:40]))
+                "parameters); is this the same architecture and vocabulary?\n" + "\n".join(problems[:40])
+            )
 
     def wait(self) -> None:
         """Blocks until every asynchronous save is on disk (raises CheckpointError if one failed)."""
@@ -176,5 +288,9 @@ def _shapes(tree: Any) -> dict[str, tuple]:
     if tree is None:
         return {}
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path):
-            tuple(x.shape if hasattr(x, "shape") else np.shape(x)) for path, x in flat}
+    return {
+        ".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path): tuple(
+            x.shape if hasattr(x, "shape") else np.shape(x)
+        )
+        for path, x in flat
+    }

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
-from transformer_jax.configlib import ConfigError, check_choice, check_positive, check_range, fail
+from transformer_jax.core.configlib import ConfigError, check_choice, check_positive, check_range, fail
+from transformer_jax.core.registry import Registry
 from transformer_jax.data.config import DataConfig
-from transformer_jax.models.config import TRANSFORMER_KINDS, ModelConfig
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.kinds import TRANSFORMER_KINDS
 from transformer_jax.parallel.config import MeshConfig
 from transformer_jax.train.optim import OptimConfig
 
-NONFINITE_POLICIES = ("skip", "halt")
+NONFINITE_POLICIES: Registry[str] = Registry("non-finite policy")
+NONFINITE_POLICIES.register("skip", "drop the update and go on", reads=("max_consecutive_skips",))
+NONFINITE_POLICIES.register("halt", "stop with an error naming the parameters")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +51,19 @@ class TrainConfig:
     sample_tokens: int = 200
     sample_prompt: str = "\n"
 
+    SELECTORS: ClassVar = (("nonfinite", NONFINITE_POLICIES),)
+
     def __post_init__(self):
         check_positive("train.steps", self.steps)
         check_positive("train.batch_size", self.batch_size)
         check_positive("train.grad_accum", self.grad_accum)
         if self.batch_size % self.grad_accum:
-            fail("train.grad_accum", self.grad_accum, f"does not divide batch_size={self.batch_size}",
-                 "use a divisor of the batch size")
+            fail(
+                "train.grad_accum",
+                self.grad_accum,
+                f"does not divide batch_size={self.batch_size}",
+                "use a divisor of the batch size",
+            )
         check_range("train.label_smoothing", self.label_smoothing, 0.0, 1.0)
         check_positive("train.z_loss", self.z_loss, allow_zero=True)
         for name in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints", "max_consecutive_skips"):
@@ -82,12 +93,20 @@ class Config:
         task_kind = "encoder_decoder" if d.task == "seq2seq" else "decoder_lm"
         lm_baseline = d.task == "lm" and m.kind not in TRANSFORMER_KINDS  # ngram, window_lm, rnn_lm
         if m.kind != task_kind and not lm_baseline:
-            fail("model.kind", m.kind, f"data.dataset={d.dataset!r} is a {d.task} task",
-                 f"use model.kind={task_kind!r} (or another dataset)")
+            fail(
+                "model.kind",
+                m.kind,
+                f"data.dataset={d.dataset!r} is a {d.task} task",
+                f"use model.kind={task_kind!r} (or another dataset)",
+            )
         longest = max(d.seq_len, d.max_src_len if d.task == "seq2seq" else 0)
         if m.position == "learned" and longest > m.max_len:
-            fail("data.seq_len", d.seq_len, f"is longer than model.max_len={m.max_len} (the learned position table)",
-                 "raise model.max_len or lower data.seq_len")
+            fail(
+                "data.seq_len",
+                d.seq_len,
+                f"is longer than model.max_len={m.max_len} (the learned position table)",
+                "raise model.max_len or lower data.seq_len",
+            )
         if self.train.optim.schedule == "inverse_sqrt" and self.train.optim.d_model not in (None, m.d_model):
             fail("train.optim.d_model", self.train.optim.d_model, f"differs from model.d_model={m.d_model}")
 
@@ -100,4 +119,4 @@ def resolve(cfg: Config) -> Config:
     return cfg
 
 
-__all__ = ["Config", "ConfigError", "TrainConfig", "NONFINITE_POLICIES", "resolve"]
+__all__ = ["NONFINITE_POLICIES", "Config", "ConfigError", "TrainConfig", "resolve"]

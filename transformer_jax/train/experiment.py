@@ -6,37 +6,75 @@ import importlib.util
 import json
 import os
 import sys
+import traceback
 
-from transformer_jax import configlib
+from transformer_jax.core import configlib
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.train.config import Config
+
+
+def _where(path: str, err: BaseException) -> str:
+    """``FILE, line N`` of the deepest frame of ``err`` inside the experiment file ``path``."""
+    if isinstance(err, SyntaxError) and err.lineno is not None:
+        return f"{path}, line {err.lineno}"
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if os.path.abspath(f.filename) == path]
+    return f"{path}, line {frames[-1].lineno}" if frames else path
+
+
+def _run_experiment_file(path: str) -> Config:
+    """``get_config()`` of the file at ``path``; every failure is a ConfigError naming file and line."""
+    spec = importlib.util.spec_from_file_location(f"experiment_{os.path.basename(path)[:-3]}", path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"--config {path}: not a Python file (experiments are experiments/*.py)")
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(path)
+    sys.path.insert(0, folder)  # experiments may build on each other
+    try:
+        spec.loader.exec_module(module)
+        get_config = getattr(module, "get_config", None)
+        if get_config is None:
+            raise ConfigError(f"--config {path} defines no get_config() returning a transformer_jax Config")
+        cfg = get_config()
+    except ConfigError as e:
+        raise ConfigError(f"{_where(path, e)}: {e}") from e
+    except (Exception, SystemExit) as e:
+        detail = e.msg if isinstance(e, SyntaxError) else str(e)
+        raise ConfigError(f"--config {_where(path, e)}: {type(e).__name__}: {detail}") from e
+    finally:
+        sys.path.remove(folder)
+    if not isinstance(cfg, Config):
+        raise ConfigError(f"--config {path}: get_config() returned {type(cfg).__name__}, not a Config")
+    return cfg
 
 
 def load_experiment(path: str, overrides: list[str] | None = None) -> Config:
     """The ``Config`` returned by ``get_config()`` in the experiment file ``path``, with
-    ``--set``-style ``overrides`` applied."""
+    ``--set``-style ``overrides`` applied. A field that the chosen variants do not read is an error
+    when it is set, in the file (a value other than the default) or in ``overrides``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--config {path}: no such file (experiments live in experiments/*.py)")
-    spec = importlib.util.spec_from_file_location(f"experiment_{os.path.basename(path)[:-3]}", path)
-    module = importlib.util.module_from_spec(spec)
-    folder = os.path.dirname(os.path.abspath(path))
-    sys.path.insert(0, folder)  # experiments may build on each other
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(folder)
-    if not hasattr(module, "get_config"):
-        raise ValueError(f"{path} defines no get_config() returning a transformer_jax Config")
-    cfg = module.get_config()
-    if not isinstance(cfg, Config):
-        raise ValueError(f"{path}: get_config() returned {type(cfg).__name__}, not a Config")
-    return configlib.apply_overrides(cfg, overrides or [])
+    path = os.path.abspath(path)
+    sets = parse_overrides(overrides or [])  # warns once about a repeated key
+    cfg = apply_overrides(_run_experiment_file(path), [f"{k}={v}" for k, v in sets.items()])
+    configlib.check_reads(cfg, explicit=sets)
+    return cfg
 
 
 def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
-    """The config a training run saved in ``workdir/config.json``, with ``overrides`` applied."""
+    """The config a training run saved in ``workdir/config.json``, with ``overrides`` applied (an
+    override of a field the run's variants do not read is an error)."""
     path = os.path.join(workdir, "config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: is {workdir} the --workdir of a training run?")
-    with open(path) as f:
-        cfg = configlib.from_dict(Config, json.load(f))
-    return configlib.apply_overrides(cfg, overrides or [])
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} cannot be read as a run's config ({e}); is {workdir} a training run?") from e
+    explicit = parse_overrides(overrides or [])
+    cfg = apply_overrides(configlib.from_dict(Config, saved), [f"{k}={v}" for k, v in explicit.items()])
+    problems = [p for p in configlib.unread_fields(cfg, explicit=explicit) if p.split("=", 1)[0] in explicit]
+    if problems:
+        raise ConfigError("settings that the chosen variants do not read:\n  " + "\n  ".join(problems))
+    return cfg

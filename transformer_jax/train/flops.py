@@ -44,16 +44,14 @@ def known_peak_flops(device: Any = None, dtype: Any = jnp.bfloat16) -> float | N
     kind = str(getattr(device, "device_kind", "")).lower()
     column = {"bfloat16": 1, "float16": 1, "float32": 2}.get(jnp.dtype(dtype).name)
     if column is None:
-        raise ValueError(
-            f"dtype={jnp.dtype(dtype).name} has no peak table; use bfloat16 or float32"
-        )
+        raise ValueError(f"dtype={jnp.dtype(dtype).name} has no peak table; use bfloat16 or float32")
     for pattern, *peaks in _PEAKS:
         if re.search(pattern, kind):
             return peaks[column - 1]
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _measure(n: int, dtype_name: str, repeats: int, device: jax.Device) -> float:
     dtype = jnp.dtype(dtype_name)
     inner = 8  # matmuls per timed call, so dispatch overhead does not dominate on accelerators
@@ -85,9 +83,7 @@ def gemm_peak_flops(n: int = 1024, dtype: Any = jnp.float32, repeats: int = 5) -
     return _measure(int(n), jnp.dtype(dtype).name, int(repeats), jax.devices()[0])
 
 
-def decoder_flops_per_token(
-    n_params_non_embedding: int, n_layers: int, d_model: int, seq_len: int
-) -> float:
+def decoder_flops_per_token(n_params_non_embedding: int, n_layers: int, d_model: int, seq_len: int) -> float:
     """Training FLOPs (forward + backward) per token of a decoder: ``6 N + 12 L d T``.
 
     ``6 N``: 2 FLOPs per multiply-add per weight in the forward pass, twice that backward

@@ -100,9 +100,7 @@ class MetricsWriter:
     write; TensorBoard on `flush` (and every 30 s).
     """
 
-    def __init__(
-        self, workdir: str | os.PathLike, *, enabled: bool = True, resume_step: int | None = None
-    ):
+    def __init__(self, workdir: str | os.PathLike, *, enabled: bool = True, resume_step: int | None = None):
         self.workdir = pathlib.Path(workdir)
         self.enabled = enabled
         self._file = None
@@ -115,7 +113,7 @@ class MetricsWriter:
             kept = [r for r in _read_lines(path) if int(r.get("step", -1)) <= resume_step]
             with open(path, "w") as f:
                 f.writelines(json.dumps(_encode_record(r), allow_nan=False) + "\n" for r in kept)
-        self._file = open(path, "a")
+        self._file = open(path, "a")  # noqa: SIM115 - closed by close()
         import tensorboardX  # deferred: it pulls in protobuf
 
         self._tb = tensorboardX.SummaryWriter(
@@ -221,8 +219,16 @@ class ProgressBar:
     every ``mininterval`` seconds (default 5). ``enabled=False`` prints nothing.
     """
 
-    def __init__(self, total: int, initial: int = 0, *, enabled: bool = True, file=None,
-                 mininterval: float | None = None, desc: str = "train"):
+    def __init__(
+        self,
+        total: int,
+        initial: int = 0,
+        *,
+        enabled: bool = True,
+        file=None,
+        mininterval: float | None = None,
+        desc: str = "train",
+    ):
         stream = sys.stderr if file is None else file
         tty = bool(getattr(stream, "isatty", lambda: False)())
         self._bar = tqdm.tqdm(

@@ -20,11 +20,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax import configlib
+from transformer_jax.core import configlib
+from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.data import build_data, load_tokenizer
 from transformer_jax.data.lm import StreamLM
+from transformer_jax.eval.sampling import check_prompt
 from transformer_jax.models.baselines.ngram import NGramLM
 from transformer_jax.train.config import Config
+from transformer_jax.train.entry import ENTRY_POINTS, EntryPoint
 from transformer_jax.train.experiment import workdir_config
 from transformer_jax.train.metrics import MetricsWriter
 
@@ -51,8 +54,7 @@ def score(model: NGramLM, batches, *, accuracy: bool = True) -> dict[str, float]
         w = np.asarray(batch["weights"], np.float64)
         if not w.any():
             continue
-        logp, best = model.row_log_probs(batch["inputs"], batch["targets"], batch["segment_ids"],
-                                         with_argmax=accuracy)
+        logp, best = model.row_log_probs(batch["inputs"], batch["targets"], batch["segment_ids"], with_argmax=accuracy)
         nll -= float(np.sum(np.where(w > 0, logp, 0.0) * w))
         weight += float(w.sum())
         if accuracy:
@@ -68,8 +70,14 @@ def score(model: NGramLM, batches, *, accuracy: bool = True) -> dict[str, float]
 
 def _fit(cfg: Config, data) -> NGramLM:
     b = cfg.model.baseline
-    return NGramLM.fit(training_sequences(data), vocab_size=data.vocab_size, order=b.ngram_order,
-                       smoothing=b.smoothing, discount=b.discount, add_k=b.add_k)
+    return NGramLM.fit(
+        training_sequences(data),
+        vocab_size=data.vocab_size,
+        order=b.ngram_order,
+        smoothing=b.smoothing,
+        discount=b.discount,
+        add_k=b.add_k,
+    )
 
 
 def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
@@ -78,12 +86,14 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
     ``tokens_per_s`` = training tokens counted per second)."""
     t_start = time.time()
     if jax.process_count() > 1:
-        raise ValueError("model.kind='ngram' is fitted by a single process (numpy counts); "
-                         "run it without --num-processes / --coordinator")
+        raise ValueError(
+            "model.kind='ngram' is fitted by a single process (numpy counts); "
+            "run it without --num-processes / --coordinator"
+        )
     os.makedirs(workdir, exist_ok=True)
     data = build_data(cfg.data, batch_size=cfg.train.batch_size)
     if cfg.model.vocab_size != data.vocab_size:
-        cfg = configlib.apply_overrides(cfg, [f"model.vocab_size={data.vocab_size}"])
+        cfg = apply_overrides(cfg, [f"model.vocab_size={data.vocab_size}"])
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(configlib.to_json(cfg))
     data.tokenizer.save(os.path.join(workdir, "tokenizer"))
@@ -92,18 +102,36 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
     model = _fit(cfg, data)
     fit_s = time.time() - t_fit
     model.save(os.path.join(workdir, NGRAM_FILE))
-    print(f"model: ngram (order {model.order}, {model.smoothing}), {model.n_entries:,} stored counts from "
-          f"{n_train:,} training tokens in {fit_s:.1f}s; data: {cfg.data.dataset} (vocab {data.vocab_size})",
-          flush=True)
+    print(
+        f"model: ngram (order {model.order}, {model.smoothing}), {model.n_entries:,} stored counts from "
+        f"{n_train:,} training tokens in {fit_s:.1f}s; data: {cfg.data.dataset} (vocab {data.vocab_size})",
+        flush=True,
+    )
     train = score(model, data.eval_batches("train", cfg.train.eval_batches), accuracy=False)
     val = score(model, data.eval_batches("val", cfg.train.eval_batches))
     with MetricsWriter(workdir) as writer:
-        writer.write(0, {"train/loss": train["loss"], "train/perplexity": train["perplexity"],
-                         **{f"val/{k}": v for k, v in val.items()}})
+        writer.write(
+            0,
+            {
+                "train/loss": train["loss"],
+                "train/perplexity": train["perplexity"],
+                **{f"val/{k}": v for k, v in val.items()},
+            },
+        )
     print("step 0: " + ", ".join(f"val {k} {v:.4f}" for k, v in val.items() if k != "tokens"), flush=True)
-    return {"step": 0, "train_loss": train["loss"], "val_loss": val["loss"], "val_perplexity": val["perplexity"],
-            "val_accuracy": val["accuracy"], "tokens_per_s": n_train / max(fit_s, 1e-9), "compile_s": None,
-            "wall_s": time.time() - t_start, "params": model.n_entries, "stopped": "fitted", "skipped_steps": 0}
+    return {
+        "step": 0,
+        "train_loss": train["loss"],
+        "val_loss": val["loss"],
+        "val_perplexity": val["perplexity"],
+        "val_accuracy": val["accuracy"],
+        "tokens_per_s": n_train / max(fit_s, 1e-9),
+        "compile_s": None,
+        "wall_s": time.time() - t_start,
+        "params": model.n_entries,
+        "stopped": "fitted",
+        "skipped_steps": 0,
+    }
 
 
 def load_ngram(workdir: str, overrides: list[str] | None = None) -> tuple[Config, NGramLM, Any]:
@@ -115,8 +143,9 @@ def load_ngram(workdir: str, overrides: list[str] | None = None) -> tuple[Config
     return cfg, NGramLM.load(path), load_tokenizer(os.path.join(workdir, "tokenizer"))
 
 
-def evaluate_ngram(workdir: str, split: str = "val", max_batches: int | None = None,
-                   overrides: list[str] | None = None) -> dict[str, Any]:
+def evaluate_ngram(
+    workdir: str, split: str = "val", max_batches: int | None = None, overrides: list[str] | None = None
+) -> dict[str, Any]:
     """Loss, perplexity and accuracy of an n-gram run on ``split`` (the rows ``eval`` scores;
     ``overrides`` such as ``data.seq_len=256`` change the rows, not the counts)."""
     cfg, model, tokenizer = load_ngram(workdir, overrides)
@@ -127,8 +156,14 @@ def evaluate_ngram(workdir: str, split: str = "val", max_batches: int | None = N
     return {"split": split, "step": 0, **score(model, data.eval_batches(split, max_batches))}
 
 
-def pick_next(probs_V: np.ndarray, rng: np.random.Generator, strategy: str = "top_k", temperature: float = 1.0,
-              top_k: int = 40, top_p: float = 0.9) -> int:
+def pick_next(
+    probs_V: np.ndarray,
+    rng: np.random.Generator,
+    strategy: str = "top_k",
+    temperature: float = 1.0,
+    top_k: int = 40,
+    top_p: float = 0.9,
+) -> int:
     """The rules of ``decode.strategies`` on probabilities: greedy (argmax); sample, top_k (the k
     most likely) and top_p (the smallest set reaching p) draw from ``p^(1/temperature)``."""
     if strategy == "greedy":
@@ -151,11 +186,21 @@ def pick_next(probs_V: np.ndarray, rng: np.random.Generator, strategy: str = "to
     return int(rng.choice(len(p), p=p))
 
 
-def sample_ngram(workdir: str, *, prompt: str = "\n", max_new_tokens: int = 200, strategy: str = "top_k",
-                 temperature: float = 1.0, top_k: int = 40, top_p: float = 0.9, seed: int = 0) -> str:
+def sample_ngram(
+    workdir: str,
+    *,
+    prompt: str = "\n",
+    max_new_tokens: int = 200,
+    strategy: str = "top_k",
+    temperature: float = 1.0,
+    top_k: int = 40,
+    top_p: float = 0.9,
+    seed: int = 0,
+) -> str:
     """Continues ``prompt`` token by token from P(. | last n - 1 tokens) until ``max_new_tokens``
     or EOS (the keywords of ``cli.sample.sample_text``)."""
     _, model, tok = load_ngram(workdir)
+    check_prompt(tok, prompt)
     ids = tok.encode(prompt) or [tok.bos_id]
     rng = np.random.default_rng(seed)
     new: list[int] = []
@@ -167,3 +212,6 @@ def sample_ngram(workdir: str, *, prompt: str = "\n", max_new_tokens: int = 200,
             break
         new.append(nxt)
     return prompt + tok.decode(new)
+
+
+ENTRY_POINTS.register("ngram", EntryPoint(train=train_ngram, evaluate=evaluate_ngram, sample=sample_ngram))

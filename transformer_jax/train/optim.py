@@ -19,18 +19,17 @@ Conventions
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from transformer_jax.configlib import ConfigError
-from transformer_jax.registry import Registry, unknown_name_message
+from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real
+from transformer_jax.core.registry import Registry, unknown_name_message
 
 DECAY_GROUPS = ("norm", "bias", "embedding")
 
@@ -67,17 +66,16 @@ class OptimConfig:
     decay_exclude: tuple[str, ...] = DECAY_GROUPS
     d_model: int | None = None
 
+    SELECTORS: ClassVar = (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES))
+
     def __post_init__(self):
-        for field, registry in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES)):
-            name = getattr(self, field)
-            if name not in registry:
-                msg = unknown_name_message(registry.kind, name, registry.names())
-                raise ConfigError(f"train.optim.{field}: {msg}")
-        _check_real("lr", self.lr, low=0.0, low_open=True)
-        _check_real("min_lr", self.min_lr, low=0.0)
-        _check_int("warmup_steps", self.warmup_steps, low=0)
+        check_choice("train.optim.optimizer", self.optimizer, OPTIMIZERS, "optimizer")
+        check_choice("train.optim.schedule", self.schedule, SCHEDULES, "schedule")
+        check_real("train.optim.lr", self.lr, low=0.0, low_open=True)
+        check_real("train.optim.min_lr", self.min_lr, low=0.0)
+        check_int("train.optim.warmup_steps", self.warmup_steps, low=0)
         if self.decay_steps is not None:
-            _check_int("decay_steps", self.decay_steps, low=1)
+            check_int("train.optim.decay_steps", self.decay_steps, low=1)
             if self.schedule in ("cosine", "linear") and self.warmup_steps > self.decay_steps:
                 raise ConfigError(
                     f"train.optim.warmup_steps={self.warmup_steps} > decay_steps={self.decay_steps}: the "
@@ -89,16 +87,16 @@ class OptimConfig:
                 f"to min_lr; set min_lr <= lr"
             )
         for name in ("b1", "b2", "momentum"):
-            _check_real(name, getattr(self, name), low=0.0, high=1.0)
-        _check_real("eps", self.eps, low=0.0, low_open=True)
-        _check_real("weight_decay", self.weight_decay, low=0.0)
+            check_real(f"train.optim.{name}", getattr(self, name), low=0.0, high=1.0)
+        check_real("train.optim.eps", self.eps, low=0.0, low_open=True)
+        check_real("train.optim.weight_decay", self.weight_decay, low=0.0)
         if not isinstance(self.nesterov, bool):
             raise ConfigError(f"train.optim.nesterov={self.nesterov!r} must be True or False")
         if self.grad_clip is not None:
-            _check_real("grad_clip", self.grad_clip, low=0.0, low_open=True, none_hint=True)
+            check_real("train.optim.grad_clip", self.grad_clip, low=0.0, low_open=True, none_hint=True)
         self._check_decay_exclude()
         if self.d_model is not None:
-            _check_int("d_model", self.d_model, low=1)
+            check_int("train.optim.d_model", self.d_model, low=1)
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
             raise ConfigError(
                 "train.optim.warmup_steps=0: schedule='inverse_sqrt' needs warmup_steps >= 1 (paper: 4000)"
@@ -118,20 +116,6 @@ class OptimConfig:
         object.__setattr__(self, "decay_exclude", tuple(value))
 
 
-def _check_real(name, value, *, low, high=None, low_open=False, none_hint=False):
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
-    if not ok:
-        rng = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
-        hint = " (or None to disable)" if none_hint else ""
-        raise ConfigError(f"train.optim.{name}={value!r} must be a finite number {rng}{hint}")
-
-
-def _check_int(name, value, *, low):
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"train.optim.{name}={value!r} must be an integer >= {low}")
-
-
 # ---------------------------------------------------------------------------------------------
 # Schedules: fn(cfg, total_steps) -> optax.Schedule (jit-able in the update count).
 
@@ -145,7 +129,7 @@ def _warmup(cfg: OptimConfig, step: jax.Array) -> jax.Array:
     return cfg.lr * step / max(cfg.warmup_steps, 1)
 
 
-@SCHEDULES.register("cosine")
+@SCHEDULES.register("cosine", reads=("warmup_steps", "min_lr", "decay_steps"))
 def cosine_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps``, then ``min_lr + (lr - min_lr)(1 + cos(pi t))/2``
     with ``t = (step - warmup) / (decay_steps - warmup)`` clipped to [0, 1]."""
@@ -160,7 +144,7 @@ def cosine_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     return schedule
 
 
-@SCHEDULES.register("linear")
+@SCHEDULES.register("linear", reads=("warmup_steps", "min_lr", "decay_steps"))
 def linear_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps``, then linear lr -> ``min_lr`` at ``decay_steps``."""
     warm, decay = cfg.warmup_steps, _decay_steps(cfg, total_steps)
@@ -173,7 +157,7 @@ def linear_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     return schedule
 
 
-@SCHEDULES.register("constant")
+@SCHEDULES.register("constant", reads=("warmup_steps",))
 def constant_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps`` (none if 0), then lr."""
     del total_steps
@@ -185,7 +169,7 @@ def constant_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     return schedule
 
 
-@SCHEDULES.register("inverse_sqrt")
+@SCHEDULES.register("inverse_sqrt", reads=("warmup_steps", "d_model"))
 def inverse_sqrt_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Vaswani et al. 2017, eq. 3, with ``s = step + 1`` (the 1-based update number):
 
@@ -222,7 +206,7 @@ def make_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     A warm-up longer than the run only warns (the rate then never reaches its peak), so short
     smoke runs work with the default config.
     """
-    _check_int("total_steps", total_steps, low=1)
+    check_int("total_steps", total_steps, low=1)
     if cfg.warmup_steps > total_steps:  # (warmup > decay_steps is a config error)
         warnings.warn(
             f"warmup_steps={cfg.warmup_steps} > total_steps={total_steps}: the learning rate "
@@ -299,12 +283,8 @@ def weight_decay_mask(params: Any, exclude: tuple[str, ...] = DECAY_GROUPS) -> A
     excluded = frozenset(exclude)
     bad = excluded - set(DECAY_GROUPS)
     if bad:
-        raise ValueError(
-            f"exclude={tuple(exclude)!r}: unknown groups {sorted(bad)}; choose from {DECAY_GROUPS}"
-        )
-    return jax.tree_util.tree_map_with_path(
-        lambda path, leaf: not (param_groups(path, leaf) & excluded), params
-    )
+        raise ValueError(f"exclude={tuple(exclude)!r}: unknown groups {sorted(bad)}; choose from {DECAY_GROUPS}")
+    return jax.tree_util.tree_map_with_path(lambda path, leaf: not (param_groups(path, leaf) & excluded), params)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,14 +297,14 @@ def _decoupled_decay(cfg: OptimConfig, mask) -> optax.GradientTransformation:
     return optax.add_decayed_weights(cfg.weight_decay, mask=mask)
 
 
-@OPTIMIZERS.register("adam")
+@OPTIMIZERS.register("adam", reads=("b1", "b2", "eps"))
 def adam(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
-    """Adam (Kingma & Ba 2014) without weight decay; ``weight_decay`` is ignored."""
+    """Adam (Kingma & Ba 2014) without weight decay (setting ``weight_decay`` is refused: use adamw)."""
     del mask
     return optax.adam(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
 
 
-@OPTIMIZERS.register("adamw")
+@OPTIMIZERS.register("adamw", reads=("b1", "b2", "eps", "weight_decay", "decay_exclude"))
 def adamw(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
     """AdamW (Loshchilov & Hutter 2019): Adam plus decoupled decay ``lr_t * wd * param``."""
     return optax.chain(
@@ -334,7 +314,7 @@ def adamw(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.Gradie
     )
 
 
-@OPTIMIZERS.register("sgd")
+@OPTIMIZERS.register("sgd", reads=("momentum", "nesterov", "weight_decay", "decay_exclude"))
 def sgd(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
     """SGD with (optionally Nesterov) momentum and decoupled decay ``lr_t * wd * param``."""
     return optax.chain(
@@ -344,10 +324,16 @@ def sgd(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.Gradient
     )
 
 
-def make_optimizer(
-    cfg: OptimConfig, total_steps: int, *, param_info: Any = None
-) -> optax.GradientTransformation:
-    """``clip_by_global_norm(grad_clip)`` -> the optimizer of ``cfg`` with `make_schedule`.
+class Optimizer(NamedTuple):
+    """The gradient transformation and the learning-rate schedule it uses (for logging)."""
+
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+
+
+def make_optimizer(cfg: OptimConfig, total_steps: int, *, param_info: Any = None) -> Optimizer:
+    """``clip_by_global_norm(grad_clip)`` -> the optimizer of ``cfg`` with `make_schedule`, and that
+    schedule: ``tx, schedule = make_optimizer(cfg, steps)``.
 
     ``param_info``: optionally the parameter pytree (arrays or ``ShapeDtypeStruct``s, the same
     structure the optimizer will see) to build the weight-decay mask once, up front; without it
@@ -363,4 +349,4 @@ def make_optimizer(
             return weight_decay_mask(tree, exclude)
 
     clip = optax.identity() if cfg.grad_clip is None else optax.clip_by_global_norm(cfg.grad_clip)
-    return optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, mask))
+    return Optimizer(optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, mask)), schedule)

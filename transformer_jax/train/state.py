@@ -59,8 +59,14 @@ def init_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, seed: int,
 
     params, model_state = jax.jit(make, out_shardings=(_shardings(params_abs, mesh), _shardings(rest_abs, mesh)))()
     opt_state = jax.jit(tx.init)(params)
-    return TrainState(step=_scalar(mesh), params=params, model_state=model_state, opt_state=opt_state,
-                      skips=_scalar(mesh), total_skips=_scalar(mesh))
+    return TrainState(
+        step=_scalar(mesh),
+        params=params,
+        model_state=model_state,
+        opt_state=opt_state,
+        skips=_scalar(mesh),
+        total_skips=_scalar(mesh),
+    )
 
 
 def abstract_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh) -> TrainState:
@@ -68,16 +74,22 @@ def abstract_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh) 
     _, params_abs, rest_abs = model_graph(cfg)
 
     def structs(abstract):
-        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                            nnx.to_pure_dict(abstract), _shardings(abstract, mesh))
+        return jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            nnx.to_pure_dict(abstract),
+            _shardings(abstract, mesh),
+        )
 
     params = structs(params_abs)
     opt_shapes = jax.eval_shape(tx.init, params)
     opt_sh = jax.jit(tx.init).lower(params).compile().output_shardings
     opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), opt_shapes, opt_sh)
-    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-    return TrainState(step=scalar, params=params, model_state=structs(rest_abs), opt_state=opt_state,
-                      skips=scalar, total_skips=scalar)
+    scalar = jax.ShapeDtypeStruct(
+        (), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    )
+    return TrainState(
+        step=scalar, params=params, model_state=structs(rest_abs), opt_state=opt_state, skips=scalar, total_skips=scalar
+    )
 
 
 def state_sharding_tree(state: TrainState):

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from transformer_jax.eval.tasks import Task
 from transformer_jax.ops.losses import cross_entropy
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.state import TrainState
-from transformer_jax.train.tasks import Task
 
 STACKS = ("layers", "encoder", "decoder")
 
@@ -38,8 +38,9 @@ def _split_micro(batch: dict, n: int) -> dict:
     return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
 
 
-def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg: TrainConfig,
-                    schedule: Callable) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
+def make_train_step(
+    graphdef, tx: optax.GradientTransformation, task: Task, cfg: TrainConfig, schedule: Callable
+) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
     """``step(state, batch, key) -> (state, metrics)``: token-weighted mean cross-entropy (label
     smoothing, z-loss, plus the aux losses the model returns in ``aux["losses"]``) over
     ``grad_accum`` micro-batches, one optimizer update; non-finite updates are dropped.
@@ -52,14 +53,22 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg:
     def loss_fn(params, model_state, micro, key, inv_weight):
         model = nnx.merge(graphdef, params, model_state)
         logits, aux = task.forward(model, micro, key)
-        ce = cross_entropy(logits, micro[task.targets], weights_BT=micro[task.weights],
-                           label_smoothing=cfg.label_smoothing, z_loss=cfg.z_loss)
+        ce = cross_entropy(
+            logits,
+            micro[task.targets],
+            weights_BT=micro[task.weights],
+            label_smoothing=cfg.label_smoothing,
+            z_loss=cfg.z_loss,
+        )
         aux_losses = aux.get("losses", {}) if isinstance(aux, dict) else {}
         aux_metrics = aux.get("metrics", {}) if isinstance(aux, dict) else {}
         objective = ce["loss_sum"] * inv_weight + sum(jnp.asarray(v) for v in aux_losses.values()) / cfg.grad_accum
         new_model_state = nnx.to_pure_dict(nnx.state(model, nnx.Not(nnx.Param)))
-        sums = {**ce, **{f"aux/{k}": v for k, v in aux_losses.items()},
-                **{f"aux_metrics/{k}": v for k, v in aux_metrics.items()}}
+        sums = {
+            **ce,
+            **{f"aux/{k}": v for k, v in aux_losses.items()},
+            **{f"aux_metrics/{k}": v for k, v in aux_metrics.items()},
+        }
         return objective, (sums, new_model_state)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -70,26 +79,27 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg:
         micro = _split_micro(batch, cfg.grad_accum)
 
         def micro_step(i, model_state, mb):
-            (_, (sums, model_state)), g = grad_fn(state.params, model_state, mb, jax.random.fold_in(key, i),
-                                                  inv_weight)
+            (_, (sums, model_state)), g = grad_fn(state.params, model_state, mb, jax.random.fold_in(key, i), inv_weight)
             return g, sums, model_state
 
         grads, sums, model_state = micro_step(0, state.model_state, jax.tree.map(lambda x: x[0], micro))
         if cfg.grad_accum > 1:
+
             def accumulate(carry, xs):
                 grads, sums, model_state = carry
                 g, s, model_state = micro_step(xs[0], model_state, xs[1])
                 return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, sums, s), model_state), None
 
             rest = jax.tree.map(lambda x: x[1:], micro)
-            (grads, sums, model_state), _ = jax.lax.scan(accumulate, (grads, sums, model_state),
-                                                         (jnp.arange(1, cfg.grad_accum), rest))
+            (grads, sums, model_state), _ = jax.lax.scan(
+                accumulate, (grads, sums, model_state), (jnp.arange(1, cfg.grad_accum), rest)
+            )
 
         grad_norm = optax.tree.norm(grads)
         updates, new_opt = tx.update(grads, state.opt_state, state.params)
         new_params = optax.apply_updates(state.params, updates)
         finite = jnp.isfinite(grad_norm) & jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(optax.tree.norm(new_params))
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
         new_state = TrainState(
             step=state.step + 1,
             params=keep(new_params, state.params),
@@ -99,9 +109,15 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg:
             total_skips=state.total_skips + (~finite).astype(jnp.int32),
         )
         metrics = {
-            "loss_sum": sums["nll_sum"], "objective_sum": sums["loss_sum"], "weight_sum": sums["weight_sum"],
-            "correct_sum": sums["correct_sum"], "grad_norm": grad_norm, "param_norm": optax.tree.norm(state.params),
-            "update_norm": optax.tree.norm(updates), "lr": schedule(state.step), "finite": finite,
+            "loss_sum": sums["nll_sum"],
+            "objective_sum": sums["loss_sum"],
+            "weight_sum": sums["weight_sum"],
+            "correct_sum": sums["correct_sum"],
+            "grad_norm": grad_norm,
+            "param_norm": optax.tree.norm(state.params),
+            "update_norm": optax.tree.norm(updates),
+            "lr": schedule(state.step),
+            "finite": finite,
             "skips": new_state.skips,
             **{k: v / cfg.grad_accum for k, v in sums.items() if k.startswith(("aux/", "aux_metrics/"))},
         }
@@ -111,15 +127,3 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task: Task, cfg:
         return new_state, metrics
 
     return step
-
-
-def make_eval_step(graphdef, task: Task) -> Callable[[dict, dict], dict]:
-    """``eval_step(params, model_state, batch) -> {nll_sum, weight_sum, correct_sum}`` (no dropout)."""
-
-    def eval_step(params, model_state, batch):
-        model = nnx.merge(graphdef, params, model_state)
-        logits, _ = task.forward(model, batch, None)
-        ce = cross_entropy(logits, batch[task.targets], weights_BT=batch[task.weights])
-        return {"nll_sum": ce["nll_sum"], "weight_sum": ce["weight_sum"], "correct_sum": ce["correct_sum"]}
-
-    return eval_step

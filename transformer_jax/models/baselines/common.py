@@ -13,8 +13,14 @@ from transformer_jax.nn.linear import DenseGeneral
 
 def make_embed(cfg, rngs: nnx.Rngs) -> Embed:
     """Embedding table [V, d_model] drawn from N(0, init_std^2)."""
-    return Embed(cfg.vocab_size, cfg.d_model, init=initializers.normal(cfg.init_std), dtype=cfg.compute_dtype,
-                 param_dtype=cfg.params_dtype, rngs=rngs)
+    return Embed(
+        cfg.vocab_size,
+        cfg.d_model,
+        init=initializers.normal(cfg.init_std),
+        dtype=cfg.compute_dtype,
+        param_dtype=cfg.params_dtype,
+        rngs=rngs,
+    )
 
 
 class OutputLayer(nnx.Module):
@@ -23,9 +29,19 @@ class OutputLayer(nnx.Module):
 
     def __init__(self, cfg, d_in: int, embed: Embed, *, tie: bool, rngs: nnx.Rngs):
         self.embed = embed if tie else None
-        self.proj = None if tie else DenseGeneral(
-            d_in, cfg.vocab_size, axes=("mlp", "vocab"), kernel_init=initializers.lecun_normal(),
-            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
+        self.proj = (
+            None
+            if tie
+            else DenseGeneral(
+                d_in,
+                cfg.vocab_size,
+                axes=("mlp", "vocab"),
+                kernel_init=initializers.lecun_normal(),
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.params_dtype,
+                rngs=rngs,
+            )
+        )
         self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), cfg.params_dtype), logical_axes=("vocab",))
 
     def __call__(self, x: Float[Array, "... D"]) -> Float[Array, "... V"]:

@@ -5,19 +5,23 @@ The neural baselines also read these ``ModelConfig`` fields: ``vocab_size``, ``d
 (embedding width; the RNN hidden size), ``d_ff`` (the window MLP's hidden width, default
 4 * d_model), ``n_layers`` (tanh layers of the window MLP / stacked RNN layers), ``dropout``,
 ``init_std``, ``tie_embeddings``, ``dtype``, ``param_dtype``. They have no position encoding:
-``model.position`` must be ``"none"`` (``baseline_model_config`` sets it).
+``model.position`` must be ``"none"`` (``models.presets.baseline_model_config`` sets it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
-from transformer_jax.configlib import check_choice, check_positive, fail
+from transformer_jax.core.configlib import check_choice, check_positive, fail
+from transformer_jax.core.dtypes import DTYPES
+from transformer_jax.core.registry import Registry
+from transformer_jax.models.baselines.rnn import CELLS
 
 BASELINE_KINDS = ("ngram", "window_lm", "rnn_lm")
-CELLS = ("lstm", "gru")
-SMOOTHINGS = ("kneser_ney", "add_k")
-_DTYPE_NAMES = ("float32", "bfloat16", "float16")
+SMOOTHINGS: Registry[str] = Registry("n-gram smoothing")
+SMOOTHINGS.register("kneser_ney", "interpolated Kneser-Ney (Chen & Goodman 1998)", reads=("discount",))
+SMOOTHINGS.register("add_k", "add-k (Lidstone)", reads=("add_k",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,14 +49,20 @@ class BaselineConfig:
     tbptt: int | None = None
     forget_bias: float = 1.0
 
+    SELECTORS: ClassVar = (("smoothing", SMOOTHINGS),)
+
     def validate(self, model_cfg) -> None:
         """Checks against the enclosing ModelConfig (raise ConfigError naming model.baseline.*)."""
         kind = model_cfg.kind
         if kind not in BASELINE_KINDS:
             fail("model.kind", kind, "is not a baseline kind", f"choose one of: {', '.join(BASELINE_KINDS)}")
         if model_cfg.moe is not None:
-            fail("model.moe", type(model_cfg.moe).__name__,
-                 f"model.kind={kind!r} has no feed-forward layers to turn into experts", "set model.moe=None")
+            fail(
+                "model.moe",
+                type(model_cfg.moe).__name__,
+                f"model.kind={kind!r} has no feed-forward layers to turn into experts",
+                "set model.moe=None",
+            )
         check_positive("model.vocab_size", model_cfg.vocab_size)
         if model_cfg.vocab_size < 2:
             fail("model.vocab_size", model_cfg.vocab_size, "must be at least 2")
@@ -60,8 +70,12 @@ class BaselineConfig:
             check_positive("model.baseline.ngram_order", self.ngram_order)
             check_choice("model.baseline.smoothing", self.smoothing, SMOOTHINGS, "smoothing")
             if self.discount is not None and not 0.0 < self.discount <= 1.0:
-                fail("model.baseline.discount", self.discount, "must be in (0, 1]",
-                     "or None to estimate it per order from the count-of-counts")
+                fail(
+                    "model.baseline.discount",
+                    self.discount,
+                    "must be in (0, 1]",
+                    "or None to estimate it per order from the count-of-counts",
+                )
             if self.add_k <= 0:
                 fail("model.baseline.add_k", self.add_k, "must be positive (add-k smoothing)")
             return
@@ -76,29 +90,25 @@ class BaselineConfig:
             fail("model.dropout", m.dropout, "must be in [0, 1)")
         check_positive("model.init_std", m.init_std)
         if m.position != "none":
-            fail("model.position", m.position, f"model.kind={m.kind!r} has no position encoding",
-                 "set model.position='none' (or build the config with baseline_model_config)")
+            fail(
+                "model.position",
+                m.position,
+                f"model.kind={m.kind!r} has no position encoding",
+                "set model.position='none' (or build the config with baseline_model_config)",
+            )
         for name in ("dtype", "param_dtype"):
-            check_choice(f"model.{name}", getattr(m, name), _DTYPE_NAMES, "dtype")
+            check_choice(f"model.{name}", getattr(m, name), DTYPES, "dtype")
         if m.kind == "window_lm":
             check_positive("model.baseline.window", self.window)
             width = m.d_ff if m.d_ff is not None else 4 * m.d_model
             if m.tie_embeddings and width != m.d_model:
-                fail("model.tie_embeddings", True, f"the window MLP's output width d_ff={width} differs from "
-                     f"d_model={m.d_model}", "set model.tie_embeddings=false or model.d_ff=model.d_model")
+                fail(
+                    "model.tie_embeddings",
+                    True,
+                    f"the window MLP's output width d_ff={width} differs from d_model={m.d_model}",
+                    "set model.tie_embeddings=false or model.d_ff=model.d_model",
+                )
         else:
             check_choice("model.baseline.cell", self.cell, CELLS, "RNN cell")
             if self.tbptt is not None:
                 check_positive("model.baseline.tbptt", self.tbptt)
-
-
-def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **model_fields):
-    """A ``ModelConfig`` of a baseline ``kind`` with ``position="none"`` (and, for ``window_lm``,
-    an untied output layer unless ``d_ff == d_model``); ``model_fields`` set the rest."""
-    from transformer_jax.models.config import ModelConfig  # models.config imports this module
-
-    fields = {"position": "none", **model_fields}
-    if kind == "window_lm" and "tie_embeddings" not in fields:
-        d_model = fields.get("d_model", ModelConfig.d_model)
-        fields["tie_embeddings"] = fields.get("d_ff") == d_model
-    return ModelConfig(kind=kind, baseline=baseline or BaselineConfig(), **fields)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from transformer_jax.models.config import MODELS
+from transformer_jax.models.kinds import MODELS, NGRAM_READS
 
 _MIN_DISCOUNT = 0.05
 
@@ -77,7 +77,7 @@ def _codes(seq: np.ndarray, m: int, vocab_size: int) -> np.ndarray:
         return np.zeros(0, np.int64)
     out = np.zeros(n, np.int64)
     for i in range(m):
-        out = out * vocab_size + seq[i:i + n]
+        out = out * vocab_size + seq[i : i + n]
     return out
 
 
@@ -89,19 +89,30 @@ class NGramLM:
     the same segment of the row), ``save``/``load`` (one ``.npz``).
     """
 
-    def __init__(self, order: int, vocab_size: int, smoothing: str, raw: list[_Table], cont: list[_Table],
-                 add_k: float = 1.0):
+    def __init__(
+        self, order: int, vocab_size: int, smoothing: str, raw: list[_Table], cont: list[_Table], add_k: float = 1.0
+    ):
         if order * math.log2(max(vocab_size, 2)) >= 63:
-            raise ValueError(f"ngram_order={order} with vocab_size={vocab_size}: n-gram codes overflow int64 "
-                             f"(V^n >= 2^63); lower model.baseline.ngram_order or use a smaller vocabulary")
+            raise ValueError(
+                f"ngram_order={order} with vocab_size={vocab_size}: n-gram codes overflow int64 "
+                f"(V^n >= 2^63); lower model.baseline.ngram_order or use a smaller vocabulary"
+            )
         self.order, self.vocab_size, self.smoothing, self.add_k = order, vocab_size, smoothing, add_k
         self.raw, self.cont = raw, cont  # raw[m-1]: order m; cont[m-1]: order m < n (Kneser-Ney only)
         for table in raw + cont:
             table.index(vocab_size)
 
     @classmethod
-    def fit(cls, sequences: Iterable[np.ndarray], *, vocab_size: int, order: int, smoothing: str = "kneser_ney",
-            discount: float | None = None, add_k: float = 1.0) -> NGramLM:
+    def fit(
+        cls,
+        sequences: Iterable[np.ndarray],
+        *,
+        vocab_size: int,
+        order: int,
+        smoothing: str = "kneser_ney",
+        discount: float | None = None,
+        add_k: float = 1.0,
+    ) -> NGramLM:
         """Counts every m-gram (m <= order) inside each sequence (none crosses a sequence end)."""
         if smoothing not in ("kneser_ney", "add_k"):
             raise ValueError(f"smoothing={smoothing!r}: choose kneser_ney or add_k")
@@ -111,13 +122,14 @@ class NGramLM:
                 raise ValueError(f"token ids must be in [0, vocab_size={vocab_size})")
         raw = []
         for m in range(1, order + 1):
-            codes, counts = np.unique(np.concatenate([_codes(s, m, vocab_size) for s in seqs] or [[]]).astype(np.int64),
-                                      return_counts=True)
+            codes, counts = np.unique(
+                np.concatenate([_codes(s, m, vocab_size) for s in seqs] or [[]]).astype(np.int64), return_counts=True
+            )
             raw.append(_Table(codes, counts.astype(np.int64)))
         cont = []
         if smoothing == "kneser_ney":
             for m in range(1, order):
-                codes, counts = np.unique(raw[m].codes % vocab_size ** m, return_counts=True)
+                codes, counts = np.unique(raw[m].codes % vocab_size**m, return_counts=True)
                 cont.append(_Table(codes, counts.astype(np.int64)))
             for table in raw + cont:
                 table.discount = discount if discount is not None else _estimate_discount(table.counts)
@@ -131,7 +143,7 @@ class NGramLM:
         hist = np.asarray(history_NK, np.int64)
         if hist.ndim != 2:
             raise ValueError(f"history_NK must be [N, k], got shape {hist.shape}")
-        hist = hist[:, max(hist.shape[1] - (self.order - 1), 0):]
+        hist = hist[:, max(hist.shape[1] - (self.order - 1), 0) :]
         words = np.asarray(words, np.int64)
         expand = (lambda x: x[:, None]) if words.ndim == 2 else (lambda x: x)
         k = hist.shape[1]
@@ -168,8 +180,9 @@ class NGramLM:
             code = code * self.vocab_size + hist[:, i]
         return code
 
-    def row_log_probs(self, inputs_BT: np.ndarray, targets_BT: np.ndarray, segment_ids_BT: np.ndarray,
-                      *, with_argmax: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    def row_log_probs(
+        self, inputs_BT: np.ndarray, targets_BT: np.ndarray, segment_ids_BT: np.ndarray, *, with_argmax: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """log P(targets[b, t] | inputs[b, <= t] of the same segment), [B, T]; with ``with_argmax``
         also the most likely next token [B, T] (costs V lookups per position)."""
         x, seg = np.asarray(inputs_BT, np.int64), np.asarray(segment_ids_BT)
@@ -181,8 +194,8 @@ class NGramLM:
         for back in range(n1):  # hist[..., n1 - 1 - back] = x[t - back]
             shifted = np.zeros_like(x)
             same = np.zeros((B, T), bool)
-            shifted[:, back:] = x[:, :T - back]
-            same[:, back:] = seg[:, back:] == seg[:, :T - back]
+            shifted[:, back:] = x[:, : T - back]
+            same[:, back:] = seg[:, back:] == seg[:, : T - back]
             alive &= same
             hist[..., n1 - 1 - back] = shifted
             length += alive
@@ -193,14 +206,16 @@ class NGramLM:
             sel = length == k
             if not sel.any():
                 continue
-            h = hist[sel][:, n1 - k:]
+            h = hist[sel][:, n1 - k :]
             logp[sel] = np.log(self.probs(h, targets[sel]))
             if with_argmax:
                 out = np.zeros(int(sel.sum()), np.int64)
                 for s in range(0, len(h), 8192):
-                    chunk = h[s:s + 8192]
-                    out[s:s + 8192] = np.argmax(self.probs(chunk, np.broadcast_to(np.arange(self.vocab_size),
-                                                                                    (len(chunk), self.vocab_size))), -1)
+                    chunk = h[s : s + 8192]
+                    out[s : s + 8192] = np.argmax(
+                        self.probs(chunk, np.broadcast_to(np.arange(self.vocab_size), (len(chunk), self.vocab_size))),
+                        -1,
+                    )
                 best[sel] = out
         return logp, best
 
@@ -216,9 +231,13 @@ class NGramLM:
         for name, tables in (("raw", self.raw), ("cont", self.cont)):
             for m, t in enumerate(tables, start=1):
                 arrays[f"{name}{m}_codes"], arrays[f"{name}{m}_counts"] = t.codes, t.counts
-        meta = {"order": self.order, "vocab_size": self.vocab_size, "smoothing": self.smoothing,
-                "add_k": self.add_k, "discounts": {"raw": [t.discount for t in self.raw],
-                                                   "cont": [t.discount for t in self.cont]}}
+        meta = {
+            "order": self.order,
+            "vocab_size": self.vocab_size,
+            "smoothing": self.smoothing,
+            "add_k": self.add_k,
+            "discounts": {"raw": [t.discount for t in self.raw], "cont": [t.discount for t in self.cont]},
+        }
         with open(path, "wb") as f:
             np.savez_compressed(f, meta=np.asarray(json.dumps(meta)), **arrays)
 
@@ -228,16 +247,22 @@ class NGramLM:
             meta = json.loads(str(z["meta"]))
             tables = {}
             for name in ("raw", "cont"):
-                tables[name] = [_Table(z[f"{name}{m}_codes"], z[f"{name}{m}_counts"], d)
-                                for m, d in enumerate(meta["discounts"][name], start=1)]
+                tables[name] = [
+                    _Table(z[f"{name}{m}_codes"], z[f"{name}{m}_counts"], d)
+                    for m, d in enumerate(meta["discounts"][name], start=1)
+                ]
         return cls(meta["order"], meta["vocab_size"], meta["smoothing"], tables["raw"], tables["cont"], meta["add_k"])
 
     def __repr__(self) -> str:
-        return (f"NGramLM(order={self.order}, vocab_size={self.vocab_size}, smoothing={self.smoothing}, "
-                f"entries={self.n_entries:,})")
+        return (
+            f"NGramLM(order={self.order}, vocab_size={self.vocab_size}, smoothing={self.smoothing}, "
+            f"entries={self.n_entries:,})"
+        )
 
 
-@MODELS.register("ngram")
+@MODELS.register("ngram", reads=NGRAM_READS)
 def _no_module(cfg, *, rngs=None):
-    raise ValueError("model.kind='ngram' is count-based and has no nnx module or parameters to train: "
-                     "`transformer-jax train` fits it with transformer_jax.train.ngram.train_ngram")
+    raise ValueError(
+        "model.kind='ngram' is count-based and has no nnx module or parameters to train: "
+        "`transformer-jax train` fits it with transformer_jax.train.ngram.train_ngram"
+    )

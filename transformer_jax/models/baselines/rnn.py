@@ -15,6 +15,7 @@ inside a row (the forward state still flows through).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +23,13 @@ from flax import nnx
 from jax.nn import initializers
 from jaxtyping import Array, Float, Int
 
+from transformer_jax.core.registry import Registry
 from transformer_jax.models.baselines.common import OutputLayer, make_embed
-from transformer_jax.models.config import MODELS, ModelConfig
+from transformer_jax.models.kinds import MODELS, RNN_LM_READS
 from transformer_jax.ops.dropout import dropout
-from transformer_jax.registry import Registry
+
+if TYPE_CHECKING:
+    from transformer_jax.models.config import ModelConfig
 
 CELLS: Registry = Registry("RNN cell")
 
@@ -42,8 +46,9 @@ class _Cell(nnx.Module):
         init = initializers.uniform(2.0 / math.sqrt(H))
         shift = 1.0 / math.sqrt(H)
         self.hidden, self.dtype = H, dtype
-        self.w_x = nnx.Param(init(rngs.params(), (d_in, G, H), param_dtype) - shift,
-                             logical_axes=("embed", None, "mlp"))
+        self.w_x = nnx.Param(
+            init(rngs.params(), (d_in, G, H), param_dtype) - shift, logical_axes=("embed", None, "mlp")
+        )
         self.w_h = nnx.Param(init(rngs.params(), (H, G, H), param_dtype) - shift, logical_axes=(None, None, "mlp"))
         self.b_x = nnx.Param(jnp.zeros((G, H), param_dtype), logical_axes=(None, "mlp"))
 
@@ -133,7 +138,7 @@ def scan_cell(step, w: dict, xg_BTGH: Float[Array, "B T G H"], carry: dict, rese
     return carry, jnp.swapaxes(h_TBH, 0, 1)
 
 
-@MODELS.register("rnn_lm")
+@MODELS.register("rnn_lm", reads=RNN_LM_READS)
 class RNNLM(nnx.Module):
     """tokens -> embed -> ``n_layers`` LSTM/GRU layers (hidden size d_model) -> logits.
 
@@ -149,8 +154,19 @@ class RNNLM(nnx.Module):
         cell_cls = CELLS.get(cfg.baseline.cell)
         D = cfg.d_model
         self.embed = make_embed(cfg, rngs)
-        self.layers = nnx.List([cell_cls(D, D, forget_bias=cfg.baseline.forget_bias, dtype=cfg.compute_dtype,
-                                         param_dtype=cfg.params_dtype, rngs=rngs) for _ in range(cfg.n_layers)])
+        self.layers = nnx.List(
+            [
+                cell_cls(
+                    D,
+                    D,
+                    forget_bias=cfg.baseline.forget_bias,
+                    dtype=cfg.compute_dtype,
+                    param_dtype=cfg.params_dtype,
+                    rngs=rngs,
+                )
+                for _ in range(cfg.n_layers)
+            ]
+        )
         self.head = OutputLayer(cfg, D, self.embed, tie=cfg.tie_embeddings, rngs=rngs)
 
     def init_cache(self, batch: int, max_len: int | None = None, dtype=None) -> list[dict]:
@@ -181,8 +197,11 @@ class RNNLM(nnx.Module):
         tbptt = cfg.baseline.tbptt
         t = jnp.arange(T)
         cut_T = jnp.zeros((T,), bool) if tbptt is None else (t > 0) & (t % tbptt == 0)
-        keys = [None] * (len(self.layers) + 1) if dropout_key is None else \
-            list(jax.random.split(dropout_key, len(self.layers) + 1))
+        keys = (
+            [None] * (len(self.layers) + 1)
+            if dropout_key is None
+            else list(jax.random.split(dropout_key, len(self.layers) + 1))
+        )
         h = dropout(x_BTD, cfg.dropout, keys[0])
         new_cache = []
         for layer, carry, key in zip(self.layers, carries, keys[1:]):

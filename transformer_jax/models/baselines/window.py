@@ -10,6 +10,8 @@ learned ``boundary_embed`` vector, so every window has N entries.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -17,25 +19,34 @@ from jax.nn import initializers
 from jaxtyping import Array, Bool, Float, Int
 
 from transformer_jax.models.baselines.common import OutputLayer, make_embed
-from transformer_jax.models.config import MODELS, ModelConfig
+from transformer_jax.models.kinds import MODELS, WINDOW_LM_READS
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.ops.dropout import dropout
 
+if TYPE_CHECKING:
+    from transformer_jax.models.config import ModelConfig
 
-def window_stack(x_BSD: Float[Array, "B S D"], valid_BS: Bool[Array, "B S"], seg_BS: Int[Array, "B S"],
-                 boundary_D: Float[Array, "D"], N: int, T: int) -> Float[Array, "B T N D"]:
+
+def window_stack(
+    x_BSD: Float[Array, "B S D"],
+    valid_BS: Bool[Array, "B S"],
+    seg_BS: Int[Array, "B S"],
+    boundary_D: Float[Array, " D"],
+    N: int,
+    T: int,
+) -> Float[Array, "B T N D"]:
     """The N-token windows ending at each of the last T of S = N - 1 + T positions, oldest first;
     entries that are invalid or in another segment than the window's last token are ``boundary_D``."""
-    seg_BT = seg_BS[:, N - 1:]
+    seg_BT = seg_BS[:, N - 1 :]
     cols = []
     for i in range(N):  # i = N - 1 - (distance back from t)
-        x_BTD = x_BSD[:, i:i + T]
-        ok_BT = valid_BS[:, i:i + T] & (seg_BS[:, i:i + T] == seg_BT)
+        x_BTD = x_BSD[:, i : i + T]
+        ok_BT = valid_BS[:, i : i + T] & (seg_BS[:, i : i + T] == seg_BT)
         cols.append(jnp.where(ok_BT[..., None], x_BTD, boundary_D.astype(x_BTD.dtype)))
     return jnp.stack(cols, axis=2)
 
 
-@MODELS.register("window_lm")
+@MODELS.register("window_lm", reads=WINDOW_LM_READS)
 class WindowLM(nnx.Module):
     """``__call__(tokens_BT, ...) -> (logits_BTV, aux)``; decoding cache = the embeddings of the
     last N - 1 tokens (``init_cache``), so ``transformer_jax.decode.generate`` drives it."""
@@ -47,15 +58,28 @@ class WindowLM(nnx.Module):
         self.window = N = cfg.baseline.window
         D, F = cfg.d_model, cfg.resolved_d_ff
         self.embed = make_embed(cfg, rngs)
-        self.boundary_embed = nnx.Param(initializers.normal(cfg.init_std)(rngs.params(), (D,), cfg.params_dtype),
-                                  logical_axes=("embed",))
+        self.boundary_embed = nnx.Param(
+            initializers.normal(cfg.init_std)(rngs.params(), (D,), cfg.params_dtype), logical_axes=("embed",)
+        )
         dense = dict(use_bias=True, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
         self.hidden = nnx.List(
             [DenseGeneral((N, D), F, axes=(None, "embed", "mlp"), **dense)]
-            + [DenseGeneral(F, F, axes=(None, "mlp"), **dense) for _ in range(cfg.n_layers - 1)])
-        self.direct = DenseGeneral((N, D), cfg.vocab_size, axes=(None, "embed", "vocab"), use_bias=False,
-                                   kernel_init=initializers.zeros, dtype=cfg.compute_dtype,
-                                   param_dtype=cfg.params_dtype, rngs=rngs) if cfg.baseline.direct else None
+            + [DenseGeneral(F, F, axes=(None, "mlp"), **dense) for _ in range(cfg.n_layers - 1)]
+        )
+        self.direct = (
+            DenseGeneral(
+                (N, D),
+                cfg.vocab_size,
+                axes=(None, "embed", "vocab"),
+                use_bias=False,
+                kernel_init=initializers.zeros,
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.params_dtype,
+                rngs=rngs,
+            )
+            if cfg.baseline.direct
+            else None
+        )
         self.head = OutputLayer(cfg, F, self.embed, tie=cfg.tie_embeddings, rngs=rngs)
 
     def init_cache(self, batch: int, max_len: int | None = None, dtype=None) -> dict:

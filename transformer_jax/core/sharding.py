@@ -23,8 +23,9 @@ def _as_dict(rules: Rules) -> dict:
     return dict(rules.items()) if isinstance(rules, Mapping) else dict(rules)
 
 
-def logical_to_spec(axes: Sequence[str | None] | None, shape: Sequence[int], mesh_shape: Mapping[str, int],
-                    rules: Rules) -> P:
+def logical_to_spec(
+    axes: Sequence[str | None] | None, shape: Sequence[int], mesh_shape: Mapping[str, int], rules: Rules
+) -> P:
     """PartitionSpec for an array of ``shape`` whose dimensions have logical names ``axes``.
 
     A dimension stays replicated when its rule names no mesh axis of size > 1, when the mesh axes

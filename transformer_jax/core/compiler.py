@@ -37,7 +37,7 @@ from typing import Any
 
 import jax
 
-from transformer_jax import envflags
+from transformer_jax.core import envflags
 
 DEFAULTS_ENV = "TRANSFORMER_JAX_XLA_DEFAULTS"
 DONATE_ENV = "TRANSFORMER_JAX_DONATE"
@@ -53,8 +53,9 @@ def compiler_options(backend: str | None = None) -> dict[str, str] | None:
     if envflags.off(DEFAULTS_ENV):
         return None
     flags = os.environ.get("XLA_FLAGS", "")
-    options = {k: v for k, v in BACKEND_OPTIONS.get(backend or jax.default_backend(), {}).items()
-               if f"--{k}" not in flags}
+    options = {
+        k: v for k, v in BACKEND_OPTIONS.get(backend or jax.default_backend(), {}).items() if f"--{k}" not in flags
+    }
     return options or None
 
 
@@ -78,8 +79,11 @@ class _Jit:
     @property
     def jitted(self):
         if self._jitted is None:
-            kwargs = self._kwargs if donates() else {k: v for k, v in self._kwargs.items()
-                                                     if k not in ("donate_argnums", "donate_argnames")}
+            kwargs = (
+                self._kwargs
+                if donates()
+                else {k: v for k, v in self._kwargs.items() if k not in ("donate_argnums", "donate_argnames")}
+            )
             self._jitted = jax.jit(self._fun, compiler_options=compiler_options(), **kwargs)
         return self._jitted
 

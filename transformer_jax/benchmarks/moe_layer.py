@@ -8,7 +8,7 @@ auxiliary-loss-free bias (``bias[e] = skew * (2 e / (E - 1) - 1)``, not updated)
 initialisation the router's logits are small, so the bias decides the load. Also times the
 GEMM shapes one overflow tile and the first round run (``--gemms``)::
 
-    python experiments/bench/moe_layer.py --skews 0 0.0125 0.025 --gemms
+    python -m transformer_jax.benchmarks.moe_layer --skews 0 0.0125 0.025 --gemms
 
 Prints one line per variant and a JSON object last.
 """
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from transformer_jax import compiler
+from transformer_jax.core import compiler
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.nn.moe import MoE, MoESpec
 
@@ -89,8 +89,15 @@ def main():
     fns = {"dense": value_and_grad_fn(FeedForward(D, K * F, kind="gelu", rngs=nnx.Rngs(0)), lambda m, x: (m(x), {}))}
     load = {}
     for skew in a.skews:
-        spec = MoESpec(n_experts=E, top_k=K, d_expert=F, renormalize=True, balance_loss="switch",
-                       balance_coef=0.01, bias_update_rate=1e-3)
+        spec = MoESpec(
+            n_experts=E,
+            top_k=K,
+            d_expert=F,
+            renormalize=True,
+            balance_loss="switch",
+            balance_coef=0.01,
+            bias_update_rate=1e-3,
+        )
         moe = MoE(D, spec, rngs=nnx.Rngs(1))
         moe.bias[...] = jnp.asarray(skew * np.linspace(-1.0, 1.0, E), jnp.float32)
         name = f"moe skew {skew:g}"
@@ -100,9 +107,15 @@ def main():
     ms = time_alternating(fns, a.rounds, a.calls)
     out = {"tokens": a.batch * a.seq, "d_model": D, "d_expert": F, "experts": E, "top_k": K, "layer": {}}
     for k, v in ms.items():
-        out["layer"][k] = {"ms": round(v, 3), "ratio_to_dense": round(v / ms["dense"], 3),
-                           **({"load_max_over_mean": round(load[k], 3)} if k in load else {})}
-        print(f"{k:24s} {v:8.3f} ms  {v / ms['dense']:.2f}x dense" + (f"  load max/mean {load[k]:.2f}" if k in load else ""))
+        out["layer"][k] = {
+            "ms": round(v, 3),
+            "ratio_to_dense": round(v / ms["dense"], 3),
+            **({"load_max_over_mean": round(load[k], 3)} if k in load else {}),
+        }
+        print(
+            f"{k:24s} {v:8.3f} ms  {v / ms['dense']:.2f}x dense"
+            + (f"  load max/mean {load[k]:.2f}" if k in load else "")
+        )
     if a.gemms:
         mean = a.batch * a.seq * K // E
         g = gemm_ms([(mean // 4, D, F), (mean, D, F), (a.batch * a.seq, D, K * F)], a.rounds, 10 * a.calls)

@@ -1,4 +1,4 @@
-"""`transformer_jax.hostmem`: glibc malloc settings that stop per-step page faults of XLA:CPU."""
+"""`transformer_jax.cli.hostmem`: glibc malloc settings that stop per-step page faults of XLA:CPU."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from transformer_jax import hostmem
+from transformer_jax.cli import hostmem
 
 glibc = pytest.mark.skipif(not hostmem.applies({}), reason="needs Linux with glibc")
 
@@ -16,7 +16,7 @@ glibc = pytest.mark.skipif(not hostmem.applies({}), reason="needs Linux with gli
 # the last 10 rounds.
 _FAULTS = textwrap.dedent("""
     import ctypes, resource, sys, threading
-    from transformer_jax import hostmem
+    from transformer_jax.cli import hostmem
     if sys.argv[1] == "tuned":
         assert hostmem.tune_malloc()
     libc = ctypes.CDLL(None)
@@ -40,8 +40,7 @@ _FAULTS = textwrap.dedent("""
 
 def _faults(mode: str) -> int:
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", hostmem.ENV)}
-    out = subprocess.run([sys.executable, "-c", _FAULTS, mode], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", _FAULTS, mode], env=env, capture_output=True, text=True, check=True)
     return int(out.stdout.split()[-1])
 
 
@@ -70,8 +69,13 @@ def test_reexec_runs_the_same_command_under_python_m(monkeypatch):
     monkeypatch.setattr(hostmem, "applies", lambda environ=None: True)
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     hostmem.reexec_with_hugepages(["bench", "train", "--cfg", "small"])
-    assert calls == [(sys.executable, [sys.executable, "-m", "transformer_jax", "bench", "train", "--cfg", "small"],
-                      {**os.environ, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})]
+    assert calls == [
+        (
+            sys.executable,
+            [sys.executable, "-m", "transformer_jax", "bench", "train", "--cfg", "small"],
+            {**os.environ, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+        )
+    ]
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
     hostmem.reexec_with_hugepages(["train"])
     assert len(calls) == 1, "no second exec once the tunable is set"

@@ -1,4 +1,4 @@
-"""`transformer_jax.compiler`: per-backend XLA options on our jitted programs only."""
+"""`transformer_jax.core.compiler`: per-backend XLA options on our jitted programs only."""
 
 import functools
 
@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import compiler
+from transformer_jax.core import compiler
 
 YNN = "xla_cpu_experimental_ynn_fusion_type"
 
@@ -41,7 +41,7 @@ def test_jit_applies_the_options_to_its_program_only(monkeypatch):
 def test_jit_as_a_decorator_with_static_arguments():
     @functools.partial(compiler.jit, static_argnames=("power",))
     def f(x, *, power):
-        return x ** power
+        return x**power
 
     assert f.__name__ == "f"
     assert float(f(jnp.float32(3.0), power=2)) == 9.0 and float(f(jnp.float32(2.0), power=3)) == 8.0

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import jax
 
-from transformer_jax.registry import Registry
+from transformer_jax.core.registry import Registry
+from transformer_jax.eval.translation import validation_bleu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,7 +17,7 @@ class Task:
     name the batch arrays the loss compares against; ``tokens`` counts processed tokens.
 
     ``extra_eval(run, state, split, max_batches) -> dict`` (optional) adds task metrics to each
-    validation (e.g. BLEU for translation); ``run`` is the ``train.loop.Run``.
+    validation (e.g. BLEU for translation); ``run`` is a ``train.loop.Run`` (duck-typed).
     """
 
     forward: Callable
@@ -27,22 +28,23 @@ class Task:
 
 
 def _lm_forward(model, batch, dropout_key: jax.Array | None):
-    return model(batch["inputs"], positions_BT=batch["positions"], segment_ids_BT=batch["segment_ids"],
-                 dropout_key=dropout_key)
+    return model(
+        batch["inputs"], positions_BT=batch["positions"], segment_ids_BT=batch["segment_ids"], dropout_key=dropout_key
+    )
 
 
 def _seq2seq_forward(model, batch, dropout_key: jax.Array | None):
-    return model(batch["src"], batch["tgt_in"], src_segment_ids_BS=batch["src_segment_ids"],
-                 tgt_segment_ids_BT=batch["tgt_segment_ids"], src_positions_BS=batch["src_positions"],
-                 tgt_positions_BT=batch["tgt_positions"], dropout_key=dropout_key)
-
-
-def _seq2seq_bleu(run, state, split: str, max_batches: int | None) -> dict:
-    from transformer_jax.eval.translation import validation_bleu
-
-    return validation_bleu(run, state, split, max_batches)
+    return model(
+        batch["src"],
+        batch["tgt_in"],
+        src_segment_ids_BS=batch["src_segment_ids"],
+        tgt_segment_ids_BT=batch["tgt_segment_ids"],
+        src_positions_BS=batch["src_positions"],
+        tgt_positions_BT=batch["tgt_positions"],
+        dropout_key=dropout_key,
+    )
 
 
 TASKS: Registry[Task] = Registry("task")
 TASKS.register("lm", Task(_lm_forward, targets="targets", tokens="inputs"))
-TASKS.register("seq2seq", Task(_seq2seq_forward, targets="tgt_out", tokens="tgt_in", extra_eval=_seq2seq_bleu))
+TASKS.register("seq2seq", Task(_seq2seq_forward, targets="tgt_out", tokens="tgt_in", extra_eval=validation_bleu))

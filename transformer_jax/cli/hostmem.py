@@ -31,7 +31,7 @@ import os
 import platform
 import sys
 
-from transformer_jax import envflags
+from transformer_jax.core import envflags
 
 ENV = "TRANSFORMER_JAX_MALLOC"
 TUNABLE = "glibc.malloc.hugetlb"
@@ -53,8 +53,7 @@ def tune_malloc() -> bool:
     if not applies():
         return False
     libc = ctypes.CDLL(None)
-    ok = [libc.mallopt(M_MMAP_MAX, 0), libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-          libc.mallopt(M_TOP_PAD, TOP_PAD)]
+    ok = [libc.mallopt(M_MMAP_MAX, 0), libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD), libc.mallopt(M_TOP_PAD, TOP_PAD)]
     return all(r == 1 for r in ok)
 
 

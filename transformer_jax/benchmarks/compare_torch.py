@@ -4,8 +4,8 @@ For each figure the two programs run as A B A B ... (``--pairs`` pairs, at least
 fresh process on the same machine, and the median of each side and the median ratio (ours over
 theirs; higher is better for tokens/s) are printed; the last line is one JSON object::
 
-    python experiments/bench/compare_torch.py                   # train small + medium, decode
-    python experiments/bench/compare_torch.py --what train --cfg small --pairs 5
+    python -m transformer_jax.benchmarks.compare_torch                   # train small + medium, decode
+    python -m transformer_jax.benchmarks.compare_torch --what train --cfg small --pairs 5
 
 ``train``: ``transformer-jax bench train --cfg C`` vs ``torch_gpt.py speed --cfg C`` (tokens/s,
 step ms). ``decode``: ``transformer-jax bench decode`` already alternates with torch_gpt.py
@@ -46,10 +46,14 @@ def compare_train(cfg: str, pairs: int, steps: int | None) -> dict:
     mine, theirs = [], []
     for i in range(pairs):
         mine.append(last_json(ours("train", "--cfg", cfg, *n)))
-        theirs.append(last_json([sys.executable, str(torch), "speed", "--cfg", cfg, "--threads",
-                                 str(os.cpu_count()), *n]))
-        print(f"train {cfg} pair {i + 1}: ours {mine[-1]['tokens_per_s']:.0f} tok/s, "
-              f"torch {theirs[-1]['tokens_per_s']:.0f} tok/s", flush=True)
+        theirs.append(
+            last_json([sys.executable, str(torch), "speed", "--cfg", cfg, "--threads", str(os.cpu_count()), *n])
+        )
+        print(
+            f"train {cfg} pair {i + 1}: ours {mine[-1]['tokens_per_s']:.0f} tok/s, "
+            f"torch {theirs[-1]['tokens_per_s']:.0f} tok/s",
+            flush=True,
+        )
     out = {"cfg": cfg, "pairs": pairs}
     for key in ("tokens_per_s", "step_ms"):
         a, b = [r[key] for r in mine], [r[key] for r in theirs]

@@ -1,0 +1,122 @@
+"""No setting silently dropped: repeated ``--set`` accumulate, a field the chosen variant does not
+read is an error naming field and variant, an optional group is never switched on by the way, and
+every experiment file sets only fields its variants read."""
+
+import glob
+import os
+import warnings
+
+import pytest
+
+from transformer_jax.core import configlib
+from transformer_jax.core.configlib import ConfigError, ConfigWarning
+from transformer_jax.core.overrides import apply_overrides, parse_overrides
+from transformer_jax.core.registry import Registry
+from transformer_jax.models import BaselineConfig, ModelConfig, baseline_model_config
+from transformer_jax.train.config import Config
+from transformer_jax.train.experiment import load_experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "tests", "train", "tiny_experiment.py")
+SCRIPTS = {"soak_interruptions.py"}  # experiments/ files that are scripts, not configs
+
+
+def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
+    from transformer_jax.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["train", "--config", TINY, "--workdir", "w", "--set", "train.steps=3", "--set", "model.n_layers=1"]
+    )
+    assert args.set == ["train.steps=3", "model.n_layers=1"]
+    cfg = load_experiment(TINY, args.set)
+    assert cfg.train.steps == 3 and cfg.model.n_layers == 1  # both groups applied, not only the last
+    with pytest.warns(ConfigWarning, match=r"--set train.steps is given twice \('3', then '5'\); using '5'"):
+        assert load_experiment(TINY, ["train.steps=3", "model.n_layers=1", "train.steps=5"]).train.steps == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert parse_overrides(["a=1", "a=1"]) == {"a": "1"}  # the same value twice is no conflict
+
+
+@pytest.mark.parametrize(
+    "sets,field,variant",
+    [
+        (["data.path=MY.txt"], "data.path='MY.txt'", "data.dataset='shakespeare'"),
+        (["model.rope_theta=500000"], "model.rope_theta=500000.0", "model.position='learned'"),
+        (["model.position=rope", "model.rope_scaling_factor=4"], "model.rope_scaling_factor=4.0",
+         "model.rope_scaling='none'"),
+        (["model.attention_window=16"], "model.attention_window=16", "model.attention_kind='softmax'"),
+        (["model.attention_block_size=128"], "model.attention_block_size=128", "model.attention_impl='xla'"),
+        (["model.relative_buckets=16"], "model.relative_buckets=16", "model.position='learned'"),
+        (["data.vocab_size=500"], "data.vocab_size=500", "data.tokenizer='char'"),
+        (["data.document_split=line"], "data.document_split='line'", "data.packing='stream'"),
+        (["train.optim.momentum=0.5"], "train.optim.momentum=0.5", "train.optim.optimizer='adamw'"),
+        (["train.optim.schedule=constant", "train.optim.min_lr=0"], "train.optim.min_lr=0.0",
+         "train.optim.schedule='constant'"),
+        (["train.nonfinite=halt", "train.max_consecutive_skips=3"], "train.max_consecutive_skips=3",
+         "train.nonfinite='halt'"),
+        (["model.rope_theta=10000"], "model.rope_theta=10000.0", "model.position='learned'"),  # default, but given
+    ],
+)  # fmt: skip
+def test_a_set_field_the_variant_does_not_read_is_an_error_naming_both(sets, field, variant):
+    with pytest.raises(ConfigError) as err:
+        load_experiment(TINY, sets)
+    message = str(err.value)
+    assert field in message and f"is not read with {variant}" in message, message
+
+
+def test_a_non_default_unread_field_in_an_experiment_file_is_an_error(tmp_path):
+    path = tmp_path / "exp.py"
+    path.write_text(
+        "import dataclasses\n"
+        "from transformer_jax.train.config import Config\n"
+        "from transformer_jax.models import ModelConfig\n"
+        "def get_config():\n"
+        "    return Config(model=ModelConfig(position='sinusoidal', rope_theta=500000.0))\n"
+    )
+    with pytest.raises(ConfigError, match=r"model.rope_theta=500000.0 is not read with model.position='sinusoidal'"):
+        load_experiment(str(path))
+
+
+def test_baseline_kinds_refuse_transformer_fields():
+    model = baseline_model_config("ngram", vocab_size=10, n_heads=8)
+    problems = configlib.unread_fields(Config(model=model), explicit=())
+    assert any("model.n_heads=8 is not read with model.kind='ngram'" in p for p in problems), problems
+    add_k = baseline_model_config("ngram", BaselineConfig(smoothing="add_k", discount=0.5), vocab_size=10)
+    problems = configlib.unread_fields(Config(model=add_k))
+    assert any("model.baseline.discount=0.5 is not read with model.baseline.smoothing='add_k'" in p for p in problems)
+
+
+def test_an_optional_group_is_never_switched_on_by_setting_its_fields():
+    with pytest.raises(ConfigError, match=r"model.moe is None \(off\).*--set model.moe=on"):
+        load_experiment(TINY, ["model.moe.top_k=1"])
+    cfg = load_experiment(TINY, ["model.moe=on", "model.moe.top_k=1"])
+    assert cfg.model.moe is not None and cfg.model.moe.top_k == 1 and cfg.model.moe.n_experts == 8
+    assert apply_overrides(cfg, ["model.moe=none"]).model.moe is None
+
+
+def test_registry_reads_and_governed_fields():
+    reg = Registry("thing")
+    reg.register("a", 1, reads=("x", "y"))
+    reg.register("b", 2, reads=("y",))
+    reg.register("c", 3)
+    assert reg.reads("a") == ("x", "y") and reg.reads("c") == () and reg.governed() == ("x", "y")
+    with pytest.raises(KeyError, match="unknown thing 'd'"):
+        reg.reads("d")
+
+
+def test_default_model_config_has_nothing_unread():
+    assert configlib.unread_fields(ModelConfig()) == [] and configlib.unread_fields(Config()) == []
+
+
+EXPERIMENTS = sorted(p for p in glob.glob(os.path.join(ROOT, "experiments", "*.py")))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=os.path.basename)
+def test_every_experiment_file_loads_cleanly(path):
+    if os.path.basename(path) in SCRIPTS:
+        assert "def get_config" not in open(path).read()  # noqa: SIM115
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        cfg = load_experiment(path)
+    assert configlib.unread_fields(cfg) == []

@@ -1,0 +1,169 @@
+"""Training runs of a notebook: the Shakespeare recipe, runs as loss curves, reuse of finished runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import shutil
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from transformer_jax.ablation.paths import REUSE_ENV, START_COMMIT, _flag, pick, runs_dir, smoke
+from transformer_jax.core import configlib
+from transformer_jax.train.config import Config
+
+
+def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any) -> Config:
+    """nanoGPT's character-level Shakespeare recipe (``experiments/shakespeare_char.py``: 4 layers,
+    d_model 128, context 64, batch 12, AdamW 1e-3 cosine) with ``steps`` steps; in SMOKE mode a
+    1-layer d_model 32 model, 5 warm-up steps and a few validation batches. ``model``: a
+    ``ModelConfig`` to use instead; ``train``: `TrainConfig` fields to override."""
+    from transformer_jax.data import DataConfig
+    from transformer_jax.models import get_preset
+    from transformer_jax.train.config import TrainConfig
+    from transformer_jax.train.optim import OptimConfig
+
+    if model is None:
+        model = get_preset("nanogpt_char", max_len=64, dropout=0.0)
+        if smoke():
+            model = dataclasses.replace(model, d_model=32, n_heads=2, d_ff=64, n_layers=1)
+    optim = OptimConfig(
+        optimizer="adamw",
+        lr=1e-3,
+        schedule="cosine",
+        warmup_steps=pick(smoke=5, full=100),
+        min_lr=1e-4,
+        b1=0.9,
+        b2=0.99,
+        weight_decay=0.1,
+        grad_clip=1.0,
+    )
+    fields = dict(
+        steps=steps,
+        batch_size=12,
+        eval_every=max(1, pick(smoke=steps // 2, full=250)),
+        eval_batches=pick(smoke=4, full=None),
+        log_every=pick(smoke=5, full=25),
+        checkpoint_every=steps,
+        sample_tokens=0,
+        optim=optim,
+    )
+    fields.update(train)
+    return Config(
+        name=name,
+        model=model,
+        data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=64),
+        train=TrainConfig(**fields),
+    )
+
+
+@dataclasses.dataclass
+class Curves:
+    """One training run: train loss by step, validation loss by step, the final summary."""
+
+    name: str
+    steps: list[int]
+    train_loss: list[float]
+    val_steps: list[int]
+    val_loss: list[float]
+    summary: dict[str, Any]
+    workdir: str
+
+    @property
+    def final_val(self) -> float:
+        return self.val_loss[-1] if self.val_loss else math.nan
+
+    @property
+    def diverged(self) -> bool:
+        """A non-finite or exploded final loss, or training halted on non-finite values."""
+        last = self.train_loss[-1] if self.train_loss else math.nan
+        return not math.isfinite(last) or not math.isfinite(self.final_val) or bool(self.summary.get("halted"))
+
+
+def read_curves(workdir: str, name: str = "", summary: dict | None = None) -> Curves:
+    """`Curves` from the ``metrics.jsonl`` of a training run."""
+    from transformer_jax.train.metrics import read_metrics
+
+    steps, train, val_steps, val = [], [], [], []
+    for rec in read_metrics(workdir):
+        if "train/loss" in rec:
+            steps.append(rec["step"])
+            train.append(float(rec["train/loss"]))
+        if "val/loss" in rec:
+            val_steps.append(rec["step"])
+            val.append(float(rec["val/loss"]))
+    return Curves(name or os.path.basename(workdir), steps, train, val_steps, val, summary or {}, workdir)
+
+
+def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: bool = True) -> Curves:
+    """Trains ``cfg`` from scratch in ``runs_dir(notebook)/name`` (removed first when ``fresh``)
+    and returns its `Curves`. A run that stops on non-finite losses (``train.nonfinite``) is
+    returned with ``summary["halted"]`` and its message instead of raising: divergence is a
+    result here.
+
+    With ``TRANSFORMER_JAX_REUSE_RUNS=1`` a finished run already in that folder is read back
+    instead of retrained, but only when its saved ``config.json`` equals ``cfg`` and its metrics
+    reach ``cfg.train.steps`` (re-running a notebook's analysis after a change that does not touch
+    training); `save_results` then lists it under ``reused_runs``."""
+    from transformer_jax.train.actions import NonFiniteError
+    from transformer_jax.train.loop import train
+
+    workdir = runs_dir(notebook) / name
+    if _flag(REUSE_ENV) and (reused := _finished_run(cfg, workdir, name)) is not None:
+        _REUSED[name] = reused.summary["reused_from"]
+        return reused
+    if fresh and workdir.exists():
+        shutil.rmtree(workdir)
+    t0 = time.time()
+    try:
+        summary = train(cfg, str(workdir))
+    except NonFiniteError as err:
+        summary = {"halted": True, "error": str(err), "wall_s": time.time() - t0}
+    (workdir / SUMMARY_FILE).write_text(json.dumps({**summary, "git_commit": START_COMMIT}, default=str) + "\n")
+    return read_curves(str(workdir), name, summary)
+
+
+SUMMARY_FILE = "ablation_summary.json"
+_REUSED: dict[str, str] = {}
+
+
+def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | None:
+    """`Curves` of a finished run of exactly ``cfg`` in ``workdir``, else None."""
+    try:
+        saved = json.loads((workdir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    wanted = json.loads(json.dumps(configlib.to_dict(cfg)))
+    for d in (saved, wanted):  # training sets the vocabulary size from the data, which is compared
+        d.get("model", {}).pop("vocab_size", None)
+    if saved != wanted:
+        return None
+    try:
+        summary = json.loads((workdir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        summary = {}
+    curves = read_curves(str(workdir), name, summary)
+    if not summary.get("halted") and (not curves.steps or curves.steps[-1] < cfg.train.steps):
+        return None
+    mtime = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime((workdir / "config.json").stat().st_mtime))
+    curves.summary["reused_from"] = (
+        f"{workdir} (trained {mtime} UTC, commit {summary.get('git_commit', 'not recorded')})"
+    )
+    return curves
+
+
+def eval_loss(workdir: str, overrides: Sequence[str] = (), split: str = "val", max_batches: int | None = None) -> float:
+    """Validation loss (nats per token) of a run's latest checkpoint, evaluated with ``--set``
+    style ``overrides`` of its saved config (e.g. ``model.causal=true`` or a longer
+    ``data.seq_len``); the parameters must still fit the changed model."""
+    from transformer_jax.eval.perplexity import split_perplexity
+    from transformer_jax.train.experiment import workdir_config
+    from transformer_jax.train.run import setup
+
+    run, _ = setup(workdir_config(workdir, list(overrides)), workdir)
+    run.checkpoints.close()
+    return split_perplexity(run, split, pick(smoke=4, full=max_batches))["loss"]

@@ -1,0 +1,155 @@
+"""``--set key.sub=value`` overrides of a frozen config dataclass.
+
+Every override is applied (a repeated key warns, and the later value wins); all overrides of one
+section are applied together, so ``data.dataset=text data.path=FILE`` is validated as a whole. An
+optional group of settings (``model.moe``, ``model.baseline``) that is None is turned on with
+``model.moe=on`` (its defaults) and off with ``model.moe=none``; setting ``model.moe.FIELD``
+while the group is off is an error, never a silent switch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from transformer_jax.core.configlib import ConfigError, ConfigWarning, dataclass_in, field_paths
+
+ON_WORDS = ("on", "true", "default", "defaults")
+_SELF = ""  # key of a group's own value ("model.moe=on") inside its node
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, str]:
+    """``{"train.steps": "500", ...}`` in the given order; a repeated key warns and the later one wins."""
+    out: dict[str, str] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=500")
+        key, text = (part.strip() for part in item.split("=", 1))
+        if not key:
+            raise ConfigError(f"--set {item!r}: the key before '=' is empty")
+        if key in out and out[key] != text:
+            warnings.warn(
+                f"--set {key} is given twice ({out[key]!r}, then {text!r}); using {text!r}", ConfigWarning, stacklevel=3
+            )
+        out.pop(key, None)
+        out[key] = text
+    return out
+
+
+def apply_overrides(cfg: Any, overrides: Sequence[str]) -> Any:
+    """``cfg`` with ``key.sub=value`` overrides applied; unknown keys raise a ``ConfigError``
+    naming the nearest valid keys."""
+    tree: dict = {}
+    for key, text in parse_overrides(overrides).items():
+        node = tree
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if isinstance(child, tuple):  # "model.moe=on" given before "model.moe.top_k=1"
+                child = node[part] = {_SELF: child}
+            node = child
+        leaf = parts[-1]
+        if isinstance(node.get(leaf), dict):
+            node[leaf][_SELF] = (text, key)
+        else:
+            node[leaf] = (text, key)
+    return _apply(cfg, tree, "")
+
+
+def _first_key(node) -> str:
+    return node[1] if isinstance(node, tuple) else _first_key(next(iter(node.values())))
+
+
+def _unknown_key(cfg: Any, node, prefix: str) -> ConfigError:
+    full = _first_key(node)
+    valid = [prefix + v for v in field_paths(type(cfg))]
+    close = difflib.get_close_matches(full, valid, n=3, cutoff=0.6)
+    if not close:
+        by_leaf = {v.split(".")[-1]: v for v in valid}
+        close = [by_leaf[c] for c in difflib.get_close_matches(full.split(".")[-1], list(by_leaf), n=3, cutoff=0.6)]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return ConfigError(f"unknown config key {full!r}{hint}")
+
+
+def _apply(cfg: Any, tree: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(type(cfg))
+    names = {f.name for f in dataclasses.fields(cfg)}
+    changes = {}
+    for name, node in tree.items():
+        if name not in names:
+            raise _unknown_key(cfg, node, prefix)
+        if isinstance(node, tuple):
+            value = parse_value(node[0], hints[name], node[1])
+            keep = dataclasses.is_dataclass(value) and getattr(cfg, name) is not None
+            changes[name] = getattr(cfg, name) if keep else value
+            continue
+        sub = getattr(cfg, name)
+        if _SELF in node:
+            turned = parse_value(node[_SELF][0], hints[name], node[_SELF][1])
+            sub = sub if turned is not None and sub is not None else turned  # "=on" keeps what is on
+            node = {k: v for k, v in node.items() if k != _SELF}
+            if not node:
+                changes[name] = sub
+                continue
+        if sub is None:
+            if dataclass_in(hints[name]) is None:
+                raise ConfigError(f"{prefix}{name} has no sub-fields (while setting {_first_key(node)})")
+            raise ConfigError(
+                f"--set {_first_key(node)}: {prefix}{name} is None (off), so its fields are not read; "
+                f"turn it on with --set {prefix}{name}=on (its defaults), then set its fields"
+            )
+        if not dataclasses.is_dataclass(sub):
+            raise ConfigError(f"{_first_key(node)}: {prefix}{name} is a plain value, not a group of settings")
+        changes[name] = _apply(sub, node, f"{prefix}{name}.")
+    return dataclasses.replace(cfg, **changes)
+
+
+def parse_value(text: str, hint: Any, path: str) -> Any:
+    """Parses a ``--set`` value as the field's annotated type (int, float, bool, str, tuple, None,
+    or ``on`` for an optional group of settings: its defaults)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if text.lower() in ("none", "null", "off") and type(None) in args:
+            return None
+        group = next((a for a in args if dataclasses.is_dataclass(a) and isinstance(a, type)), None)
+        if group is not None and text.lower() in ON_WORDS:
+            return group()
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return parse_value(text, arg, path)
+            except (ConfigError, ValueError) as e:
+                errors.append(str(e))
+        raise ConfigError(f"{path}={text!r}: cannot parse as {hint} ({'; '.join(errors)})")
+    if origin is tuple:
+        items = [t for t in text.split(",") if t.strip()] if text.strip() not in ("", "()") else []
+        item_hint = args[0] if args else str
+        return tuple(parse_value(t.strip(), item_hint, path) for t in items)
+    if hint is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{path}={text!r}: expected a boolean (true/false)")
+    if hint is int:
+        try:
+            return int(text.replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{path}={text!r}: expected an integer") from None
+    if hint is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{path}={text!r}: expected a number") from None
+    if hint is str or hint is Any:
+        return text
+    if dataclasses.is_dataclass(hint):
+        raise ConfigError(f"{path} is a group of settings; set its fields, e.g. {path}.<field>=...")
+    return text

@@ -1,0 +1,60 @@
+"""The data choices by name (``data.dataset``, ``data.tokenizer``, ``data.packing``) and the
+``DataConfig`` fields each reads, so that ``DataConfig`` validates names without importing the
+pipeline. The pipeline registers its implementations under the same names (``sources.DATASETS``,
+``tokenizers.TOKENIZERS``, ``lm.PACKINGS``); a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from transformer_jax.core.registry import Registry
+from transformer_jax.data.synthetic import TASKS
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetVariant:
+    """``task``: ``lm`` | ``seq2seq`` | ``synthetic`` (``data.task_format`` decides) | ``catalog``
+    (TFDS: seq2seq for translation catalogs, else lm); ``required``: the field that must be set and
+    what to give it."""
+
+    task: str
+    required: tuple[str, str] | None = None
+
+
+_CORPUS = ("tokenizer", "tokenizer_max_records", "decode_errors", "cache_dir", "max_records_in_memory")
+_TEXT = (*_CORPUS, "packing", "val_path", "val_fraction", "chunk_chars")
+_SYNTHETIC = ("task_format", "synthetic_train_size", "synthetic_val_size", "synthetic_min_len",
+              "synthetic_max_len", "synthetic_vocab")  # fmt: skip
+
+DATASET_VARIANTS: Registry[DatasetVariant] = Registry("dataset")
+DATASET_VARIANTS.register("shakespeare", DatasetVariant("lm"), reads=_TEXT)
+DATASET_VARIANTS.register(
+    "text", DatasetVariant("lm", ("path", "a text file, comma-separated files or a directory")), reads=(*_TEXT, "path")
+)
+DATASET_VARIANTS.register(
+    "parallel",
+    DatasetVariant("seq2seq", ("dir", "a directory with train.SRC/train.TGT (optionally .gz) and val.*")),
+    reads=(*_CORPUS, "dir", "src_lang", "tgt_lang", "val_fraction"),
+)
+DATASET_VARIANTS.register(
+    "tfds",
+    DatasetVariant("catalog", ("tfds_name", "a TFDS catalog name such as tiny_shakespeare")),
+    reads=(*_CORPUS, "packing", "tfds_name", "tfds_download", "src_lang", "tgt_lang"),
+)
+for _task in TASKS:
+    DATASET_VARIANTS.register(_task, DatasetVariant("synthetic"), reads=_SYNTHETIC)
+
+TOKENIZER_VARIANTS: Registry[str] = Registry("tokenizer")
+TOKENIZER_VARIANTS.register("char", "one id per character of the training split")
+TOKENIZER_VARIANTS.register("byte", "one id per UTF-8 byte")
+TOKENIZER_VARIANTS.register(
+    "sentencepiece",
+    "BPE or unigram pieces trained on the training split",
+    reads=("vocab_size", "sp_model_type", "sp_byte_fallback", "sp_character_coverage", "sp_max_sentences"),
+)
+TOKENIZER_VARIANTS.register("symbols", "the synthetic tasks' symbols (set by them)")
+
+PACKING_VARIANTS: Registry[str] = Registry("packing")
+PACKING_VARIANTS.register("stream", "concatenate the split, cut windows (random offset per epoch)")
+PACKING_VARIANTS.register("documents", "first-fit packing of whole documents", reads=("document_split",))

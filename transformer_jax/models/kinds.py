@@ -1,0 +1,27 @@
+"""The model kinds: ``MODELS`` maps ``model.kind`` to its model class (each registers itself with
+the ``ModelConfig`` fields it reads, so a setting its kind ignores is an error, not a no-op)."""
+
+from __future__ import annotations
+
+from transformer_jax.core.registry import Registry
+
+MODELS: Registry = Registry("model kind")
+TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
+
+ENCODER_DECODER_READS = (
+    "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "n_encoder_layers", "max_len",
+    "placement", "norm", "norm_eps", "norm_bias", "position", "rope_theta", "rope_pairing", "rope_scaling",
+    "rope_scaling_factor", "rope_original_max_len", "relative_buckets", "relative_max_distance", "ffn", "use_bias",
+    "tie_embeddings", "scale_embeddings", "share_embeddings", "dropout", "attention_kind", "attention_impl",
+    "attention_window", "attention_block_size", "attention_scale", "causal", "init", "init_std", "scan_layers",
+    "remat", "dtype", "param_dtype", "moe",
+)  # fmt: skip
+DECODER_LM_READS = tuple(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings"))
+_NEURAL_BASELINE = (
+    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init_std", "tie_embeddings", "dtype", "param_dtype",
+    "position", "baseline",
+)  # fmt: skip
+WINDOW_LM_READS = (*_NEURAL_BASELINE, "baseline.window", "baseline.direct")
+RNN_LM_READS = (*_NEURAL_BASELINE, "baseline.cell", "baseline.tbptt", "baseline.forget_bias")
+NGRAM_READS = ("vocab_size", "position", "baseline", "baseline.ngram_order", "baseline.smoothing",
+               "baseline.discount", "baseline.add_k")  # fmt: skip

@@ -1,0 +1,1 @@
+"""Thin flax.nnx modules that own parameters (with logical axis names) and call ``transformer_jax.ops``."""

@@ -1,0 +1,1 @@
+"""Training: optimizer factory, train step, the loop of periodic actions, Orbax checkpoints, metrics."""

@@ -1,0 +1,245 @@
+"""The training loop's periodic actions: log, validate, stop (signal, budget), checkpoint, sample.
+
+Each action owns its schedule and its bookkeeping. After every step the loop calls
+``after_step`` on each action, then ``run`` on those that are ``due``; when the loop ends (steps
+done or a stop requested) it calls ``finish`` on each, in order. The loop (``train.loop.Trainer``)
+only steps; actions read what they need from it (``loop.state``, ``loop.run_``, ``loop.tc``,
+``loop.writer``, ``loop.bar``) and ask it to stop with ``loop.stop(reason)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from transformer_jax.train.checkpoint import all_finite
+
+log = logging.getLogger("transformer_jax.train")
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced non-finite loss or gradients under ``train.nonfinite='halt'`` (or too
+    many consecutive skips)."""
+
+
+class Action:
+    """Runs every ``every`` steps (0 or None: only through ``after_step``/``finish``)."""
+
+    every: int | None = None
+
+    def due(self, loop, step: int) -> bool:
+        return bool(self.every) and step % self.every == 0
+
+    def after_step(self, loop, step: int, metrics: dict) -> None:
+        """Called after every step, before any ``run``."""
+
+    def run(self, loop, step: int) -> None:
+        """The periodic work."""
+
+    def finish(self, loop, step: int) -> None:
+        """Called once when the loop ends at ``step``."""
+
+
+def reduce_metrics(metrics: list[dict]) -> dict[str, Any]:
+    """Token-weighted means of the sums, last values of the rest, over a logging interval."""
+    weight = sum(float(m["weight_sum"]) for m in metrics)
+    out = {
+        "loss": sum(float(m["loss_sum"]) for m in metrics) / max(weight, 1.0),
+        "objective": sum(float(m["objective_sum"]) for m in metrics) / max(weight, 1.0),
+        "accuracy": sum(float(m["correct_sum"]) for m in metrics) / max(weight, 1.0),
+        "finite": all(bool(m["finite"]) for m in metrics),
+    }
+    out["perplexity"] = math.exp(min(out["loss"], 700.0))
+    for k, v in metrics[-1].items():
+        if k not in ("loss_sum", "objective_sum", "correct_sum", "weight_sum", "finite", "nonfinite_grads"):
+            out[k] = np.asarray(v).tolist()
+    out["nonfinite_grads"] = next((m["nonfinite_grads"] for m in metrics if not bool(m["finite"])), None)
+    return out
+
+
+def check_finite(logged: dict, step: int, tc) -> None:
+    """Warns about a skipped non-finite step, or raises `NonFiniteError` (``halt``, too many skips)."""
+    bad_tree = logged.pop("nonfinite_grads")
+    if logged["finite"]:
+        return
+    names = [jax.tree_util.keystr(p) for p, bad in jax.tree_util.tree_flatten_with_path(bad_tree)[0] if bad]
+    where = (
+        f"non-finite gradients in {len(names)} parameters: {', '.join(names[:10])}" if names else "a non-finite loss"
+    )
+    if tc.nonfinite == "halt":
+        raise NonFiniteError(
+            f"step {step}: {where}; the update was not applied and no checkpoint of it was "
+            "written. Lower train.optim.lr, check the data, or set train.nonfinite=skip"
+        )
+    log.warning("step %d: %s; update skipped (%d in a row)", step, where, logged["skips"])
+    if logged["skips"] >= tc.max_consecutive_skips:
+        raise NonFiniteError(
+            f"step {step}: {logged['skips']} consecutive non-finite steps ({where}); halting. "
+            "Lower train.optim.lr or check the data"
+        )
+
+
+class Log(Action):
+    """Train metrics every ``log_every`` steps (every step under ``nonfinite='halt'``, which must
+    see each step's finiteness) and at the last step; tokens/s and MFU over the interval, excluding
+    the compiling first step and the time other actions took (``exclude``)."""
+
+    def __init__(self, tc, *, tokens_key: str, flops_per_token: float, peak_flops: float | None, start_step: int):
+        self.every, self.tc, self.tokens_key = tc.log_every, tc, tokens_key
+        self.flops_per_token, self.peak = flops_per_token, peak_flops
+        self.pending: list[dict] = []
+        self.since_step, self.since_time, self.excluded = start_step, time.time(), 0.0
+        self.tokens_per_step = 0
+        self.train_loss = float("nan")
+        self.compile_s: float | None = None
+
+    def due(self, loop, step: int) -> bool:
+        return self.tc.nonfinite == "halt" or step % self.every == 0 or step == self.tc.steps
+
+    def after_step(self, loop, step: int, metrics: dict) -> None:
+        self.pending.append(metrics)
+        self.tokens_per_step = loop.batch[self.tokens_key].size
+        if self.compile_s is None:
+            jax.block_until_ready(loop.state.step)
+            self.compile_s = time.time() - loop.step_started
+            self.since_step, self.since_time, self.excluded = step, time.time(), 0.0
+
+    def exclude(self, seconds: float) -> None:
+        self.excluded += seconds
+
+    def run(self, loop, step: int) -> None:
+        logged = reduce_metrics(jax.device_get(self.pending))  # waits for the interval's steps
+        now = time.time()
+        elapsed = max(now - self.since_time - self.excluded, 1e-9)
+        tok_s = self.tokens_per_step * (step - self.since_step) / elapsed if step > self.since_step else None
+        check_finite(logged, step, self.tc)
+        self.train_loss = logged["loss"]
+        mfu = tok_s * self.flops_per_token / self.peak if self.peak and tok_s is not None else None
+        logged.update(tokens_per_s=tok_s, mfu=mfu)
+        loop.writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
+        loop.bar.update(step, loss=self.train_loss, **({} if tok_s is None else {"tok_s": tok_s}))
+        self.pending, self.since_step, self.since_time, self.excluded = [], step, now, 0.0
+
+    def finish(self, loop, step: int) -> None:
+        if self.pending:
+            self.run(loop, step)
+
+
+class Validate(Action):
+    """Validation every ``eval_every`` steps, at the last step, and when the run stops early."""
+
+    def __init__(self, tc):
+        self.every, self.tc = tc.eval_every, tc
+        self.latest: dict[str, float] | None = None
+        self.at: int | None = None
+
+    def due(self, loop, step: int) -> bool:
+        return step % self.every == 0 or step == self.tc.steps
+
+    def run(self, loop, step: int) -> None:
+        t0 = time.time()
+        result = loop.validate(loop.state)
+        loop.writer.write(step, {f"val/{k}": v for k, v in result.items()})
+        loop.bar.write(f"step {step}: " + ", ".join(f"val {k} {v:.4f}" for k, v in result.items() if k != "tokens"))
+        self.latest, self.at = result, step
+        loop.log.exclude(time.time() - t0)
+
+    def finish(self, loop, step: int) -> None:
+        if loop.stop_reason != "steps" and self.at != step:
+            self.run(loop, step)
+
+    def value_at(self, step: int) -> float | None:
+        """The best-checkpoint metric if validation ran at ``step``."""
+        return self.latest[self.tc.best_metric] if self.at == step and self.latest is not None else None
+
+
+class StopSignal(Action):
+    """SIGTERM/SIGINT: the loop finishes the current step, validates, saves and exits cleanly; a
+    second signal stops at once."""
+
+    every = 1
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._old: dict = {}
+
+    def __enter__(self) -> StopSignal:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                continue
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signum
+        print(
+            f"\nreceived {signal.Signals(signum).name}: finishing this step, saving a checkpoint, then exiting",
+            flush=True,
+        )
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def run(self, loop, step: int) -> None:
+        if self.signal is not None:
+            loop.stop(signal.Signals(self.signal).name)
+
+
+class Budget(Action):
+    """``train.max_minutes`` of wall-clock since the trainer started: stop cleanly when spent."""
+
+    def __init__(self, tc, t_start: float):
+        self.minutes, self.t_start = tc.max_minutes, t_start
+        self.every = 1 if self.minutes is not None else None
+
+    def run(self, loop, step: int) -> None:
+        if time.time() - self.t_start > 60 * self.minutes:
+            loop.stop("max_minutes")
+
+
+class Checkpoint(Action):
+    """A checkpoint every ``checkpoint_every`` steps (with the validation metric when validation
+    ran at that step, for ``best/``), and a final one unless that step is saved already."""
+
+    def __init__(self, tc, validate: Validate, *, start_step: int):
+        self.every, self.validate = tc.checkpoint_every, validate
+        self.last_saved = start_step
+
+    def due(self, loop, step: int) -> bool:
+        return loop.stop_reason is None and step % self.every == 0
+
+    def run(self, loop, step: int, *, force: bool = False) -> None:
+        t0 = time.time()
+        loop.save(step, best_value=self.validate.value_at(step), force=force)
+        self.last_saved = step
+        loop.log.exclude(time.time() - t0)
+
+    def finish(self, loop, step: int) -> None:
+        if step != self.last_saved or loop.run_.checkpoints.latest_step() is None:
+            self.run(loop, step, force=True)
+        loop.run_.checkpoints.wait()
+
+
+class Sample(Action):
+    """Print a short sample of the current model every ``train.sample_every`` steps (0: never)."""
+
+    def __init__(self, tc):
+        self.every, self.tc = tc.sample_every, tc
+
+    def run(self, loop, step: int) -> None:
+        if not loop.is_main or not all_finite(loop.state.params):
+            return
+        t0 = time.time()
+        text = loop.sample(loop.state, self.tc.sample_prompt, self.tc.sample_tokens, seed=step)
+        loop.bar.write(f"step {step} sample: {text!r}")
+        loop.log.exclude(time.time() - t0)

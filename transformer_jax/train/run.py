@@ -1,0 +1,146 @@
+"""A run: data, model, optimizer and state built from a ``Config``, restored from a workdir's checkpoint.
+
+A damaged newest checkpoint is skipped when training (``fallback``): it is set aside as
+``<step>.damaged`` with a warning naming it, and the next older one is restored. Readers (eval,
+sample) never fall back: they report the damaged checkpoint and the steps that exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+from transformer_jax.core import configlib
+from transformer_jax.data import build_data, tokenizer_from_json
+from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
+from transformer_jax.train.checkpoint import CheckpointError, Checkpoints, DamagedCheckpointError
+from transformer_jax.train.config import Config, resolve
+from transformer_jax.train.optim import make_optimizer
+from transformer_jax.train.state import abstract_state, init_state, model_graph
+
+log = logging.getLogger("transformer_jax.train")
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a trained run needs for training, evaluation and sampling."""
+
+    cfg: Config
+    data: Any
+    graphdef: Any
+    mesh: Any
+    state: Any
+    checkpoints: Checkpoints
+    put_batch: Any
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    restored_step: int | None = None  # the checkpoint the state came from (None: fresh)
+
+
+def _check_batch(cfg: Config, mesh) -> None:
+    n_proc = jax.process_count()
+    if cfg.train.batch_size % n_proc:
+        configlib.fail("train.batch_size", cfg.train.batch_size, f"is not divisible by the {n_proc} processes")
+    n_batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if cfg.train.batch_size % n_batch_shards:
+        configlib.fail(
+            "train.batch_size",
+            cfg.train.batch_size,
+            f"is not divisible by the data x fsdp mesh axes ({n_batch_shards} devices)",
+            "change the batch size or the mesh (e.g. --set mesh.data=1 mesh.fsdp=1 ...)",
+        )
+
+
+def _data_and_model(cfg: Config, tokenizer) -> tuple[Config, Any, Any]:
+    """(cfg with the data's vocabulary size, data, graphdef)."""
+    n_proc = jax.process_count()
+    data = build_data(
+        cfg.data,
+        batch_size=cfg.train.batch_size // n_proc,
+        tokenizer=tokenizer,
+        process_index=jax.process_index(),
+        process_count=n_proc,
+    )
+    if cfg.model.vocab_size != data.vocab_size:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.vocab_size))
+    return cfg, data, model_graph(cfg.model)[0]
+
+
+def _restore(cfg: Config, ckpts: Checkpoints, step: int, best: bool, mesh, tx):
+    """(cfg, data, graphdef, state, data_state) of checkpoint ``step``."""
+    meta = ckpts.restore_meta(step, best=best)
+    try:
+        tokenizer = tokenizer_from_json(meta["tokenizer"])
+    except (ValueError, KeyError, TypeError) as e:
+        mgr = ckpts.best if best else ckpts.last
+        raise DamagedCheckpointError(
+            f"checkpoint {mgr.directory}/{step} (step {step}) cannot be restored: its tokenizer is damaged ({e})"
+        ) from e
+    cfg, data, graphdef = _data_and_model(cfg, tokenizer)
+    with sharding_context(mesh):
+        state, data_state, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
+    return cfg, data, graphdef, state, data_state
+
+
+def setup(
+    cfg: Config,
+    workdir: str,
+    *,
+    restore: bool = True,
+    best: bool = False,
+    devices=None,
+    restore_step: int | None = None,
+    fallback: bool = False,
+) -> tuple[Run, dict | None]:
+    """Builds data, model, optimizer and state; restores the latest (or best, or ``restore_step``)
+    checkpoint of ``workdir`` when there is one. Returns the run and the restored data-iterator
+    states (``{"processes": [state of each training process]}``). ``devices`` (default: all) are
+    arranged into the mesh of ``cfg.mesh``. With ``fallback`` a damaged checkpoint is set aside and
+    the next older one restored (never with an explicit ``restore_step``)."""
+    cfg = resolve(cfg)
+    os.makedirs(workdir, exist_ok=True)
+    tc = cfg.train
+    ckpts = Checkpoints(workdir, keep=tc.keep_checkpoints, keep_best=tc.keep_best, best_mode=tc.best_mode)
+    mesh = make_mesh(cfg.mesh, devices)
+    _check_batch(cfg, mesh)
+    tx, schedule = make_optimizer(tc.optim, tc.steps)
+    sharding = batch_sharding(mesh)
+
+    def put_batch(batch: dict) -> dict:
+        return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
+
+    def run_of(cfg, data, graphdef, state, step):
+        return Run(cfg, data, graphdef, mesh, state, ckpts, put_batch, tx, schedule, step)
+
+    if restore_step is not None:
+        candidates = [ckpts.resolve_step(restore_step, best=best)]
+    else:
+        candidates = ckpts.steps(best=best) if restore else []
+    skipped = []
+    for step in candidates:
+        try:
+            cfg_s, data, graphdef, state, data_state = _restore(cfg, ckpts, step, best, mesh, tx)
+        except DamagedCheckpointError as e:
+            if not fallback or restore_step is not None:
+                raise
+            skipped.append(ckpts.set_aside(step, best=best))
+            log.warning("%s; set it aside as %s and trying the previous checkpoint", e, skipped[-1])
+            continue
+        if skipped:
+            log.warning("restored step %d after skipping %d damaged checkpoint(s)", step, len(skipped))
+        return run_of(cfg_s, data, graphdef, state, step), data_state
+    if skipped:
+        raise CheckpointError(
+            f"no checkpoint of {workdir} restores; the damaged ones are kept as {', '.join(skipped)}. "
+            "Rerun to start from scratch, or restore one of them by hand"
+        )
+    cfg, data, graphdef = _data_and_model(cfg, None)
+    with sharding_context(mesh):
+        state = init_state(cfg.model, tx, seed=tc.seed, mesh=mesh)
+    return run_of(cfg, data, graphdef, state, None), None
