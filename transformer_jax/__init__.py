@@ -1,7 +1,7 @@
 """transformer-jax: the Transformer and the ideas that grew out of it, in JAX and Flax NNX.
 
-Layers (imports point downwards only):
-  cli -> train, decode, eval -> data, parallel -> models -> nn -> ops.
+Layers (imports point downwards only; ``.ci/checks`` enforces it with import-linter):
+  cli -> ablation | benchmarks -> train -> eval -> decode -> data | parallel -> models -> nn -> ops -> core.
 
 ``import transformer_jax.ops`` needs only jax and numpy; the rest needs flax as well.
 """

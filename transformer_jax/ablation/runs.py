@@ -42,7 +42,7 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
         weight_decay=0.1,
         grad_clip=1.0,
     )
-    fields = dict(
+    fields: dict[str, Any] = dict(
         steps=steps,
         batch_size=12,
         eval_every=max(1, pick(smoke=steps // 2, full=250)),

@@ -54,7 +54,7 @@ def compile_seconds(cfg_name: str, n_layers: int, scan: bool) -> float:
 def bench_compile(cfg_name: str = "small", depths=(4, 12, 24, 48)) -> dict:
     """Compile seconds per depth with and without ``scan_layers``; the persistent compilation
     cache is switched off so every figure is a real compile."""
-    previous = jax.config.jax_enable_compilation_cache
+    previous = jax.config.jax_enable_compilation_cache  # pyright: ignore[reportAttributeAccessIssue]  # jax Config options are dynamic attributes, absent from its stubs
     jax.config.update("jax_enable_compilation_cache", False)
     try:
         compile_seconds(cfg_name, 2, scan=False)  # warm up tracing/lowering machinery once, untimed

@@ -74,6 +74,7 @@ def gemm_ms(shapes, rounds: int, calls: int) -> dict[str, float]:
 
 
 def main():
+    assert __doc__ is not None  # the module docstring names the tool
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=12)
     p.add_argument("--seq", type=int, default=64)
@@ -99,6 +100,7 @@ def main():
             bias_update_rate=1e-3,
         )
         moe = MoE(D, spec, rngs=nnx.Rngs(1))
+        assert moe.bias is not None  # bias_update_rate > 0
         moe.bias[...] = jnp.asarray(skew * np.linspace(-1.0, 1.0, E), jnp.float32)
         name = f"moe skew {skew:g}"
         load[name] = float(moe(x)[1]["metrics"]["moe_load_max_over_mean"])

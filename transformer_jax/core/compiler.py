@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import jax
 
@@ -69,10 +69,14 @@ def donates(backend: str | None = None) -> bool:
     return (backend or jax.default_backend()) not in NO_DONATION_BACKENDS
 
 
-class _Jit:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Jit(Generic[P, R]):
     """``jax.jit`` built on first use, when the backend is known (importing must not start one)."""
 
-    def __init__(self, fun: Callable, kwargs: dict[str, Any]):
+    def __init__(self, fun: Callable[P, R], kwargs: dict[str, Any]):
         functools.update_wrapper(self, fun)
         self._fun, self._kwargs, self._jitted = fun, kwargs, None
 
@@ -87,14 +91,18 @@ class _Jit:
             self._jitted = jax.jit(self._fun, compiler_options=compiler_options(), **kwargs)
         return self._jitted
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.jitted(*args, **kwargs)
 
     def lower(self, *args, **kwargs):
         return self.jitted.lower(*args, **kwargs)
 
 
-def jit(fun: Callable | None = None, **jit_kwargs: Any):
+@overload
+def jit(fun: None = None, **jit_kwargs: Any) -> Callable[[Callable[P, R]], _Jit[P, R]]: ...
+@overload
+def jit(fun: Callable[P, R], **jit_kwargs: Any) -> _Jit[P, R]: ...
+def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Any:
     """``jax.jit(fun, **jit_kwargs)`` with this backend's `compiler_options` (and donation only where
     `donates`); usable as a decorator, also as ``functools.partial(jit, static_argnames=...)``."""
     if fun is None:

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import math
 import typing
-from typing import Any
+from typing import Any, cast
 
 from transformer_jax.core.registry import Registry, did_you_mean
 
@@ -96,10 +96,10 @@ def to_json(cfg: Any) -> str:
 
 def dataclass_in(hint: Any) -> type | None:
     if dataclasses.is_dataclass(hint):
-        return hint
+        return cast(type, hint)  # a type hint: a dataclass type, not an instance
     for arg in typing.get_args(hint):
         if dataclasses.is_dataclass(arg):
-            return arg
+            return cast(type, arg)
     return None
 
 

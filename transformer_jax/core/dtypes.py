@@ -2,4 +2,9 @@
 
 import jax.numpy as jnp
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+from transformer_jax.core.registry import Registry
+
+DTYPES: Registry = Registry("dtype")
+DTYPES.register("float32", jnp.float32)
+DTYPES.register("bfloat16", jnp.bfloat16)
+DTYPES.register("float16", jnp.float16)

@@ -46,7 +46,7 @@ def apply_overrides(cfg: Any, overrides: Sequence[str]) -> Any:
     naming the nearest valid keys."""
     tree: dict = {}
     for key, text in parse_overrides(overrides).items():
-        node = tree
+        node: dict = tree
         parts = key.split(".")
         for part in parts[:-1]:
             child = node.setdefault(part, {})

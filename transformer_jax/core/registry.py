@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 T = TypeVar("T")
+O = TypeVar("O")
 _MISSING = object()
 
 
@@ -25,7 +26,11 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._reads: dict[str, tuple[str, ...]] = {}
 
-    def register(self, name: str, obj: T = _MISSING, *, reads: Iterable[str] = ()) -> Callable[[T], T] | T:
+    @overload
+    def register(self, name: str, *, reads: Iterable[str] = ()) -> Callable[[O], O]: ...  # keeps a class's own type
+    @overload
+    def register(self, name: str, obj: T, *, reads: Iterable[str] = ()) -> T: ...
+    def register(self, name: str, obj: Any = _MISSING, *, reads: Iterable[str] = ()) -> Any:
         """Register ``obj`` (any value, None included) under ``name``; a decorator when omitted.
         ``reads``: the config fields (dotted, relative to the config that holds the choice) this
         entry reads beyond the choice itself."""

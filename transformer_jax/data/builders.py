@@ -20,8 +20,10 @@ import json
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core import utils as tfds_utils
 
 from transformer_jax.data import textio
 
@@ -32,6 +34,7 @@ PARALLEL_SPLIT_NAMES = {
     "test": ("test",),
 }
 _LEGACY_CATALOG_MODULES = ("tensorflow_datasets.translate", "tensorflow_datasets.text")
+_Builder = TypeVar("_Builder", bound=tfds.core.DatasetBuilder)
 
 
 def default_cache_dir() -> Path:
@@ -55,7 +58,7 @@ def _quiet_and_locked(data_dir: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _prepare(builder: tfds.core.DatasetBuilder, data_dir: Path) -> tfds.core.DatasetBuilder:
+def _prepare(builder: _Builder, data_dir: Path) -> _Builder:
     with _quiet_and_locked(data_dir):
         if not builder.is_prepared():
             builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
@@ -69,7 +72,7 @@ class _LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
     # tfds 4.9.10 computes `code_path` of a builder defined inside a package with
     # `importlib_resources`, which it does not install on Python >= 3.9.
-    @tfds.core.utils.classproperty
+    @tfds_utils.classproperty
     @classmethod
     def code_path(cls) -> None:
         return None
@@ -275,13 +278,13 @@ def catalog_builder(name: str, *, cache_dir: str | None = None, download: bool =
     data_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     try:
         builder = tfds.builder(name, data_dir=str(data_dir), file_format="array_record")
-    except tfds.core.registered.DatasetNotFoundError:
+    except tfds.core.DatasetNotFoundError:
         for module in _LEGACY_CATALOG_MODULES:  # not auto-registered when TensorFlow is absent
             with contextlib.suppress(ImportError):
                 importlib.import_module(module)
         try:
             builder = tfds.builder(name, data_dir=str(data_dir), file_format="array_record")
-        except tfds.core.registered.DatasetNotFoundError:
+        except tfds.core.DatasetNotFoundError:
             raise ValueError(f"data.tfds_name={name!r} is not in the TFDS catalog (see tfds.list_builders())") from None
     if not builder.is_prepared():
         if not download:
@@ -293,7 +296,7 @@ def catalog_builder(name: str, *, cache_dir: str | None = None, download: bool =
             )
         _prepare(builder, data_dir)
     fmt = builder.info.file_format
-    if fmt is not None and fmt != tfds.core.file_adapters.FileFormat.ARRAY_RECORD:
+    if fmt is not None and fmt != tfds.core.FileFormat.ARRAY_RECORD:
         raise FileNotFoundError(
             f"TFDS dataset {name!r} in {builder.data_dir} was prepared as {fmt.value}, not "
             "array_record; prepare it again with file_format='array_record' (reading without "
@@ -308,4 +311,4 @@ def data_source(builder: tfds.core.DatasetBuilder, split: str):
     splits = list(builder.info.splits)
     if tfds_split not in splits:
         raise KeyError(f"split {split!r} is not in {builder.name} ({builder.data_dir}); it has: {', '.join(splits)}")
-    return builder.as_data_source(tfds_split)
+    return builder.as_data_source(tfds_split)  # pyright: ignore[reportCallIssue]  # tfds's wrapt logging decorator hides the signature

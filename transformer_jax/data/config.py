@@ -13,12 +13,15 @@ from typing import ClassVar
 
 from transformer_jax.core.configlib import ConfigError, check_choice, check_int, fail
 from transformer_jax.data.synthetic import TASKS
-from transformer_jax.data.variants import DATASET_VARIANTS, PACKING_VARIANTS, TOKENIZER_VARIANTS
-
-SP_MODEL_TYPES = ("bpe", "unigram")
-TASK_FORMATS = ("lm", "seq2seq")
-DOCUMENT_SPLITS = ("paragraph", "line")
-DECODE_ERRORS = ("strict", "replace")
+from transformer_jax.data.variants import (
+    DATASET_VARIANTS,
+    DECODE_ERRORS,
+    DOCUMENT_SPLITS,
+    PACKING_VARIANTS,
+    SP_MODEL_TYPES,
+    TASK_FORMATS,
+    TOKENIZER_VARIANTS,
+)
 
 
 @dataclass(frozen=True)

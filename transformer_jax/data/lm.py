@@ -15,7 +15,6 @@ Batches are LM rows (see ``rows.py``) stacked to ``[B, T]``.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Sequence
 from functools import partial
@@ -25,6 +24,7 @@ import numpy as np
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.data import loader, rows
+from transformer_jax.data.variants import DOCUMENT_SPLITS
 
 PACKINGS: Registry[type[loader.Pipeline]] = Registry("packing")
 
@@ -119,7 +119,7 @@ class StreamLM(LMPipeline):
 
 def split_documents(text: str, how: str) -> list[str]:
     """Documents of a plain text: blank-line separated ``paragraph``s or non-empty ``line``s."""
-    pieces = re.split(r"\n[ \t]*\n", text) if how == "paragraph" else text.split("\n")
+    pieces = DOCUMENT_SPLITS.get(how)(text)
     return [p.strip("\n") for p in pieces if p.strip()]
 
 

@@ -13,8 +13,8 @@ prefetch. Eval: every example once, in order.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import grain
 import numpy as np
@@ -30,7 +30,7 @@ class _Seq2SeqRow:
     def encode(self, example: Any) -> tuple[list[int], list[int]]:
         if self.synthetic:
             prompt, answer = example
-            tok: SymbolTokenizer = self.tokenizer  # type: ignore[assignment]
+            tok = cast(SymbolTokenizer, self.tokenizer)  # row_fn checked it
             return tok.symbol_ids(prompt), tok.symbol_ids(answer)
         src, tgt = example
         return self.tokenizer.encode(src), self.tokenizer.encode(tgt)
@@ -52,7 +52,7 @@ class _PromptLMRow:
 
 class _ExamplePipeline(loader.Pipeline):
     @abc.abstractmethod
-    def row_fn(self):
+    def row_fn(self) -> Callable[[Any], dict[str, np.ndarray]]:
         """The callable turning one example into one row."""
 
     def examples(self, split: str) -> Sequence:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.data import shakespeare, synthetic
@@ -133,6 +133,7 @@ def shakespeare_dataset(cfg: DataConfig) -> Corpus:
 @DATASETS.register("text")
 def text_dataset(cfg: DataConfig) -> Corpus:
     """Local UTF-8 text files (``data.path``), 90/10 by characters unless ``data.val_path``."""
+    assert cfg.path is not None  # DataConfig requires it for dataset="text"
     return _text_corpus(cfg, cfg.path, "text")
 
 
@@ -141,6 +142,7 @@ def parallel_dataset(cfg: DataConfig) -> Corpus:
     """Aligned files ``{train,val,test}.{lang}[.gz]`` in ``data.dir``."""
     from transformer_jax.data import builders
 
+    assert cfg.dir is not None  # DataConfig requires it for dataset="parallel"
     builder = builders.build_parallel_corpus(
         cfg.dir,
         src_lang=cfg.src_lang,
@@ -161,9 +163,10 @@ def tfds_dataset(cfg: DataConfig) -> Corpus:
     """A prepared TFDS catalog dataset (``data.tfds_name``), read without TensorFlow."""
     from transformer_jax.data import builders
 
+    assert cfg.tfds_name is not None  # DataConfig requires it for dataset="tfds"
     builder = builders.catalog_builder(cfg.tfds_name, cache_dir=cfg.cache_dir, download=cfg.tfds_download)
     features = builder.info.features
-    keys = list(features.keys()) if hasattr(features, "keys") else []
+    keys = list(features.keys()) if hasattr(features, "keys") else []  # pyright: ignore[reportAttributeAccessIssue, reportOptionalMemberAccess]  # tfds types info.features as the base FeatureConnector; hasattr guards it
     info = {"data_dir": str(builder.data_dir)}
     if {cfg.src_lang, cfg.tgt_lang} <= set(keys):
 
@@ -201,7 +204,8 @@ def synthetic_dataset(cfg: DataConfig, task: str) -> Corpus:
         )
         for split, size in sizes.items()
     }
-    return Corpus(task, "synthetic", splits, records_are_documents=True)
+    # SyntheticSource is random access (len + getitem) without subclassing Sequence
+    return Corpus(task, "synthetic", cast("dict[str, Sequence]", splits), records_are_documents=True)
 
 
 for _task in synthetic.TASKS:

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-DECODE_POLICIES = ("strict", "replace")
+from transformer_jax.data.variants import DECODE_ERRORS
 
 
 def expand_paths(spec: str, *, field: str = "data.path") -> list[Path]:
@@ -60,8 +60,8 @@ def read_bytes(path: Path) -> bytes:
 
 def decode(data: bytes, path: Path, errors: str) -> tuple[str, int]:
     """Decode UTF-8 (dropping a BOM, normalising newlines); returns (text, n_bad_bytes)."""
-    if errors not in DECODE_POLICIES:
-        raise ValueError(f"decode_errors={errors!r}; choose one of {DECODE_POLICIES}")
+    if errors not in DECODE_ERRORS:
+        raise ValueError(f"decode_errors={errors!r}; choose one of {', '.join(DECODE_ERRORS.names())}")
     try:
         text, bad = data.decode("utf-8-sig"), 0
     except UnicodeDecodeError as e:

@@ -1,12 +1,13 @@
-"""The data choices by name (``data.dataset``, ``data.tokenizer``, ``data.packing``) and the
-``DataConfig`` fields each reads, so that ``DataConfig`` validates names without importing the
-pipeline. The pipeline registers its implementations under the same names (``sources.DATASETS``,
+"""The data choices by name (``data.dataset``, ``data.tokenizer``, ``data.packing``, and the
+smaller ones) and the ``DataConfig`` fields each reads, so that ``DataConfig`` validates names
+without importing the pipeline. The pipeline registers its implementations under the same names (``sources.DATASETS``,
 ``tokenizers.TOKENIZERS``, ``lm.PACKINGS``); a test keeps the two in step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.data.synthetic import TASKS
@@ -58,3 +59,19 @@ TOKENIZER_VARIANTS.register("symbols", "the synthetic tasks' symbols (set by the
 PACKING_VARIANTS: Registry[str] = Registry("packing")
 PACKING_VARIANTS.register("stream", "concatenate the split, cut windows (random offset per epoch)")
 PACKING_VARIANTS.register("documents", "first-fit packing of whole documents", reads=("document_split",))
+
+SP_MODEL_TYPES: Registry[str] = Registry("SentencePiece model type")
+SP_MODEL_TYPES.register("bpe", "byte-pair encoding (Sennrich et al. 2016)")
+SP_MODEL_TYPES.register("unigram", "unigram LM (Kudo 2018)")
+
+TASK_FORMATS: Registry[str] = Registry("task format")
+TASK_FORMATS.register("lm", "one row: [BOS] prompt SEP answer, loss on the answer")
+TASK_FORMATS.register("seq2seq", "prompt to the encoder, answer to the decoder")
+
+DECODE_ERRORS: Registry[str] = Registry("decode error policy")
+DECODE_ERRORS.register("strict", "non-UTF-8 bytes are an error naming the file")
+DECODE_ERRORS.register("replace", "non-UTF-8 bytes become U+FFFD, with one warning naming the files")
+
+DOCUMENT_SPLITS: Registry = Registry("document split")
+DOCUMENT_SPLITS.register("paragraph", lambda text: re.split(r"\n[ \t]*\n", text))  # blank-line separated
+DOCUMENT_SPLITS.register("line", lambda text: text.split("\n"))

@@ -13,7 +13,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import ArrayLike, Int
 
 from transformer_jax.core import compiler
 from transformer_jax.decode.beam import BeamOutput, beam_loop
@@ -99,9 +99,9 @@ def generate(
     model_or_graphdef,
     params=None,
     *,
-    prompt_BP: Int[Array, "B P"],
+    prompt_BP: Int[ArrayLike, "B P"],
     max_new_tokens: int,
-    prompt_lengths_B: Int[Array, " B"] | None = None,
+    prompt_lengths_B: Int[ArrayLike, " B"] | None = None,
     key: jax.Array | None = None,
     sampling: SamplingConfig = SamplingConfig(),
     eos_id: int | None = None,
@@ -135,9 +135,9 @@ def beam_search(
     model_or_graphdef,
     params=None,
     *,
-    prompt_BP: Int[Array, "B P"],
+    prompt_BP: Int[ArrayLike, "B P"],
     max_new_tokens: int,
-    prompt_lengths_B: Int[Array, " B"] | None = None,
+    prompt_lengths_B: Int[ArrayLike, " B"] | None = None,
     beam_size: int = 4,
     alpha: float = 0.6,
     eos_id: int | None = None,

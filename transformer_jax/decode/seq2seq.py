@@ -12,7 +12,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Int
+from jaxtyping import ArrayLike, Int
 
 from transformer_jax.core import compiler
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -98,9 +98,9 @@ def translate(
     model_or_graphdef,
     params=None,
     *,
-    src_BS: Int[Array, "B S"],
+    src_BS: Int[ArrayLike, "B S"],
     max_new_tokens: int,
-    src_segment_ids_BS: Int[Array, "B S"] | None = None,
+    src_segment_ids_BS: Int[ArrayLike, "B S"] | None = None,
     key: jax.Array | None = None,
     sampling: SamplingConfig = SamplingConfig(),
     bos_id: int = BOS_ID,
@@ -130,9 +130,9 @@ def translate_beam(
     model_or_graphdef,
     params=None,
     *,
-    src_BS: Int[Array, "B S"],
+    src_BS: Int[ArrayLike, "B S"],
     max_new_tokens: int,
-    src_segment_ids_BS: Int[Array, "B S"] | None = None,
+    src_segment_ids_BS: Int[ArrayLike, "B S"] | None = None,
     beam_size: int = 4,
     alpha: float = 0.6,
     bos_id: int = BOS_ID,

@@ -9,7 +9,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], **bleu_opt
     """sacrebleu's corpus BLEU of one hypothesis per reference (default options: 13a tokenizer,
     exponential smoothing, case-sensitive); returns ``bleu`` (0-100), its ``signature``, the
     n-gram ``precisions``, brevity penalty ``bp`` and the hypothesis/reference lengths."""
-    from sacrebleu.metrics import BLEU
+    from sacrebleu.metrics.bleu import BLEU
 
     hyps, refs = list(hypotheses), list(references)
     if len(hyps) != len(refs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import numpy as np
@@ -35,7 +36,7 @@ def evaluate(eval_step: Callable, state, batches: Iterable[dict], put_batch: Cal
     }
 
 
-def make_eval_step(graphdef, task: Task) -> Callable[[dict, dict], dict]:
+def make_eval_step(graphdef, task: Task) -> Callable[[Any, Any, dict], dict]:
     """``eval_step(params, model_state, batch) -> {nll_sum, weight_sum, correct_sum}`` (no dropout)."""
 
     def eval_step(params, model_state, batch):

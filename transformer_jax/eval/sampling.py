@@ -8,6 +8,7 @@ A prompt with characters the tokenizer cannot represent warns and names them (``
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import jax
 import numpy as np
@@ -118,7 +119,7 @@ def sample_from(
     tok = run.data.tokenizer
     check_prompt(tok, prompt, strict=strict_prompt)
     params = jax.device_get((state.params, state.model_state))
-    kw = dict(max_new_tokens=max_new_tokens, sampling=sampling, beam=beam, alpha=alpha, seed=seed)
+    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampling=sampling, beam=beam, alpha=alpha, seed=seed)
     if run.data.task == "lm":
         return prompt + tok.decode(_continue_lm(run, params, tok.encode(prompt) or [tok.bos_id], **kw))
     return tok.decode(_translate(run, params, prompt, **kw))

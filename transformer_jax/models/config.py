@@ -138,7 +138,7 @@ class ModelConfig:
             "model.attention_impl", self.attention_impl, attention_ops.ATTENTION_IMPLS, "attention implementation"
         )
         check_choice("model.rope_scaling", self.rope_scaling, rope_ops.ROPE_SCALINGS, "RoPE scaling")
-        check_choice("model.rope_pairing", self.rope_pairing, ("split", "adjacent"), "RoPE pairing")
+        check_choice("model.rope_pairing", self.rope_pairing, rope_ops.ROPE_PAIRINGS, "RoPE pairing")
         check_choice("model.init", self.init, INIT_SCHEMES, "init scheme")
         check_choice("model.remat", self.remat, REMAT_POLICIES, "remat policy")
         check_choice("model.dtype", self.dtype, DTYPES, "dtype")
@@ -178,10 +178,9 @@ class ModelConfig:
         if self.attention_scale is not None and self.attention_scale <= 0:
             fail("model.attention_scale", self.attention_scale, "must be positive (or None for 1/sqrt(head_dim))")
         if self.moe is not None:
-            self._check_moe()
+            self._check_moe(self.moe)
 
-    def _check_moe(self):
-        moe = self.moe
+    def _check_moe(self, moe: MoEConfig):
         stacks = {"model.n_layers": self.n_layers}
         if self.kind == "encoder_decoder":
             stacks["model.n_encoder_layers"] = self.n_encoder_layers
@@ -234,11 +233,11 @@ class ModelConfig:
 
     @property
     def compute_dtype(self):
-        return DTYPES[self.dtype]
+        return DTYPES.get(self.dtype)
 
     @property
     def params_dtype(self):
-        return DTYPES[self.param_dtype]
+        return DTYPES.get(self.param_dtype)
 
     def architecture(self) -> str:
         return "encoder_decoder" if self.kind == "encoder_decoder" else "decoder_only"

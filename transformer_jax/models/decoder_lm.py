@@ -90,7 +90,8 @@ class DecoderLM(nnx.Module):
             causal=cfg.causal,
             q_segment_ids=segment_ids_BT,
             kv_segment_ids=segment_ids_BT,
-            **({} if cache is None else dict(q_positions=index_BT, kv_positions=kv_index_BS)),
+            q_positions=None if cache is None else index_BT,
+            kv_positions=None if cache is None else kv_index_BS,
         )
         k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
         tok_BTD = self.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD.astype(cfg.compute_dtype)

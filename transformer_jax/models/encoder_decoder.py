@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -17,7 +19,7 @@ from transformer_jax.models.common import (
 )
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.kinds import ENCODER_DECODER_READS, MODELS
-from transformer_jax.nn.block import BlockInputs
+from transformer_jax.nn.block import Block, BlockInputs
 from transformer_jax.nn.moe import collect_moe_aux, merge_moe_aux
 from transformer_jax.nn.positions import POSITIONS
 from transformer_jax.nn.stack import Stack
@@ -25,8 +27,14 @@ from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.masks import AttentionMask
 
 
-def _index(B: int, T: int, start=0):
+def _index(B: int, T: int, start: int | jax.Array = 0):
     return jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
+
+
+def _cross_kv(block: Block, memory_BSD: Float[Array, "B S D"]):
+    """A decoder block's cross-attention keys/values of the memory."""
+    assert block.cross_attn is not None  # decoder blocks are built with cross=True
+    return block.cross_attn.project_kv(memory_BSD)
 
 
 @MODELS.register("encoder_decoder", reads=ENCODER_DECODER_READS)
@@ -96,10 +104,11 @@ class EncoderDecoder(nnx.Module):
         caches = make_self_caches(self.cfg, self.cfg.n_layers, memory_BSD.shape[0], max_len, dtype)
         if self.cfg.scan_layers:
             graphdef, states = nnx.split(self.decoder.layers)
-            project = jax.vmap(lambda s: nnx.merge(graphdef, s).cross_attn.project_kv(memory_BSD))
-            return {**caches, "cross": project(states)}
+            project = jax.vmap(lambda s: _cross_kv(cast(Block, nnx.merge(graphdef, s)), memory_BSD))
+            return {**cast(dict, caches), "cross": project(states)}  # a scanned stack's caches: one stacked dict
         return [
-            {**c, "cross": block.cross_attn.project_kv(memory_BSD)} for c, block in zip(caches, self.decoder.layers)
+            {**c, "cross": _cross_kv(block, memory_BSD)}
+            for c, block in zip(caches, cast("nnx.List[Block]", self.decoder.layers))
         ]
 
     def decode(
@@ -137,7 +146,8 @@ class EncoderDecoder(nnx.Module):
             causal=cfg.causal,
             q_segment_ids=tgt_segment_ids_BT,
             kv_segment_ids=tgt_segment_ids_BT,
-            **({} if cache is None else dict(q_positions=index_BT, kv_positions=kv_index)),
+            q_positions=None if cache is None else index_BT,
+            kv_positions=None if cache is None else kv_index,
         )
         cross_mask = None
         if src_segment_ids_BS is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax.numpy as jnp
 from flax import nnx
@@ -67,7 +68,7 @@ class Attention(nnx.Module):
             raise ValueError("cross-attention takes no RoPE (query and key positions live in different sequences)")
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
-        common = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        common: dict[str, Any] = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.q = DenseGeneral(
             d_model,
             (n_heads, head_dim),
@@ -125,6 +126,7 @@ class Attention(nnx.Module):
             if cache is None and kv_BSD is None:
                 raise ValueError("cross-attention needs kv_BSD (the encoder output) or a cache from project_kv")
             if cache is None:
+                assert kv_BSD is not None  # checked above
                 k_BSKD, v_BSKD = self.k(kv_BSD), self.v(kv_BSD)
         else:
             k_BSKD, v_BSKD = self.k(x_BTD), self.v(x_BTD)

@@ -4,7 +4,7 @@ by the residual/norm placement chosen by name (``post``, ``pre``, ``deepnorm``, 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -77,7 +77,7 @@ class Block(nnx.Module):
     def __init__(self, cfg: BlockConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.placement = residual.PLACEMENTS.get(cfg.placement)
-        attn = dict(
+        attn: dict[str, Any] = dict(
             use_bias=cfg.use_bias,
             spec=cfg.attention,
             init=cfg.init,
@@ -86,7 +86,9 @@ class Block(nnx.Module):
             param_dtype=cfg.param_dtype,
             rngs=rngs,
         )
-        norm = dict(kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.param_dtype)
+        norm: dict[str, Any] = dict(
+            kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.param_dtype
+        )
         self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, **attn)
         self.self_attn_norm = Norm(cfg.d_model, **norm)
         if cfg.cross:
@@ -94,7 +96,7 @@ class Block(nnx.Module):
             self.cross_attn_norm = Norm(cfg.d_model, **norm)
         else:
             self.cross_attn = self.cross_attn_norm = None
-        ffn = dict(
+        ffn: dict[str, Any] = dict(
             use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
         )
         if cfg.moe is None:
@@ -133,23 +135,25 @@ class Block(nnx.Module):
             return dropout(y, cfg.dropout, keys[0])
 
         x_BTD = apply(x_BTD, self_attention, self.self_attn_norm, cfg.alpha)
-        if self.cross_attn is not None:
+        cross_attn, cross_attn_norm = self.cross_attn, self.cross_attn_norm
+        if cross_attn is not None:
+            assert cross_attn_norm is not None  # built together with cross_attn
 
             def cross_attention(h):
-                y, c = self.cross_attn(
+                y, c = cross_attn(
                     h, mask=inputs.cross_mask, kv_BSD=inputs.memory, cache=None if cache is None else cache.get("cross")
                 )
                 if new_cache is not None:
                     new_cache["cross"] = c
                 return dropout(y, cfg.dropout, keys[1])
 
-            x_BTD = apply(x_BTD, cross_attention, self.cross_attn_norm, cfg.alpha)
+            x_BTD = apply(x_BTD, cross_attention, cross_attn_norm, cfg.alpha)
 
         def feed_forward(h):
             if cfg.moe is None:
-                return dropout(self.ffn(h), cfg.dropout, keys[2])
+                return dropout(cast(FeedForward, self.ffn)(h), cfg.dropout, keys[2])
             segments = None if inputs.mask is None else inputs.mask.q_segment_ids
-            y, aux["moe"] = self.ffn(
+            y, aux["moe"] = cast(MoE, self.ffn)(
                 h,
                 valid_BT=None if segments is None else segments != 0,
                 train=dropout_key is not None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 from jax.nn import initializers
@@ -44,8 +44,8 @@ class InitScheme:
 
 @dataclasses.dataclass(frozen=True)
 class _Scheme:
-    kernel: object
-    embedding: object
+    kernel: Callable[[InitScheme, Axes, Axes, bool, float], Initializer]
+    embedding: Callable[[InitScheme, int, bool], Initializer]
 
 
 def _embedding_init(scheme: InitScheme, d_model: int, scaled: bool) -> Initializer:

@@ -26,7 +26,7 @@ class DenseGeneral(nnx.Module):
         in_shape: int | tuple[int, ...],
         out_shape: int | tuple[int, ...],
         *,
-        axes: tuple[str, ...],
+        axes: tuple[str | None, ...],
         use_bias: bool = False,
         kernel_init: Initializer = initializers.lecun_normal(),
         dtype: jnp.dtype = jnp.float32,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
@@ -33,7 +35,7 @@ class FeedForward(nnx.Module):
         rngs: nnx.Rngs,
     ):
         self.spec = activations.FFN_ACTIVATIONS.get(kind)
-        common = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        common: dict[str, Any] = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.w_in = DenseGeneral(
             d_model, d_ff, axes=("embed", "mlp"), kernel_init=init.kernel(0, 1, gain=gain), **common
         )

@@ -131,8 +131,8 @@ class MoE(nnx.Module):
     def expert_weights(self) -> moe_dispatch.ExpertWeights:
         get = lambda p: None if p is None else p[...].astype(self.dtype)
         return moe_dispatch.ExpertWeights(
-            w_in_EDF=get(self.w_in),
-            w_out_EFD=get(self.w_out),
+            w_in_EDF=self.w_in[...].astype(self.dtype),
+            w_out_EFD=self.w_out[...].astype(self.dtype),
             w_gate_EDF=get(self.w_gate),
             b_in_EF=get(self.b_in),
             b_out_ED=get(self.b_out),

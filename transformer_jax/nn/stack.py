@@ -9,6 +9,7 @@ stacks of parameters, ``layers`` (the n-1 dense blocks of each group, [L - L/n])
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -123,12 +124,13 @@ class Stack(nnx.Module):
             x_out, caches, aux, hidden = self._scan_groups(x_BTD, inputs, caches, keys, return_hidden)
         out_aux = dict(aux) if aux else {}
         if return_hidden:
+            assert hidden is not None  # collected when return_hidden
             out_aux["hidden"] = jnp.concatenate([hidden, x_out[None]], axis=0)
         return x_out, caches, out_aux
 
     def _loop(self, x, inputs, caches, keys, return_hidden):
         new_caches, hidden, auxes = [], [], []
-        for i, block in enumerate(self.layers):
+        for i, block in enumerate(cast("nnx.List[Block]", self.layers)):  # not scanned: a list of blocks
             graphdef, state = nnx.split(block)
             hidden.append(x)
             x, c, a, rest = self._block_fn(graphdef)(

@@ -77,7 +77,11 @@ def ffn(
     h = x @ w_in
     if b_in is not None:
         h = h + b_in
-    h = spec.activation(x @ w_gate) * h if spec.gated else spec.activation(h)
+    if spec.gated:
+        assert w_gate is not None  # checked above
+        h = spec.activation(x @ w_gate) * h
+    else:
+        h = spec.activation(h)
     y = h @ w_out
     if b_out is not None:
         y = y + b_out

@@ -13,6 +13,7 @@ A new variant is one function with the same keyword signature plus one `register
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +85,7 @@ def _plain_causal(mask: AttentionMask | None) -> bool:
     )
 
 
-def _jax_dpa(q, k, v, *, mask, bias, scale, implementation: str):
+def _jax_dpa(q, k, v, *, mask, bias, scale, implementation: Literal["xla", "cudnn"]):
     if implementation == "cudnn" and _plain_causal(mask) and q.shape[1] == k.shape[1]:
         return jax.nn.dot_product_attention(  # cuDNN's own causal mask: no T x S mask in memory
             q, k, v, bias=_dense_bias(bias), scale=scale, is_causal=True, implementation=implementation

@@ -68,7 +68,7 @@ def _chunked_attention(q_BTHD, k_BSKD, v_BSKD, *, mask, bias, scale: float, bloc
         pad_S = Sp - S if bias.shape[3] == S else 0
         bias = jnp.pad(bias, ((0, 0), (0, 0), (0, pad_T), (0, pad_S)))
     out = _flash(q, k, v, bias, mask, scale, bq, bk)
-    return out.reshape(B, Tp, H, D)[:, :T].astype(q_BTHD.dtype)
+    return out.reshape(B, Tp, H, D)[:, :T].astype(q_BTHD.dtype)  # pyright: ignore[reportAttributeAccessIssue]  # jax.custom_vjp's stubs lose the return type under functools.partial
 
 
 def _check_qkv(q, k, v) -> None:

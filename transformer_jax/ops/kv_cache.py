@@ -76,7 +76,7 @@ def cached_attention(
     (kind ``softmax``) on ``cache.keys_values()``."""
     B, T, H, D = q_BTHD.shape
     K = cache.k_BKDS.shape[1]
-    scale = D**-0.5 if scale is None else scale
+    scale = float(D**-0.5) if scale is None else scale  # float(): int ** float is typed Any
     q_BKGTD = jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
     k_BKDS = cache.k_BKDS.astype(q_BTHD.dtype)
     logits = jnp.einsum("bkgtd,bkds->bkgts", q_BKGTD, k_BKDS).astype(jnp.float32) * scale

@@ -152,6 +152,7 @@ class AttentionMask:
         if (q is None) == (kv is None):
             return _as_2d(q), _as_2d(kv)
         given, other = (q, kv_len) if kv is None else (kv, q_len)
+        assert given is not None  # exactly one of q, kv is None
         name = "q_segment_ids" if kv is None else "kv_segment_ids"
         if other is not None and jnp.shape(given)[-1] != other:
             raise ValueError(

@@ -14,6 +14,7 @@ pass is written by hand (it also keeps the residuals small: the first round's ac
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -236,6 +237,7 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
     rows move by gathers and slice updates, never a scatter."""
     spec = ffn_spec(activation)
     n_cols = max(first, n_positions) + (tile or 0)
+    tile_rows = tile or 0  # = tile wherever it is read: there are tiles only when tile is not None
 
     def setup(experts, position, keep, E):
         table = slot_table(experts, position, keep, E, n_cols)
@@ -245,7 +247,7 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
 
     def tile_src(table, tiles, i):
         row = jax.lax.dynamic_index_in_dim(table, tiles.expert_J[i], 0, keepdims=True)
-        return jax.lax.dynamic_slice_in_dim(row, tiles.start_J[i], tile, axis=1)
+        return jax.lax.dynamic_slice_in_dim(row, tiles.start_J[i], tile_rows, axis=1)
 
     def forward(x, wt, w, experts, position, keep):
         T, K = experts.shape
@@ -259,9 +261,9 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
             def body(i, buf):
                 src = tile_src(table, tiles, i)
                 y = _experts_forward(spec, _one_expert(w, tiles.expert_J[i]), rows(src))[0]
-                return jax.lax.dynamic_update_slice_in_dim(buf, y[0], i * tile, axis=0)
+                return jax.lax.dynamic_update_slice_in_dim(buf, y[0], i * tile_rows, axis=0)
 
-            buf = _loop_if_needed(tiles.n, body, lambda: jnp.zeros((tiles.expert_J.size * tile, D), x.dtype))
+            buf = _loop_if_needed(tiles.n, body, lambda: jnp.zeros((tiles.expert_J.size * tile_rows, D), x.dtype))
             y_AD = y_AD + _take(buf, tiles.row_A)
         y_TD = jnp.einsum("tkd,tk->td", y_AD.reshape(T, K, D), (wt * keep).astype(x.dtype))
         return y_TD, (y_AD, h0, g0)
@@ -298,17 +300,18 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
                 part = {k: jnp.zeros_like(v[:1]) for k, v in acc.items()}
                 d_x = _experts_backward(spec, w_e, x_1CD, h, g, rows(d_y_AD, src), part)
                 acc = {k: _add_at(v, e, part[k]) for k, v in acc.items()}
-                return acc, jax.lax.dynamic_update_slice_in_dim(buf, d_x[0], i * tile, axis=0)
+                return acc, jax.lax.dynamic_update_slice_in_dim(buf, d_x[0], i * tile_rows, axis=0)
 
             zeros = lambda: (
                 {k: jnp.zeros_like(v) for k, v in acc.items()},
-                jnp.zeros((tiles.expert_J.size * tile, D), x.dtype),
+                jnp.zeros((tiles.expert_J.size * tile_rows, D), x.dtype),
             )
             acc_tiles, buf = _loop_if_needed(tiles.n, body, zeros)
             acc = {k: v + acc_tiles[k] for k, v in acc.items()}
             d_x_AD = d_x_AD + _take(buf, tiles.row_A)
         d_x = jnp.sum(d_x_AD.reshape(T, K, D), axis=1)
-        d_w = ExpertWeights(**{k: acc.get(k) for k in dataclasses.asdict(w)})
+        d_w_fields: dict[str, Any] = {k: acc.get(k) for k in dataclasses.asdict(w)}  # None: an absent bias
+        d_w = ExpertWeights(**d_w_fields)
         return d_x.astype(x.dtype), d_wt.astype(wt.dtype), d_w, None, None, None
 
     run.defvjp(fwd, bwd)

@@ -116,7 +116,11 @@ def ragged_dispatch(
     h = jax.lax.ragged_dot(x_RD, w.w_in_EDF, sizes_E)
     if w.b_in_EF is not None:
         h = h + w.b_in_EF[row_expert_R]
-    h = spec.activation(jax.lax.ragged_dot(x_RD, w.w_gate_EDF, sizes_E)) * h if spec.gated else spec.activation(h)
+    if spec.gated:
+        assert w.w_gate_EDF is not None  # a gated FFN has w_gate
+        h = spec.activation(jax.lax.ragged_dot(x_RD, w.w_gate_EDF, sizes_E)) * h
+    else:
+        h = spec.activation(h)
     y_RD = jax.lax.ragged_dot(h, w.w_out_EFD, sizes_E)
     if w.b_out_ED is not None:
         y_RD = y_RD + w.b_out_ED[row_expert_R]

@@ -99,13 +99,15 @@ def expert_parallel_dispatch(
     chunks = n * math.prod(mesh.shape[a] for a in batch)
     pad = -T % chunks
     valid_T = jnp.ones((T,), bool) if valid_T is None else valid_T
-    args = [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x_TD, experts_TK, weights_TK, valid_T)]
+    x_p, experts_p, weights_p, valid_p = (
+        jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x_TD, experts_TK, weights_TK, valid_T)
+    )
     tokens = P((*batch, axis))
     w_specs = jax.tree.map(lambda _: P(axis), w)
     fn = functools.partial(
         _local, axis=axis, n=n, activation=activation, capacity_factor=capacity_factor, drop_order=drop_order
     )
     y_TD, keep_TK = jax.shard_map(fn, mesh=mesh, in_specs=(tokens,) * 4 + (w_specs,), out_specs=(tokens, tokens))(
-        *args, w
+        x_p, experts_p, weights_p, valid_p, w
     )
     return y_TD[:T], keep_TK[:T]

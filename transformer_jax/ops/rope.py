@@ -132,7 +132,9 @@ def _rotate_adjacent(x, cos, sin):
     return out.reshape(x.shape)
 
 
-_PAIRINGS: dict[str, Callable] = {"split": _rotate_split, "adjacent": _rotate_adjacent}
+ROPE_PAIRINGS: Registry[Callable] = Registry("rope pairing")
+ROPE_PAIRINGS.register("split", _rotate_split)  # GPT-NeoX / HF LLaMA rotate_half
+ROPE_PAIRINGS.register("adjacent", _rotate_adjacent)  # RoFormer / Meta LLaMA
 
 
 def apply_rope(
@@ -151,8 +153,8 @@ def apply_rope(
     (1 except YaRN). Positions may be any integers, e.g. decoding offsets; a ``[T]`` vector
     broadcasts over the batch. Computed in float32, returned in ``x``'s dtype.
     """
-    if pairing not in _PAIRINGS:
-        raise ValueError(unknown_name_message("rope pairing", pairing, tuple(_PAIRINGS)))
+    if pairing not in ROPE_PAIRINGS:
+        raise ValueError(unknown_name_message(ROPE_PAIRINGS.kind, pairing, ROPE_PAIRINGS.names()))
     head_dim = x_BTHD.shape[-1]
     if head_dim % 2:
         raise ValueError(f"head_dim={head_dim} (last axis of x_BTHD) must be even for RoPE")
@@ -160,5 +162,5 @@ def apply_rope(
     angles_BT1F = jnp.asarray(positions_BT, jnp.float32)[..., None, None] * inv_freq
     cos = jnp.cos(angles_BT1F) * attention_factor
     sin = jnp.sin(angles_BT1F) * attention_factor
-    out = _PAIRINGS[pairing](x_BTHD.astype(jnp.float32), cos, sin)
+    out = ROPE_PAIRINGS.get(pairing)(x_BTHD.astype(jnp.float32), cos, sin)
     return out.astype(x_BTHD.dtype)

@@ -90,6 +90,8 @@ class Log(Action):
     see each step's finiteness) and at the last step; tokens/s and MFU over the interval, excluding
     the compiling first step and the time other actions took (``exclude``)."""
 
+    every: int  # train.log_every, never None
+
     def __init__(self, tc, *, tokens_key: str, flops_per_token: float, peak_flops: float | None, start_step: int):
         self.every, self.tc, self.tokens_key = tc.log_every, tc, tokens_key
         self.flops_per_token, self.peak = flops_per_token, peak_flops
@@ -133,6 +135,8 @@ class Log(Action):
 
 class Validate(Action):
     """Validation every ``eval_every`` steps, at the last step, and when the run stops early."""
+
+    every: int  # train.eval_every, never None
 
     def __init__(self, tc):
         self.every, self.tc = tc.eval_every, tc
@@ -210,6 +214,8 @@ class Budget(Action):
 class Checkpoint(Action):
     """A checkpoint every ``checkpoint_every`` steps (with the validation metric when validation
     ran at that step, for ``best/``), and a final one unless that step is saved already."""
+
+    every: int  # train.checkpoint_every, never None
 
     def __init__(self, tc, validate: Validate, *, start_step: int):
         self.every, self.validate = tc.checkpoint_every, validate

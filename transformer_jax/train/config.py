@@ -16,6 +16,9 @@ from transformer_jax.train.optim import OptimConfig
 NONFINITE_POLICIES: Registry[str] = Registry("non-finite policy")
 NONFINITE_POLICIES.register("skip", "drop the update and go on", reads=("max_consecutive_skips",))
 NONFINITE_POLICIES.register("halt", "stop with an error naming the parameters")
+BEST_MODES: Registry[str] = Registry("best-checkpoint mode")
+BEST_MODES.register("min", "lower is better (loss, perplexity)")
+BEST_MODES.register("max", "higher is better (accuracy, bleu)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +76,7 @@ class TrainConfig:
         if self.max_minutes is not None:
             check_positive("train.max_minutes", self.max_minutes)
         check_choice("train.nonfinite", self.nonfinite, NONFINITE_POLICIES, "non-finite policy")
-        check_choice("train.best_mode", self.best_mode, ("min", "max"), "mode")
+        check_choice("train.best_mode", self.best_mode, BEST_MODES, "mode")
         check_positive("train.sample_every", self.sample_every, allow_zero=True)
         check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
 

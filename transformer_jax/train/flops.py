@@ -52,7 +52,7 @@ def known_peak_flops(device: Any = None, dtype: Any = jnp.bfloat16) -> float | N
 
 
 @functools.cache
-def _measure(n: int, dtype_name: str, repeats: int, device: jax.Device) -> float:
+def _measure(n: int, dtype_name: str, repeats: int, device: jax.Device) -> float:  # pyright: ignore[reportInvalidTypeForm]  # jax re-exports Device as a plain variable, not a type alias
     dtype = jnp.dtype(dtype_name)
     inner = 8  # matmuls per timed call, so dispatch overhead does not dominate on accelerators
     key_a, key_b = jax.random.split(jax.random.key(0))

@@ -128,6 +128,7 @@ class MetricsWriter:
             return
         if self._file is None:
             raise RuntimeError("MetricsWriter.write after close()")
+        assert self._tb is not None  # opened and closed together with _file
         flat = _flatten(metrics)
         if "step" in flat:
             raise ValueError("metrics must not contain a 'step' key; pass the step as `step`")
@@ -142,11 +143,13 @@ class MetricsWriter:
 
     def flush(self) -> None:
         if self.enabled and self._file is not None:
+            assert self._tb is not None  # opened and closed together with _file
             self._file.flush()
             self._tb.flush()
 
     def close(self) -> None:
         if self.enabled and self._file is not None:
+            assert self._tb is not None  # opened and closed together with _file
             self._file.close()
             self._tb.close()
             self._file = self._tb = None

@@ -70,6 +70,7 @@ def score(model: NGramLM, batches, *, accuracy: bool = True) -> dict[str, float]
 
 def _fit(cfg: Config, data) -> NGramLM:
     b = cfg.model.baseline
+    assert b is not None  # ModelConfig requires it for this kind
     return NGramLM.fit(
         training_sequences(data),
         vocab_size=data.vocab_size,

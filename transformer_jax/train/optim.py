@@ -124,49 +124,36 @@ def _decay_steps(cfg: OptimConfig, total_steps: int) -> int:
     return cfg.decay_steps if cfg.decay_steps is not None else total_steps
 
 
-def _warmup(cfg: OptimConfig, step: jax.Array) -> jax.Array:
+def _warmup(cfg: OptimConfig) -> optax.Schedule:
     """Linear ramp from 0 (step 0) to lr (step warmup_steps)."""
-    return cfg.lr * step / max(cfg.warmup_steps, 1)
+    return optax.linear_schedule(0.0, cfg.lr, cfg.warmup_steps)
+
+
+def _after_warmup(cfg: OptimConfig, then: optax.Schedule) -> optax.Schedule:
+    return then if cfg.warmup_steps == 0 else optax.join_schedules([_warmup(cfg), then], [cfg.warmup_steps])
 
 
 @SCHEDULES.register("cosine", reads=("warmup_steps", "min_lr", "decay_steps"))
 def cosine_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps``, then ``min_lr + (lr - min_lr)(1 + cos(pi t))/2``
-    with ``t = (step - warmup) / (decay_steps - warmup)`` clipped to [0, 1]."""
-    warm, decay = cfg.warmup_steps, _decay_steps(cfg, total_steps)
-
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        t = jnp.clip((step - warm) / max(decay - warm, 1), 0.0, 1.0)
-        cos = cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + jnp.cos(jnp.pi * t))
-        return jnp.where(step < warm, _warmup(cfg, step), cos)
-
-    return schedule
+    with ``t = (step - warmup) / (decay_steps - warmup)`` clipped to [0, 1]
+    (``optax.warmup_cosine_decay_schedule``)."""
+    decay = max(_decay_steps(cfg, total_steps), cfg.warmup_steps + 1)
+    return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup_steps, decay, end_value=cfg.min_lr)
 
 
 @SCHEDULES.register("linear", reads=("warmup_steps", "min_lr", "decay_steps"))
 def linear_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps``, then linear lr -> ``min_lr`` at ``decay_steps``."""
-    warm, decay = cfg.warmup_steps, _decay_steps(cfg, total_steps)
-
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        t = jnp.clip((step - warm) / max(decay - warm, 1), 0.0, 1.0)
-        return jnp.where(step < warm, _warmup(cfg, step), cfg.lr + (cfg.min_lr - cfg.lr) * t)
-
-    return schedule
+    decay = max(_decay_steps(cfg, total_steps) - cfg.warmup_steps, 1)
+    return _after_warmup(cfg, optax.linear_schedule(cfg.lr, cfg.min_lr, decay))
 
 
 @SCHEDULES.register("constant", reads=("warmup_steps",))
 def constant_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps`` (none if 0), then lr."""
     del total_steps
-
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        return jnp.where(step < cfg.warmup_steps, _warmup(cfg, step), jnp.float32(cfg.lr))
-
-    return schedule
+    return _after_warmup(cfg, optax.constant_schedule(cfg.lr))
 
 
 @SCHEDULES.register("inverse_sqrt", reads=("warmup_steps", "d_model"))
@@ -220,7 +207,7 @@ def learning_rate_at(cfg: OptimConfig, total_steps: int, step: int) -> float:
     """The learning rate the update with (0-based) count ``step`` uses; for logging."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return float(make_schedule(cfg, total_steps)(step))
+        return float(jnp.asarray(make_schedule(cfg, total_steps)(step)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ def _restore(cfg: Config, ckpts: Checkpoints, step: int, best: bool, mesh, tx):
         tokenizer = tokenizer_from_json(meta["tokenizer"])
     except (ValueError, KeyError, TypeError) as e:
         mgr = ckpts.best if best else ckpts.last
+        assert mgr is not None  # restore_meta(best=True) raised if the run keeps no best checkpoint
         raise DamagedCheckpointError(
             f"checkpoint {mgr.directory}/{step} (step {step}) cannot be restored: its tokenizer is damaged ({e})"
         ) from e

@@ -87,8 +87,14 @@ def abstract_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh) 
     scalar = jax.ShapeDtypeStruct(
         (), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     )
+    # An abstract TrainState: ShapeDtypeStruct leaves stand in for the arrays its fields are typed with.
     return TrainState(
-        step=scalar, params=params, model_state=structs(rest_abs), opt_state=opt_state, skips=scalar, total_skips=scalar
+        step=scalar,  # pyright: ignore[reportArgumentType]
+        params=params,
+        model_state=structs(rest_abs),
+        opt_state=opt_state,
+        skips=scalar,  # pyright: ignore[reportArgumentType]
+        total_skips=scalar,  # pyright: ignore[reportArgumentType]
     )
 
 

@@ -45,5 +45,9 @@ class OutputLayer(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), cfg.params_dtype), logical_axes=("vocab",))
 
     def __call__(self, x: Float[Array, "... D"]) -> Float[Array, "... V"]:
-        logits = self.embed.attend(x) if self.proj is None else self.proj(x)
+        if self.proj is None:
+            assert self.embed is not None  # tied: embed is set exactly when proj is not
+            logits = self.embed.attend(x)
+        else:
+            logits = self.proj(x)
         return logits.astype(jnp.float32) + self.bias[...].astype(jnp.float32)

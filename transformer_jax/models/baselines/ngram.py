@@ -209,6 +209,7 @@ class NGramLM:
             h = hist[sel][:, n1 - k :]
             logp[sel] = np.log(self.probs(h, targets[sel]))
             if with_argmax:
+                assert best is not None
                 out = np.zeros(int(sel.sum()), np.int64)
                 for s in range(0, len(h), 8192):
                     chunk = h[s : s + 8192]

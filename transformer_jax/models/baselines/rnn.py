@@ -63,6 +63,11 @@ class _Cell(nnx.Module):
     def weights(self) -> dict:
         return {"w_h": self.w_h[...].astype(self.dtype)}
 
+    if TYPE_CHECKING:  # each cell defines it
+
+        @staticmethod
+        def step(w: dict, carry: dict, xg_BGH: Float[Array, "B G H"]) -> tuple[dict, Float[Array, "B H"]]: ...
+
     def __call__(self, carry: dict, x_BD: Float[Array, "B D"]) -> tuple[dict, Float[Array, "B H"]]:
         """One time step from raw inputs (``project`` + ``step``)."""
         return self.step(self.weights(), carry, self.project(x_BD[:, None])[:, 0])
@@ -151,6 +156,7 @@ class RNNLM(nnx.Module):
         if cfg.kind != "rnn_lm":
             raise ValueError(f"RNNLM needs model.kind='rnn_lm', got {cfg.kind!r}")
         self.cfg = cfg
+        assert cfg.baseline is not None  # ModelConfig requires it for this kind
         cell_cls = CELLS.get(cfg.baseline.cell)
         D = cfg.d_model
         self.embed = make_embed(cfg, rngs)
@@ -194,6 +200,7 @@ class RNNLM(nnx.Module):
         reset_BT = jnp.zeros((B, T), bool)
         if segment_ids_BT is not None:
             reset_BT = reset_BT.at[:, 1:].set(segment_ids_BT[:, 1:] != segment_ids_BT[:, :-1])
+        assert cfg.baseline is not None  # ModelConfig requires it for this kind
         tbptt = cfg.baseline.tbptt
         t = jnp.arange(T)
         cut_T = jnp.zeros((T,), bool) if tbptt is None else (t > 0) & (t % tbptt == 0)

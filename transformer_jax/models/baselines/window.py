@@ -10,7 +10,7 @@ learned ``boundary_embed`` vector, so every window has N entries.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -55,13 +55,14 @@ class WindowLM(nnx.Module):
         if cfg.kind != "window_lm":
             raise ValueError(f"WindowLM needs model.kind='window_lm', got {cfg.kind!r}")
         self.cfg = cfg
+        assert cfg.baseline is not None  # ModelConfig requires it for this kind
         self.window = N = cfg.baseline.window
         D, F = cfg.d_model, cfg.resolved_d_ff
         self.embed = make_embed(cfg, rngs)
         self.boundary_embed = nnx.Param(
             initializers.normal(cfg.init_std)(rngs.params(), (D,), cfg.params_dtype), logical_axes=("embed",)
         )
-        dense = dict(use_bias=True, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
+        dense: dict[str, Any] = dict(use_bias=True, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
         self.hidden = nnx.List(
             [DenseGeneral((N, D), F, axes=(None, "embed", "mlp"), **dense)]
             + [DenseGeneral(F, F, axes=(None, "mlp"), **dense) for _ in range(cfg.n_layers - 1)]
