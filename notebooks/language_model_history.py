@@ -32,17 +32,23 @@
 # `TRANSFORMER_JAX_SMOKE=1`: tiny sizes.
 
 # %%
-# On Colab: install the package first (TRANSFORMER_JAX_SOURCE: a pip spec of your copy, e.g. a git URL).
+# On Colab: install your copy of transformer-jax first (it has no PyPI release). Name it in SOURCE:
+# a git URL ("git+https://github.com/YOU/transformer-jax") or an uploaded wheel
+# ("/content/transformer_jax-0.1.0-py3-none-any.whl"); add "[gpu]" for a GPU runtime, e.g.
+# "transformer-jax[gpu] @ git+https://github.com/YOU/transformer-jax". TRANSFORMER_JAX_SOURCE also works.
 import importlib.util
 import os
 import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", os.environ.get("TRANSFORMER_JAX_SOURCE", "transformer-jax")],
-        check=True,
-    )
+    SOURCE = os.environ.get("TRANSFORMER_JAX_SOURCE", "")  # or write your copy's pip spec here
+    if not SOURCE:
+        raise SystemExit(
+            "transformer-jax is not installed and has no PyPI release: set TRANSFORMER_JAX_SOURCE (or SOURCE "
+            "in this cell) to a git URL or a wheel of your copy (see the comment above), then run the cell again"
+        )
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], check=True)
 
 # %%
 import dataclasses

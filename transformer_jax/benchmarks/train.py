@@ -14,7 +14,7 @@ from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import count_params, get_preset
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
-from transformer_jax.train.flops import decoder_flops_per_token, gemm_peak_flops
+from transformer_jax.train.flops import compiled_flops, gemm_peak_flops, model_flops_per_token
 from transformer_jax.train.optim import OptimConfig, make_optimizer
 from transformer_jax.train.state import init_state, model_graph
 from transformer_jax.train.step import make_train_step
@@ -40,8 +40,12 @@ def gpt_config(name: str, **overrides):
     )
 
 
-def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_overrides) -> dict:
-    """Median step time of the jitted train step (AdamW, warmup + cosine, clipping) on random tokens."""
+def bench_train(
+    name: str = "small", steps: int = 30, warmup: int = 3, profile: str | None = None, **model_overrides
+) -> dict:
+    """Median step time of the jitted train step (AdamW, warmup + cosine, clipping) on random tokens;
+    ``profile``: a directory for a ``jax.profiler`` trace of the timed steps (each annotated
+    ``train_step``). Also reports XLA's FLOPs of the compiled step beside the formula's."""
     c = CONFIGS[name]
     cfg = gpt_config(name, **model_overrides)
     tc = TrainConfig(batch_size=c["batch"], optim=OptimConfig(lr=1e-3, warmup_steps=100), per_layer_grad_norms=False)
@@ -72,15 +76,21 @@ def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_o
         for b in batches[1:warmup]:
             state, _ = step(state, b, key)
         jax.block_until_ready(state.params)
+        xla_flops = compiled_flops(step, state, batches[0], key)
         times = []
-        for b in batches[warmup:]:
+        if profile is not None:
+            jax.profiler.start_trace(profile)
+        for i, b in enumerate(batches[warmup:]):
             t0 = time.perf_counter()
-            state, _ = step(state, b, key)
-            jax.block_until_ready(state.params)
+            with jax.profiler.StepTraceAnnotation("train_step", step_num=i):
+                state, _ = step(state, b, key)
+                jax.block_until_ready(state.params)
             times.append(time.perf_counter() - t0)
+        if profile is not None:
+            jax.profiler.stop_trace()
     step_s = float(np.median(times))
     n_params = count_params(cfg)
-    flops_per_token = decoder_flops_per_token(n_params - cfg.max_len * cfg.d_model, cfg.n_layers, cfg.d_model, T)
+    flops_per_token = model_flops_per_token(cfg, T)
     tokens_per_s = B * T / step_s
     peak = gemm_peak_flops()
     return {
@@ -89,6 +99,8 @@ def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_o
         "step_ms": 1e3 * step_s,
         "tokens_per_s": tokens_per_s,
         "model_gflops": tokens_per_s * flops_per_token / 1e9,
+        "flops_per_token": flops_per_token,
+        "xla_flops_per_token": None if xla_flops is None else xla_flops / (B * T),
         "mfu": tokens_per_s * flops_per_token / peak,
         "gemm_peak_gflops": peak / 1e9,
         "compile_s": compile_s,
@@ -96,4 +108,5 @@ def bench_train(name: str = "small", steps: int = 30, warmup: int = 3, **model_o
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "backend": jax.default_backend(),
         "devices": 1,
+        **({} if profile is None else {"profile": profile}),
     }

@@ -10,10 +10,10 @@ READS = {
     "data": ("config", "set"),
     "decode": ("config", "set"),
     "compile": ("cfg",),
-    "train": ("cfg", "steps"),
+    "train": ("cfg", "steps", "profile"),
     "moe": ("config", "set", "steps", "warmup", "rounds", "dispatch"),
 }
-OPTIONS = ("config", "cfg", "set", "steps", "warmup", "rounds", "dispatch")
+OPTIONS = ("config", "cfg", "set", "steps", "warmup", "rounds", "dispatch", "profile")
 
 
 def register(sub) -> None:
@@ -30,6 +30,7 @@ def register(sub) -> None:
     p.add_argument("--cfg", default=None, choices=["small", "medium"], help="torch_gpt.py size (compile, train)")
     p.add_argument("--set", action="extend", nargs="+", default=None, metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--steps", type=int, default=None, help="timed steps (train; moe: per round)")
+    p.add_argument("--profile", default=None, metavar="DIR", help="train: a jax.profiler trace of the timed steps")
     p.add_argument("--warmup", type=int, default=None, help="moe: training steps before timing (300)")
     p.add_argument("--rounds", type=int, default=None, help="moe: alternating rounds (10)")
     p.add_argument(
@@ -59,7 +60,7 @@ def run(args) -> dict:
     if args.what == "train":
         from transformer_jax.benchmarks.train import bench_train
 
-        return bench_train(cfg_size, **({} if args.steps is None else {"steps": args.steps}))
+        return bench_train(cfg_size, profile=args.profile, **({} if args.steps is None else {"steps": args.steps}))
     from transformer_jax.benchmarks.data import bench_data
     from transformer_jax.benchmarks.decode import bench_decode
     from transformer_jax.train.experiment import load_experiment

@@ -14,7 +14,7 @@ from transformer_jax.models.decoder_lm import DecoderLM
 from transformer_jax.models.encoder_decoder import EncoderDecoder
 from transformer_jax.models.kinds import MODELS
 from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
-from transformer_jax.models.util import abstract_model, build_model, count_params
+from transformer_jax.models.util import abstract_model, build_model, count_active_params, count_params
 
 __all__ = [
     "MODELS",
@@ -29,6 +29,7 @@ __all__ = [
     "abstract_model",
     "baseline_model_config",
     "build_model",
+    "count_active_params",
     "count_params",
     "get_preset",
 ]

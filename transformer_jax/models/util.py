@@ -25,3 +25,18 @@ def count_params(model_or_cfg) -> int:
     model = abstract_model(model_or_cfg) if isinstance(model_or_cfg, ModelConfig) else model_or_cfg
     params = nnx.state(model, nnx.Param)
     return int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def count_active_params(model_or_cfg: ModelConfig) -> int:
+    """Parameters one token uses: all of them, except the routed experts it is not sent to
+    (a token uses ``top_k`` of the ``n_experts`` routed experts of each MoE layer; shared experts
+    and the router always). Dense models: `count_params`."""
+    cfg = model_or_cfg
+    total = count_params(cfg)
+    spec = cfg.moe_spec()
+    if spec is None:
+        return total
+    params = nnx.state(abstract_model(cfg), nnx.Param)
+    variables = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    routed = sum(int(np.prod(v.shape)) for v in variables if "experts" in (v.get_metadata().get("logical_axes") or ()))
+    return total - routed * (spec.n_experts - spec.top_k) // spec.n_experts

@@ -1,16 +1,18 @@
-"""The training loop's periodic actions: log, validate, stop (signal, budget), checkpoint, sample.
+"""The training loop's periodic actions: log, validate, stop (signal, budget), checkpoint, sample, profile.
 
-Each action owns its schedule and its bookkeeping. After every step the loop calls
-``after_step`` on each action, then ``run`` on those that are ``due``; when the loop ends (steps
-done or a stop requested) it calls ``finish`` on each, in order. The loop (``train.loop.Trainer``)
-only steps; actions read what they need from it (``loop.state``, ``loop.run_``, ``loop.tc``,
-``loop.writer``, ``loop.bar``) and ask it to stop with ``loop.stop(reason)``.
+Each action owns its schedule and its bookkeeping. Before every step the loop calls
+``before_step`` on each action; after it, ``after_step`` on each, then ``run`` on those that are
+``due``; when the loop ends (steps done or a stop requested) it calls ``finish`` on each, in order.
+The loop (``train.loop.Trainer``) only steps; actions read what they need from it
+(``loop.state``, ``loop.run_``, ``loop.tc``, ``loop.writer``, ``loop.bar``) and ask it to stop
+with ``loop.stop(reason)``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import time
 from typing import Any
@@ -35,6 +37,9 @@ class Action:
 
     def due(self, loop, step: int) -> bool:
         return bool(self.every) and step % self.every == 0
+
+    def before_step(self, loop, step: int) -> None:
+        """Called before step ``step`` (1-based) runs."""
 
     def after_step(self, loop, step: int, metrics: dict) -> None:
         """Called after every step, before any ``run``."""
@@ -249,3 +254,39 @@ class Sample(Action):
         text = loop.sample(loop.state, self.tc.sample_prompt, self.tc.sample_tokens, seed=step)
         loop.bar.write(f"step {step} sample: {text!r}")
         loop.log.exclude(time.time() - t0)
+
+
+class Profile(Action):
+    """``train.profile="START:STOP"``: a ``jax.profiler`` trace of steps START..STOP (each step
+    annotated ``train_step``) in ``WORKDIR/profile/``, readable by XProf / TensorBoard's profile
+    plugin. Tracing waits for the steps before START to finish and for STOP to finish."""
+
+    def __init__(self, tc, workdir: str, *, start_step: int):
+        self.window = tc.profile_steps() if tc.profile is not None else None
+        self.directory = os.path.join(workdir, "profile")
+        self.tracing = False
+        if self.window is not None and start_step >= self.window[0]:
+            log.warning(
+                "train.profile=%s is not traced: the run resumes at step %d, after its start", tc.profile, start_step
+            )
+            self.window = None
+
+    def before_step(self, loop, step: int) -> None:
+        if self.window is not None and step == self.window[0]:
+            jax.block_until_ready(loop.state)
+            jax.profiler.start_trace(self.directory)
+            self.tracing = True
+
+    def after_step(self, loop, step: int, metrics: dict) -> None:
+        if self.tracing and self.window is not None and step == self.window[1]:
+            self._stop(loop)
+
+    def _stop(self, loop) -> None:
+        jax.block_until_ready(loop.state)
+        jax.profiler.stop_trace()
+        self.tracing = False
+        log.info("profile of train.profile=%s written to %s", loop.tc.profile, self.directory)
+
+    def finish(self, loop, step: int) -> None:
+        if self.tracing:
+            self._stop(loop)

@@ -53,6 +53,7 @@ class TrainConfig:
     sample_every: int = 0  # print a short sample every N steps (0: only at the end)
     sample_tokens: int = 200
     sample_prompt: str = "\n"
+    profile: str | None = None  # "START:STOP": a jax.profiler trace of steps START..STOP in WORKDIR/profile/
 
     SELECTORS: ClassVar = (("nonfinite", NONFINITE_POLICIES),)
 
@@ -78,7 +79,16 @@ class TrainConfig:
         check_choice("train.nonfinite", self.nonfinite, NONFINITE_POLICIES, "non-finite policy")
         check_choice("train.best_mode", self.best_mode, BEST_MODES, "mode")
         check_positive("train.sample_every", self.sample_every, allow_zero=True)
+        if self.profile is not None:
+            self.profile_steps()
         check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
+
+    def profile_steps(self) -> tuple[int, int]:
+        """(START, STOP) of ``profile="START:STOP"`` (1-based steps, inclusive)."""
+        start, sep, stop = str(self.profile).partition(":")
+        if not (sep and start.strip().isdigit() and stop.strip().isdigit() and 1 <= int(start) <= int(stop)):
+            fail("train.profile", self.profile, "expected START:STOP with 1 <= START <= STOP", "e.g. 10:15")
+        return int(start), int(stop)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.util import count_active_params
+
 # Published dense (no sparsity) peaks per chip, FLOP/s: (pattern on device_kind, half, fp32).
 # "half" is bfloat16, except T4 (no bf16): float16. TPU fp32 is not published (None).
 _PEAKS: tuple[tuple[str, float, float | None], ...] = (
@@ -94,6 +97,26 @@ def decoder_flops_per_token(n_params_non_embedding: int, n_layers: int, d_model:
     position lookup tables; a tied output projection counts once (as in nanoGPT).
     """
     return 6.0 * n_params_non_embedding + 12.0 * n_layers * d_model * seq_len
+
+
+def model_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """`decoder_flops_per_token` of a model: ``N`` counts the weights one token uses (an MoE layer
+    contributes its router, shared experts and only ``top_k`` of its routed experts:
+    `count_active_params`), without a learned position table."""
+    positions = cfg.max_len * cfg.d_model if cfg.position == "learned" else 0
+    return decoder_flops_per_token(count_active_params(cfg) - positions, cfg.n_layers, cfg.d_model, seq_len)
+
+
+def compiled_flops(jitted: Any, *args: Any) -> float | None:
+    """XLA's ``cost_analysis()["flops"]`` of ``jitted`` compiled for ``args`` (None where the
+    backend reports none). These are the compiled program's FLOPs, a cross-check of the formula and
+    not a replacement: a ``lax.scan`` body is counted once (not per trip), custom calls (cuDNN,
+    Pallas kernels) count zero, rematerialised forward passes count again, and elementwise work
+    (norms, softmax, the optimizer update) is included."""
+    cost = jitted.lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    flops = (cost or {}).get("flops")
+    return None if flops is None or flops < 0 else float(flops)
 
 
 def mfu(tokens_per_s: float, flops_per_token: float, peak: float) -> float:

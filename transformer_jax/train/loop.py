@@ -64,10 +64,7 @@ class Trainer:
         self.eval_step = compiler.jit(make_eval_step(run.graphdef, self.task))
         m = self.cfg.model
         self.n_params = count_params(m)
-        n_positions = m.max_len * m.d_model if m.position == "learned" else 0
-        self.flops_per_token = flops.decoder_flops_per_token(
-            self.n_params - n_positions, m.n_layers, m.d_model, self.cfg.data.seq_len
-        )
+        self.flops_per_token = flops.model_flops_per_token(m, self.cfg.data.seq_len)
         self.peak_flops = self.tc.peak_flops or _peak_flops()  # measured outside any mesh context
         self.meta = {"config": configlib.to_dict(self.cfg), "tokenizer": run.data.tokenizer.to_json()}
         self.state = run.state
@@ -133,7 +130,8 @@ class Trainer:
         validate = actions.Validate(tc)
         checkpoint = actions.Checkpoint(tc, validate, start_step=self.start_step)
         budget = actions.Budget(tc, self.t_start)
-        return [self.log, validate, budget, stop_signal, checkpoint, actions.Sample(tc)]
+        profile = actions.Profile(tc, self.workdir, start_step=self.start_step)
+        return [profile, self.log, validate, budget, stop_signal, checkpoint, actions.Sample(tc)]
 
     def run(self) -> dict[str, Any]:
         tc, run = self.tc, self.run_
@@ -147,9 +145,12 @@ class Trainer:
             with actions.StopSignal() as stop_signal, sharding_context(run.mesh):
                 todo = self._actions(stop_signal)
                 while step < tc.steps and self.stop_reason is None:
+                    for action in todo:
+                        action.before_step(self, step + 1)
                     self.step_started = time.time()
-                    self.batch = run.put_batch(next(self.it))
-                    self.state, metrics = self.train_step(self.state, self.batch, key)
+                    with jax.profiler.StepTraceAnnotation("train_step", step_num=step + 1):
+                        self.batch = run.put_batch(next(self.it))
+                        self.state, metrics = self.train_step(self.state, self.batch, key)
                     step += 1
                     for action in todo:
                         action.after_step(self, step, metrics)
