@@ -3,7 +3,8 @@
 Each submodule documents the shapes and the formula (or paper) it implements:
 
 - ``attention``: ``attention(q_BTHD, k_BSKD, v_BSKD, mask=..., bias=..., kind=..., impl=...)``
-  with implementations ``xla``/``cudnn``/``chunked`` and kinds ``softmax``/``sliding_window``/``linear``
+  with implementations ``xla``/``cudnn``/``chunked``/``splash`` (TPU)/``pallas_gpu`` (``auto``: chosen by
+  backend and mask) and kinds ``softmax``/``sliding_window``/``linear``
 - ``masks``: ``AttentionMask`` (causal, padding, segments, sliding window) and dense builders
 - ``chunked_attention``, ``linear_attention``: O(T * block) and O(T) attention
 - ``positions``: sinusoidal, T5 relative-position buckets and bias, ALiBi

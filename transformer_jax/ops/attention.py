@@ -6,7 +6,9 @@ K = 1). Query rows with no visible key give 0 (and zero gradients) in every impl
 
 Variants are looked up by name:
   ATTENTION_KINDS: what is computed   -- softmax | sliding_window | linear
-  ATTENTION_IMPLS: how softmax is run -- xla | cudnn | chunked
+  ATTENTION_IMPLS: how softmax is run -- xla | cudnn | chunked | splash | pallas_gpu | auto
+`auto` runs `resolve_impl(backend, ...)`: the fastest implementation that computes the given mask
+exactly on the running backend (never a kernel the backend cannot run).
 A new variant is one function with the same keyword signature plus one `register` line.
 """
 
@@ -23,6 +25,15 @@ from transformer_jax.core.registry import Registry
 from transformer_jax.ops.chunked_attention import _check_qkv, chunked_attention
 from transformer_jax.ops.linear_attention import linear_attention
 from transformer_jax.ops.masks import AttentionMask
+from transformer_jax.ops.pallas_attention import (
+    PALLAS_GPU_TAKES,
+    SPLASH_TAKES,
+    pallas_gpu_attention,
+    pallas_gpu_problems,
+    refuse_problems,
+    splash_attention,
+    splash_problems,
+)
 
 # impl(q, k, v, *, mask, bias, scale, block_size) -> out
 ATTENTION_IMPLS: Registry[Callable[..., Array]] = Registry("attention implementation")
@@ -47,8 +58,9 @@ def attention(
 
     mask: which keys each query sees (None = all). bias: additive, added to the scaled logits
     (differentiable). scale defaults to 1/sqrt(D). kind: ATTENTION_KINDS name; impl:
-    ATTENTION_IMPLS name (ignored by kind="linear"); window: required by kind="sliding_window";
-    block_size: query/key tile size of impl="chunked".
+    ATTENTION_IMPLS name (ignored by kind="linear"; "auto" picks one per backend and mask);
+    window: required by kind="sliding_window"; block_size: query/key tile size of the blockwise
+    impls (chunked, splash, pallas_gpu).
     """
     _check_qkv(q_BTHD, k_BSKD, v_BSKD)
     B, T, H, _ = q_BTHD.shape
@@ -78,17 +90,25 @@ def _dense_bias(bias: Array | None) -> Array | None:
 _MASK_ARRAYS = ("q_positions", "kv_positions", "q_segment_ids", "kv_segment_ids", "kv_valid", "dense")
 
 
-def _plain_causal(mask: AttentionMask | None) -> bool:
-    """True for AttentionMask(causal=True) with nothing else set."""
-    return (
-        mask is not None and mask.causal and mask.window is None and all(getattr(mask, f) is None for f in _MASK_ARRAYS)
-    )
+def _static_dpa_kwargs(mask: AttentionMask | None, T: int, S: int) -> dict | None:
+    """is_causal / local_window_size that express `mask` for cuDNN without a T x S mask, or None
+    (a mask with arrays, T != S, or a two-sided window, which cuDNN has only with causal)."""
+    if mask is None:
+        return {}
+    if T != S or any(getattr(mask, f) is not None for f in _MASK_ARRAYS):
+        return None
+    if mask.window is None:
+        return {"is_causal": mask.causal}
+    if not mask.causal:
+        return None
+    return {"is_causal": True, "local_window_size": (mask.window - 1, 0)}
 
 
 def _jax_dpa(q, k, v, *, mask, bias, scale, implementation: Literal["xla", "cudnn"]):
-    if implementation == "cudnn" and _plain_causal(mask) and q.shape[1] == k.shape[1]:
-        return jax.nn.dot_product_attention(  # cuDNN's own causal mask: no T x S mask in memory
-            q, k, v, bias=_dense_bias(bias), scale=scale, is_causal=True, implementation=implementation
+    static = _static_dpa_kwargs(mask, q.shape[1], k.shape[1]) if implementation == "cudnn" else None
+    if static is not None:  # cuDNN's own causal / sliding-window mask: no T x S mask in memory
+        return jax.nn.dot_product_attention(
+            q, k, v, bias=_dense_bias(bias), scale=scale, implementation=implementation, **static
         )
     dense = None if mask is None else mask.materialize(q.shape[1], k.shape[1])
     out = jax.nn.dot_product_attention(
@@ -106,17 +126,83 @@ def xla_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
 @ATTENTION_IMPLS.register("cudnn")
 def cudnn_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
     """jax.nn.dot_product_attention(implementation='cudnn'): cuDNN flash attention, GPU only."""
-    if jax.default_backend() != "gpu":
-        raise ValueError(
-            f"impl='cudnn' needs a GPU, but the default JAX backend is {jax.default_backend()!r}; "
-            "use impl='xla' or impl='chunked'"
-        )
+    _need_backend("cudnn", "gpu")
     return _jax_dpa(q, k, v, mask=mask, bias=bias, scale=scale, implementation="cudnn")
 
 
 @ATTENTION_IMPLS.register("chunked", reads=("attention_block_size",))
 def _chunked_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
     return chunked_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+
+
+def _need_backend(impl: str, backend: str) -> None:
+    if jax.default_backend() != backend:
+        raise ValueError(
+            f"impl={impl!r} needs a {backend.upper()}, but the default JAX backend is "
+            f"{jax.default_backend()!r}; use impl='auto', impl='xla' or impl='chunked'"
+        )
+
+
+@ATTENTION_IMPLS.register("splash", reads=("attention_block_size",))
+def _splash_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+    """TPU splash attention (ops.pallas_attention.splash_attention); static masks only."""
+    refuse_problems("splash", splash_problems(mask, bias is not None, q.shape, k.shape, block_size), SPLASH_TAKES)
+    _need_backend("splash", "tpu")
+    return splash_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+
+
+@ATTENTION_IMPLS.register("pallas_gpu", reads=("attention_block_size",))
+def _pallas_gpu_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+    """Pallas/Triton GPU flash attention (ops.pallas_attention.pallas_gpu_attention)."""
+    problems = pallas_gpu_problems(mask, bias is not None, q.shape, k.shape, block_size)
+    refuse_problems("pallas_gpu", problems, PALLAS_GPU_TAKES)
+    _need_backend("pallas_gpu", "gpu")
+    return pallas_gpu_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+
+
+CHUNKED_MIN_LEN = 2048  # from this key length on, `auto` prefers chunked over xla (O(T * block) memory)
+_CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+
+
+def resolve_impl(
+    backend: str,
+    q_shape: tuple[int, ...],
+    k_shape: tuple[int, ...],
+    *,
+    mask: AttentionMask | None = None,
+    bias: Array | None = None,
+    dtype=jnp.float32,
+    block_size: int = 512,
+) -> str:
+    """The ATTENTION_IMPLS name `auto` runs for these inputs on `backend` ("cpu" | "gpu" | "tpu").
+
+    tpu: splash when the mask is static (splash_problems), else chunked. gpu: cudnn for
+    half-precision inputs whose mask cuDNN expresses itself (no bias, head dim <= 128, multiple of
+    8), else pallas_gpu when it fits (pallas_gpu_problems), else as on cpu. cpu (and anything
+    else): xla, or chunked once S >= CHUNKED_MIN_LEN."""
+    T, S, D = q_shape[1], k_shape[1], q_shape[-1]
+    fallback = "chunked" if S >= CHUNKED_MIN_LEN else "xla"
+    has_bias = bias is not None
+    if backend == "tpu":
+        return "chunked" if splash_problems(mask, has_bias, q_shape, k_shape, block_size) else "splash"
+    if backend == "gpu":
+        cudnn_ok = (
+            jnp.dtype(dtype) in _CUDNN_DTYPES and not has_bias and D <= 128 and D % 8 == 0
+        ) and _static_dpa_kwargs(mask, T, S) is not None
+        if cudnn_ok:
+            return "cudnn"
+        if not pallas_gpu_problems(mask, has_bias, q_shape, k_shape, block_size):
+            return "pallas_gpu"
+    return fallback
+
+
+@ATTENTION_IMPLS.register("auto", reads=("attention_block_size",))
+def auto_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+    """ATTENTION_IMPLS[resolve_impl(jax.default_backend(), ...)]."""
+    name = resolve_impl(
+        jax.default_backend(), q.shape, k.shape, mask=mask, bias=bias, dtype=q.dtype, block_size=block_size
+    )
+    return ATTENTION_IMPLS.get(name)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
 
 
 @ATTENTION_KINDS.register("softmax", reads=("attention_impl", "attention_scale"))
