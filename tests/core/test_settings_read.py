@@ -120,3 +120,9 @@ def test_every_experiment_file_loads_cleanly(path):
         warnings.simplefilter("error", ConfigWarning)
         cfg = load_experiment(path)
     assert configlib.unread_fields(cfg) == []
+
+
+def test_a_field_two_choices_leave_unread_is_reported_once():
+    with pytest.raises(ConfigError) as err:
+        load_experiment(TINY, ["model.rope_scaling_factor=4"])  # unread by position=learned and rope_scaling=none
+    assert str(err.value).count("model.rope_scaling_factor=4.0") == 1, str(err.value)

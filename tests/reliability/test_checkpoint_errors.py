@@ -14,7 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.cli_helpers import cli, train
+from tests.cli_helpers import cli, train, train_cmd
 from transformer_jax.train.checkpoint import CheckpointError
 from transformer_jax.train.experiment import load_experiment, workdir_config
 from transformer_jax.train.loop import train as train_in_process
@@ -129,3 +129,13 @@ def test_readers_name_the_damaged_checkpoint_and_the_steps_and_take_restore_step
     assert json.loads(ok.stdout.strip().splitlines()[-1])["step"] == 2
     missing = cli("eval", "--workdir", str(workdir), "--restore-step", "3", check=False)
     assert missing.returncode == 2 and "has no checkpoint of step 3; steps: 2, 4" in missing.stderr
+
+
+def test_training_again_from_an_earlier_step_sets_the_later_checkpoints_aside(tmp_path):
+    workdir = tmp_path / "run"
+    train(workdir, "train.steps=4")  # checkpoints at steps 2 and 4
+    proc = cli(*train_cmd(workdir, "train.steps=6")[3:], "--restore-step", "2")
+    later = workdir / "checkpoints" / "4"
+    assert f"--restore-step 2: set aside the later checkpoint of step 4 as {later}.superseded" in proc.stderr
+    assert "resuming at step 2" in proc.stdout
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["2", "4", "4.superseded", "6"]

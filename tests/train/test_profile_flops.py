@@ -36,6 +36,8 @@ def test_train_profile_writes_a_trace_naming_the_train_step(tmp_path):
 def test_profile_steps_are_validated(bad):
     with pytest.raises(ConfigError, match=f"train.profile='{bad}': expected START:STOP"):
         TrainConfig(profile=bad)
+    with pytest.raises(ConfigError, match=r"train.profile='11:12': starts after the last step \(train.steps=10\)"):
+        TrainConfig(steps=10, profile="11:12")
 
 
 def test_bench_train_profile_and_flops_cross_check(tmp_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transformer_jax.core.configlib import ConfigError
+from transformer_jax.cli.common import refuse_unread_options
 
 DEFAULT_CONFIG = "experiments/shakespeare_char.py"
 # The options each benchmark reads; giving one it does not read is an error.
@@ -39,19 +39,10 @@ def register(sub) -> None:
     p.set_defaults(fn=run)
 
 
-def _check_options(args) -> None:
-    unread = [f"--{o}" for o in OPTIONS if getattr(args, o) is not None and o not in READS[args.what]]
-    if unread:
-        raise ConfigError(
-            f"bench {args.what} does not read {', '.join(unread)}; it reads "
-            + (", ".join(f"--{o}" for o in READS[args.what]) or "no options")
-        )
-
-
 def run(args) -> dict:
     import tempfile
 
-    _check_options(args)
+    refuse_unread_options(f"bench {args.what}", args, OPTIONS, READS[args.what])
     cfg_size = args.cfg or "small"
     if args.what == "compile":
         from transformer_jax.benchmarks.compile import bench_compile

@@ -34,6 +34,19 @@ def add_run_args(p, *, config: bool, restore: bool = True) -> None:
         )
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def refuse_unread_options(mode: str, args, options: tuple[str, ...], reads: tuple[str, ...]) -> None:
+    """An option of ``options`` given on ``args`` (not None) that ``mode`` does not read is an error."""
+    unread = [_flag(o) for o in options if getattr(args, o) is not None and o not in reads]
+    if unread:
+        raise ConfigError(
+            f"{mode} does not read {', '.join(unread)}; it reads {', '.join(map(_flag, reads)) or 'none of these'}"
+        )
+
+
 def check_workdir(path: str, *, create: bool) -> None:
     """A usable run directory: a directory (made when ``create``), writable when ``create``."""
     if os.path.exists(path) and not os.path.isdir(path):

@@ -3,7 +3,7 @@ runs also corpus BLEU (sacrebleu) with beam search and with greedy decoding."""
 
 from __future__ import annotations
 
-from transformer_jax.cli.common import add_run_args, check_workdir
+from transformer_jax.cli.common import add_run_args, check_workdir, refuse_unread_options
 
 BLEU_OPTIONS = ("beam", "alpha", "max_sentences", "no_bleu")  # read by translation runs only
 
@@ -22,11 +22,8 @@ def register(sub) -> None:
 
 
 def _check_bleu_options(args, task: str) -> None:
-    from transformer_jax.core.configlib import ConfigError
-
-    given = [f"--{o.replace('_', '-')}" for o in BLEU_OPTIONS if getattr(args, o) is not None]
-    if given and task != "seq2seq":
-        raise ConfigError(f"{', '.join(given)}: BLEU options are read by translation runs only; this is a {task} run")
+    reads = BLEU_OPTIONS if task == "seq2seq" else ()
+    refuse_unread_options(f"eval of a {task} run (BLEU is for translation runs)", args, BLEU_OPTIONS, reads)
 
 
 def run(args) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transformer_jax.cli.common import add_run_args, check_workdir
+from transformer_jax.cli.common import add_run_args, check_workdir, refuse_unread_options
 from transformer_jax.core.configlib import ConfigError
 
 # The options each strategy reads (besides --prompt, --max-new-tokens, --seed); others are refused.
@@ -44,15 +44,10 @@ def register(sub) -> None:
     p.set_defaults(fn=run)
 
 
-def strategy_options(strategy: str, given: dict) -> dict:
-    """The options of ``strategy`` with defaults filled; an option it does not read is an error."""
-    unread = [
-        f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None and k not in STRATEGY_READS[strategy]
-    ]
-    if unread:
-        reads = ", ".join(f"--{k.replace('_', '-')}" for k in STRATEGY_READS[strategy]) or "none of these options"
-        raise ConfigError(f"--strategy {strategy} does not read {', '.join(unread)}; it reads {reads}")
-    return {k: DEFAULTS[k] if given.get(k) is None else given[k] for k in STRATEGY_OPTIONS}
+def strategy_options(args) -> dict:
+    """The options of ``args.strategy`` with defaults filled; an option it does not read is an error."""
+    refuse_unread_options(f"--strategy {args.strategy}", args, STRATEGY_OPTIONS, STRATEGY_READS[args.strategy])
+    return {k: DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in STRATEGY_OPTIONS}
 
 
 def sample_text(
@@ -126,7 +121,7 @@ def sample_text(
 
 
 def run(args) -> dict:
-    options = strategy_options(args.strategy, {k: getattr(args, k) for k in STRATEGY_OPTIONS})
+    options = strategy_options(args)
     text = sample_text(
         args.workdir,
         prompt=args.prompt,

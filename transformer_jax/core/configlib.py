@@ -174,8 +174,17 @@ def unread_fields(cfg: Any, *, prefix: str = "", explicit: typing.Iterable[str] 
     return problems
 
 
-def check_reads(cfg: Any, *, prefix: str = "", explicit: typing.Iterable[str] = ()) -> None:
-    """Raises one ``ConfigError`` listing every `unread_fields` problem of ``cfg``."""
-    problems = unread_fields(cfg, prefix=prefix, explicit=explicit)
+def check_reads(
+    cfg: Any, *, prefix: str = "", explicit: typing.Iterable[str] = (), only_explicit: bool = False
+) -> None:
+    """Raises one ``ConfigError`` listing every `unread_fields` problem of ``cfg``, one per field
+    (``only_explicit``: only the fields in ``explicit``, e.g. overrides of a saved run's config)."""
+    explicit = set(explicit)
+    by_field: dict[str, str] = {}
+    for problem in unread_fields(cfg, prefix=prefix, explicit=explicit):
+        field = problem.split("=", 1)[0]
+        if not only_explicit or field in explicit:
+            by_field.setdefault(field, problem)
+    problems = list(by_field.values())
     if problems:
         raise ConfigError("settings that the chosen variants do not read:\n  " + "\n  ".join(problems))

@@ -32,6 +32,7 @@ class DamagedCheckpointError(CheckpointError):
 
 
 DAMAGED_SUFFIX = ".damaged"
+SUPERSEDED_SUFFIX = ".superseded"  # later checkpoints of a run restarted from an earlier step
 
 
 TMP_MARKER = ".orbax-checkpoint-tmp"
@@ -123,15 +124,15 @@ class Checkpoints:
             f"{mgr.directory}: {', '.join(map(str, steps)) or 'none'} (choose one with --restore-step N)"
         )
 
-    def set_aside(self, step: int, *, best: bool = False) -> str:
-        """Renames the damaged checkpoint of ``step`` to ``<step>.damaged`` (kept for inspection,
-        never restored, and out of the way of a new save of that step); returns the new path."""
+    def set_aside(self, step: int, *, best: bool = False, suffix: str = DAMAGED_SUFFIX) -> str:
+        """Renames the checkpoint of ``step`` to ``<step><suffix>`` (kept for inspection, never
+        restored, and out of the way of a new save of that step); returns the new path."""
         mgr = self._manager(best)
         src = os.path.join(str(mgr.directory), str(step))
-        dst = src + DAMAGED_SUFFIX
+        dst = src + suffix
         n = 1
         while os.path.exists(dst):
-            dst, n = f"{src}{DAMAGED_SUFFIX}{n}", n + 1
+            dst, n = f"{src}{suffix}{n}", n + 1
         if jax.process_index() == 0:
             os.rename(src, dst)
         mgr.reload()

@@ -79,8 +79,13 @@ class TrainConfig:
         check_choice("train.nonfinite", self.nonfinite, NONFINITE_POLICIES, "non-finite policy")
         check_choice("train.best_mode", self.best_mode, BEST_MODES, "mode")
         check_positive("train.sample_every", self.sample_every, allow_zero=True)
-        if self.profile is not None:
-            self.profile_steps()
+        if self.profile is not None and self.profile_steps()[0] > self.steps:
+            fail(
+                "train.profile",
+                self.profile,
+                f"starts after the last step (train.steps={self.steps})",
+                "profile steps the run reaches",
+            )
         check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
 
     def profile_steps(self) -> tuple[int, int]:

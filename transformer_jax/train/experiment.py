@@ -74,7 +74,5 @@ def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
         raise ConfigError(f"{path} cannot be read as a run's config ({e}); is {workdir} a training run?") from e
     explicit = parse_overrides(overrides or [])
     cfg = apply_overrides(configlib.from_dict(Config, saved), [f"{k}={v}" for k, v in explicit.items()])
-    problems = [p for p in configlib.unread_fields(cfg, explicit=explicit) if p.split("=", 1)[0] in explicit]
-    if problems:
-        raise ConfigError("settings that the chosen variants do not read:\n  " + "\n  ".join(problems))
+    configlib.check_reads(cfg, explicit=explicit, only_explicit=True)
     return cfg

@@ -20,7 +20,7 @@ from transformer_jax.models import count_params
 from transformer_jax.parallel import sharding_context
 from transformer_jax.train import actions, flops
 from transformer_jax.train import ngram as _ngram  # noqa: F401 - registers the n-gram's entry point
-from transformer_jax.train.checkpoint import CheckpointError
+from transformer_jax.train.checkpoint import SUPERSEDED_SUFFIX, CheckpointError
 from transformer_jax.train.config import Config
 from transformer_jax.train.entry import entry_point
 from transformer_jax.train.lock import WorkdirLock
@@ -51,6 +51,8 @@ class Trainer:
         self.t_start = time.time()
         self.workdir = workdir
         self.run_, saved_data = setup(cfg, workdir, devices=devices, restore_step=restore_step, fallback=True)
+        if restore_step is not None:
+            _supersede_later(self.run_.checkpoints, restore_step)
         self.data_state = None if saved_data is None else _own_data_state(saved_data)
         run = self.run_
         self.cfg, self.tc = run.cfg, run.cfg.train
@@ -192,6 +194,14 @@ class Trainer:
         for thing in (self.bar, self.writer, self.it):
             if thing is not None:
                 thing.close()
+
+
+def _supersede_later(ckpts, step: int) -> None:
+    """Training again from ``step``: the later checkpoints belong to the old continuation, so they
+    are set aside as ``<step>.superseded`` (never restored, never overwritten) with a warning."""
+    for later in sorted(s for s in ckpts.steps() if s > step):
+        moved = ckpts.set_aside(later, suffix=SUPERSEDED_SUFFIX)
+        actions.log.warning("--restore-step %d: set aside the later checkpoint of step %d as %s", step, later, moved)
 
 
 def _all_data_states(it) -> dict:
