@@ -1,4 +1,6 @@
-"""Decoding with a KV cache gives the logits of a full recompute at every step."""
+"""Decoding with a KV cache gives the logits of a full recompute at every step, with each
+decode attention implementation (blocked with 4-slot blocks, so several blocks, a window that
+skips blocks and a cross-attention memory that is not a multiple of the block are exercised)."""
 
 import jax
 import jax.numpy as jnp
@@ -18,10 +20,14 @@ CASES = {
 }
 
 
+DECODE = {"dense": dict(decode_impl="dense"), "blocked": dict(decode_impl="blocked", decode_block_size=4)}
+
+
+@pytest.mark.parametrize("decode", sorted(DECODE))
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_decoder_lm_cache_equals_recompute(case):
+def test_decoder_lm_cache_equals_recompute(case, decode):
     kw = dict(CASES[case])
-    model = build_model(tiny(kw.pop("preset"), **kw))
+    model = build_model(tiny(kw.pop("preset"), **kw, **DECODE[decode]))
     tokens = random_tokens(jax.random.key(0), (2, 9), 200)
     full, _ = model(tokens)
     cache = model.init_cache(2, 16)
@@ -34,9 +40,10 @@ def test_decoder_lm_cache_equals_recompute(case):
         np.testing.assert_allclose(np.asarray(logits[:, 0]), np.asarray(full[:, t]), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("decode", sorted(DECODE))
 @pytest.mark.parametrize("scan", [False, True])
-def test_encoder_decoder_cache_equals_recompute(scan):
-    model = build_model(tiny("original_tiny", dropout=0.0, scan_layers=scan))
+def test_encoder_decoder_cache_equals_recompute(scan, decode):
+    model = build_model(tiny("original_tiny", dropout=0.0, scan_layers=scan, **DECODE[decode]))
     src = random_tokens(jax.random.key(0), (2, 7), 100)
     src_seg = jnp.array([[1] * 7, [1] * 5 + [0] * 2])
     tgt = random_tokens(jax.random.key(1), (2, 6), 100)

@@ -40,31 +40,35 @@ def gpt_config(name: str, **overrides):
     )
 
 
-def bench_train(
-    name: str = "small", steps: int = 30, warmup: int = 3, profile: str | None = None, **model_overrides
-) -> dict:
-    """Median step time of the jitted train step (AdamW, warmup + cosine, clipping) on random tokens;
-    ``profile``: a directory for a ``jax.profiler`` trace of the timed steps (each annotated
-    ``train_step``). Also reports XLA's FLOPs of the compiled step beside the formula's."""
-    c = CONFIGS[name]
-    cfg = gpt_config(name, **model_overrides)
-    tc = TrainConfig(batch_size=c["batch"], optim=OptimConfig(lr=1e-3, warmup_steps=100), per_layer_grad_norms=False)
-    tx, schedule = make_optimizer(tc.optim, 10_000)
-    mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
-    graphdef, _, _ = model_graph(cfg)
-    B, T = c["batch"], c["seq_len"]
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, 65, (steps + warmup, B, T + 1))
-    batches = [
+def random_lm_batches(n: int, batch: int, seq_len: int, vocab: int, seed: int = 0) -> list[dict]:
+    """``n`` LM batches of uniform random tokens with the train step's fields."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, vocab, (n, batch, seq_len + 1))
+    shape = (batch, seq_len)
+    return [
         {
             "inputs": jnp.asarray(x[:, :-1], jnp.int32),
             "targets": jnp.asarray(x[:, 1:], jnp.int32),
-            "segment_ids": jnp.ones((B, T), jnp.int32),
-            "positions": jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)),
-            "weights": jnp.ones((B, T), jnp.float32),
+            "segment_ids": jnp.ones(shape, jnp.int32),
+            "positions": jnp.broadcast_to(jnp.arange(seq_len, dtype=jnp.int32), shape),
+            "weights": jnp.ones(shape, jnp.float32),
         }
         for x in tokens
     ]
+
+
+def time_train_step(
+    cfg, *, batch: int, seq_len: int, steps: int = 30, warmup: int = 3, profile: str | None = None
+) -> dict:
+    """Seconds of the jitted train step (AdamW, warmup + cosine, clipping) of ``cfg`` on one
+    device: ``compile_s`` (first call), ``times`` (each timed step), ``xla_flops`` (of the
+    compiled step, or None); ``profile``: a ``jax.profiler`` trace of the timed steps (each
+    annotated ``train_step``)."""
+    tc = TrainConfig(batch_size=batch, optim=OptimConfig(lr=1e-3, warmup_steps=100), per_layer_grad_norms=False)
+    tx, schedule = make_optimizer(tc.optim, 10_000)
+    mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
+    graphdef, _, _ = model_graph(cfg)
+    batches = random_lm_batches(steps + warmup, batch, seq_len, cfg.vocab_size)
     step = compiler.jit(make_train_step(graphdef, tx, TASKS.get("lm"), tc, schedule), donate_argnums=(0,))
     key = jax.random.key(0)
     with sharding_context(mesh):
@@ -88,6 +92,20 @@ def bench_train(
             times.append(time.perf_counter() - t0)
         if profile is not None:
             jax.profiler.stop_trace()
+    return {"compile_s": compile_s, "times": times, "xla_flops": xla_flops}
+
+
+def bench_train(
+    name: str = "small", steps: int = 30, warmup: int = 3, profile: str | None = None, **model_overrides
+) -> dict:
+    """Median step time of the train step on torch_gpt.py's config ``name`` (random tokens);
+    ``profile``: a directory for a trace of the timed steps. Also reports XLA's FLOPs of the
+    compiled step beside the formula's."""
+    c = CONFIGS[name]
+    cfg = gpt_config(name, **model_overrides)
+    B, T = c["batch"], c["seq_len"]
+    timed = time_train_step(cfg, batch=B, seq_len=T, steps=steps, warmup=warmup, profile=profile)
+    times, compile_s, xla_flops = timed["times"], timed["compile_s"], timed["xla_flops"]
     step_s = float(np.median(times))
     n_params = count_params(cfg)
     flops_per_token = model_flops_per_token(cfg, T)

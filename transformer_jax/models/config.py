@@ -19,6 +19,7 @@ from transformer_jax.nn.stack import REMAT_POLICIES
 from transformer_jax.ops import activations, norms, residual
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
+from transformer_jax.ops.decode_attention import DECODE_IMPLS
 
 _BIAS_POSITIONS = ("relative_bias", "alibi")
 
@@ -67,6 +68,8 @@ class ModelConfig:
     attention_window: int | None = None
     attention_block_size: int = 512
     attention_scale: float | None = None  # None: 1/sqrt(head_dim)
+    decode_impl: str = "auto"  # attention over the KV cache (ops.decode_attention.DECODE_IMPLS)
+    decode_block_size: int = 256
     causal: bool = True  # decoder self-attention mask (False only for ablations)
     init: str = "normal"
     init_std: float = 0.02
@@ -83,6 +86,7 @@ class ModelConfig:
         ("rope_scaling", rope_ops.ROPE_SCALINGS),
         ("attention_kind", attention_ops.ATTENTION_KINDS),
         ("attention_impl", attention_ops.ATTENTION_IMPLS),
+        ("decode_impl", DECODE_IMPLS),
     )
 
     def __post_init__(self):
@@ -146,6 +150,8 @@ class ModelConfig:
         check_range("model.dropout", self.dropout, 0.0, 1.0)
         check_positive("model.init_std", self.init_std)
         check_positive("model.attention_block_size", self.attention_block_size)
+        check_choice("model.decode_impl", self.decode_impl, DECODE_IMPLS, "decode attention implementation")
+        check_positive("model.decode_block_size", self.decode_block_size)
         if self.position == "rope" and self.resolved_head_dim % 2:
             fail(
                 "model.head_dim",
@@ -333,6 +339,8 @@ class ModelConfig:
                 window=window,
                 block_size=self.attention_block_size,
                 scale=self.attention_scale,
+                decode_impl=self.decode_impl,
+                decode_block_size=self.decode_block_size,
             ),
             rope=rope,
             cross=(side == "decoder" and self.kind == "encoder_decoder"),

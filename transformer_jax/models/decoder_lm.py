@@ -91,13 +91,13 @@ class DecoderLM(nnx.Module):
             q_segment_ids=segment_ids_BT,
             kv_segment_ids=segment_ids_BT,
             q_positions=None if cache is None else index_BT,
-            kv_positions=None if cache is None else kv_index_BS,
+            kv_positions=None,  # slot s holds position s: the default, so decode kernels can rely on it
         )
         k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
         tok_BTD = self.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD.astype(cfg.compute_dtype)
         x_BTD = self.positions.embed(tok_BTD, positions_BT)
         x_BTD = dropout(x_BTD, cfg.dropout, k_embed)
-        bias = self.positions.attention_bias(positions_BT, kv_index_BS)
+        bias = self.positions.attention_bias(positions_BT, positions_BT if cache is None else kv_index_BS)
         inputs = BlockInputs(mask=mask, positions=positions_BT, bias=bias)
         x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
         logits_BTV = output_logits(x_BTD, self.final_norm, self.lm_head, self.embed)

@@ -147,7 +147,7 @@ class EncoderDecoder(nnx.Module):
             q_segment_ids=tgt_segment_ids_BT,
             kv_segment_ids=tgt_segment_ids_BT,
             q_positions=None if cache is None else index_BT,
-            kv_positions=None if cache is None else kv_index,
+            kv_positions=None,  # slot s holds position s: the default, so decode kernels can rely on it
         )
         cross_mask = None
         if src_segment_ids_BS is not None:
@@ -161,7 +161,7 @@ class EncoderDecoder(nnx.Module):
         inputs = BlockInputs(
             mask=self_mask,
             positions=positions_BT,
-            bias=self.tgt_positions.attention_bias(positions_BT, kv_index),
+            bias=self.tgt_positions.attention_bias(positions_BT, positions_BT if cache is None else kv_index),
             memory=memory_BSD,
             cross_mask=cross_mask,
         )

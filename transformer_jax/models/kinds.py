@@ -13,8 +13,8 @@ ENCODER_DECODER_READS = (
     "placement", "norm", "norm_eps", "norm_bias", "position", "rope_theta", "rope_pairing", "rope_scaling",
     "rope_scaling_factor", "rope_original_max_len", "relative_buckets", "relative_max_distance", "ffn", "use_bias",
     "tie_embeddings", "scale_embeddings", "share_embeddings", "dropout", "attention_kind", "attention_impl",
-    "attention_window", "attention_block_size", "attention_scale", "causal", "init", "init_std", "scan_layers",
-    "remat", "dtype", "param_dtype", "moe",
+    "attention_window", "attention_block_size", "attention_scale", "decode_impl", "decode_block_size", "causal",
+    "init", "init_std", "scan_layers", "remat", "dtype", "param_dtype", "moe",
 )  # fmt: skip
 DECODER_LM_READS = tuple(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings"))
 _NEURAL_BASELINE = (

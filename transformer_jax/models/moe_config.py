@@ -26,7 +26,7 @@ class MoEConfig:
     (``group_score`` max | top2_sum). ``capacity_factor``: each expert takes at most
     ceil(factor * tokens * k / experts) assignments, dropped in ``drop_order`` (rank: all first
     choices in token order, then second choices...; position; score); None: dropless.
-    ``dispatch``: ``auto`` (fastest for the backend), naive, dense, ragged, padded,
+    ``dispatch``: ``auto`` (fastest for the backend), naive, dense, ragged, padded, megablox (TPU),
     expert_parallel. Balancing: ``balance_coef * balance_loss`` (switch | expert | sequence),
     ``z_loss_coef * router z-loss``, ``bias_update_rate`` (gamma of auxiliary-loss-free
     balancing; 0 = off). ``every``: MoE in every n-th layer (layers i with (i+1) % every == 0).

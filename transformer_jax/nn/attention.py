@@ -13,7 +13,8 @@ from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
-from transformer_jax.ops.kv_cache import KVCache, cached_attention, kv_cache_of, update_kv_cache
+from transformer_jax.ops.decode_attention import decode_attention
+from transformer_jax.ops.kv_cache import KVCache, kv_cache_of, update_kv_cache
 from transformer_jax.ops.masks import AttentionMask
 
 
@@ -31,13 +32,16 @@ class RopeSpec:
 
 @dataclasses.dataclass(frozen=True)
 class AttentionSpec:
-    """How attention is computed: ``ops.attention`` kind/impl names and their options."""
+    """How attention is computed: ``ops.attention`` kind/impl names and their options; with a KV
+    cache, ``ops.decode_attention``'s ``decode_impl``."""
 
     kind: str = "softmax"
     impl: str = "xla"
     window: int | None = None
     block_size: int = 512
     scale: float | None = None
+    decode_impl: str = "auto"
+    decode_block_size: int = 256
 
 
 class Attention(nnx.Module):
@@ -118,8 +122,9 @@ class Attention(nnx.Module):
         """Self-attention, or (``cross=True``) attention from x to the memory ``kv_BSD``.
 
         With a ``cache``: self-attention appends this call's keys/values at ``cache.index`` and
-        attends over all slots (the mask must hide unwritten ones); cross-attention uses the
-        cache's keys/values as they are (see ``project_kv``) and ignores ``kv_BSD``.
+        attends over the written slots the mask lets it see (``ops.decode_attention``);
+        cross-attention uses the cache's keys/values as they are (see ``project_kv``) and ignores
+        ``kv_BSD``.
         """
         q_BTHD = self.q(x_BTD)
         if self.cross:
@@ -137,15 +142,18 @@ class Attention(nnx.Module):
                 k_BSKD = self.rope(k_BSKD, positions_BT)
             if cache is not None:
                 cache = update_kv_cache(cache, k_BSKD, v_BSKD)
-        if cache is not None and self.spec.kind == "softmax":
-            if mask is not None:
-                mask.validate(q_BTHD.shape[1], cache.max_len, q_BTHD.shape[0], q_BTHD.shape[2])
-            y_BTHD = cached_attention(
+        if cache is not None and self.spec.kind in ("softmax", "sliding_window"):
+            if self.spec.kind == "sliding_window":
+                assert self.spec.window is not None  # ModelConfig requires it
+                mask = (AttentionMask() if mask is None else mask).with_window(self.spec.window)
+            y_BTHD = decode_attention(
                 q_BTHD,
                 cache,
-                scale=self.spec.scale,
+                mask=mask,
                 bias_BHTS=bias,
-                mask_BHTS=None if mask is None else mask.materialize(q_BTHD.shape[1], cache.max_len),
+                scale=self.spec.scale,
+                impl=self.spec.decode_impl,
+                block_size=self.spec.decode_block_size,
             )
             return self.o(y_BTHD), cache
         if cache is not None:

@@ -16,6 +16,7 @@ to float32 rounding; they differ in layout and speed:
 - ``padded``: grouped by expert into an [E, C, D] buffer (C about the mean load) run as batched
   einsums, the excess of busier experts in one-expert tiles: plain GEMMs with little padding,
   the fast dropless layout on CPU, where ``ragged_dot`` is slow;
+- ``megablox``: ``ragged`` with the TPU Pallas grouped-matmul kernel (``ops.moe_megablox``);
 - ``expert_parallel`` (``ops.moe_expert_parallel``): experts sharded over the ``expert``
   mesh axis, tokens exchanged with ``all_to_all``.
 
@@ -44,6 +45,7 @@ from transformer_jax.ops.moe_buffer import (
     padded_ffn,
 )
 from transformer_jax.ops.moe_expert_parallel import expert_parallel_dispatch
+from transformer_jax.ops.moe_megablox import megablox_ragged_dot
 
 # Implementations ------------------------------------------------------------------------------
 
@@ -102,10 +104,20 @@ def _grouped_dest(slots: routing.Slots, experts: Int[Array, "T K"], E: int):
 
 
 def ragged_dispatch(
-    x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None, valid_T=None, drop_order="rank"
+    x_TD,
+    experts_TK,
+    weights_TK,
+    w: ExpertWeights,
+    *,
+    activation,
+    capacity_factor=None,
+    valid_T=None,
+    drop_order="rank",
+    grouped_matmul: Callable = jax.lax.ragged_dot,
 ):
     """Sort-based dropless MoE (MegaBlocks-style, Gale et al. 2022): rows grouped by expert
-    without padding, each weight applied with one ``jax.lax.ragged_dot`` over the groups."""
+    without padding, each weight applied with one grouped matmul over the groups
+    (``grouped_matmul(x_RD, w_EDF, sizes_E)``, default ``jax.lax.ragged_dot``)."""
     T, K = experts_TK.shape
     E = w.n_experts
     spec = ffn_spec(activation)
@@ -113,18 +125,51 @@ def ragged_dispatch(
     dest_TK, sizes_E = _grouped_dest(slots, experts_TK, E)
     x_RD, src_R = gather_to_slots(x_TD, dest_TK, T * K)
     row_expert_R = jnp.minimum(jnp.searchsorted(jnp.cumsum(sizes_E), jnp.arange(T * K), side="right"), E - 1)
-    h = jax.lax.ragged_dot(x_RD, w.w_in_EDF, sizes_E)
+    h = grouped_matmul(x_RD, w.w_in_EDF, sizes_E)
     if w.b_in_EF is not None:
         h = h + w.b_in_EF[row_expert_R]
     if spec.gated:
         assert w.w_gate_EDF is not None  # a gated FFN has w_gate
-        h = spec.activation(jax.lax.ragged_dot(x_RD, w.w_gate_EDF, sizes_E)) * h
+        h = spec.activation(grouped_matmul(x_RD, w.w_gate_EDF, sizes_E)) * h
     else:
         h = spec.activation(h)
-    y_RD = jax.lax.ragged_dot(h, w.w_out_EFD, sizes_E)
+    y_RD = grouped_matmul(h, w.w_out_EFD, sizes_E)
     if w.b_out_ED is not None:
         y_RD = y_RD + w.b_out_ED[row_expert_R]
     return combine_from_slots(y_RD, dest_TK, src_R, weights_TK * slots.keep_TK), slots.keep_TK
+
+
+def megablox_dispatch(
+    x_TD,
+    experts_TK,
+    weights_TK,
+    w: ExpertWeights,
+    *,
+    activation,
+    capacity_factor=None,
+    valid_T=None,
+    drop_order="rank",
+    interpret: bool = False,
+):
+    """``ragged`` with the TPU Pallas grouped matmul (``ops.moe_megablox``); a TPU kernel, run
+    elsewhere only in the Pallas interpreter (``interpret=True``, tests)."""
+    if not interpret and jax.default_backend() != "tpu":
+        raise ValueError(
+            f"MoE dispatch 'megablox' is a TPU kernel, but the default JAX backend is {jax.default_backend()!r}; "
+            "use dispatch 'auto', 'ragged' or 'padded'"
+        )
+    gmm = functools.partial(megablox_ragged_dot, interpret=interpret)
+    return ragged_dispatch(
+        x_TD,
+        experts_TK,
+        weights_TK,
+        w,
+        activation=activation,
+        capacity_factor=capacity_factor,
+        valid_T=valid_T,
+        drop_order=drop_order,
+        grouped_matmul=gmm,
+    )
 
 
 def padded_dispatch(
@@ -166,6 +211,7 @@ DISPATCHES.register("naive", naive_dispatch)
 DISPATCHES.register("dense", dense_dispatch)
 DISPATCHES.register("ragged", ragged_dispatch)
 DISPATCHES.register("padded", padded_dispatch)
+DISPATCHES.register("megablox", megablox_dispatch)
 DISPATCHES.register("expert_parallel", expert_parallel_dispatch)
 
 # Fastest dropless layout per backend (measured; see the module docstring). Others: ragged.
@@ -192,7 +238,7 @@ def get_dispatch(name: str) -> Callable:
     return _jitted(DISPATCHES.get(name))
 
 
-STATIC_OPTIONS = ("activation", "capacity_factor", "drop_order", "first", "tile", "axis")
+STATIC_OPTIONS = ("activation", "capacity_factor", "drop_order", "first", "tile", "axis", "interpret")
 
 
 @functools.cache

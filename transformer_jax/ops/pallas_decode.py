@@ -5,13 +5,13 @@ slots into k_splits chunks, runs an online softmax in each chunk in parallel and
 with their (max, sum) statistics. The kernel reads k/v as [B, S, K, D]; our cache stores
 [B, K, D, S] (ops.kv_cache), so the cache is moved into the kernel's layout first.
 An alternative to `kv_cache.cached_attention` for T = 1, without mask or bias arrays: the query
-sees slots [0, cache.index). GPU (Triton) kernel; `interpret=True` runs it anywhere.
+sees slots [0, cache.index), or a per-row range. GPU (Triton) kernel; `interpret=True` runs it anywhere.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from transformer_jax.ops.kv_cache import KVCache
 
@@ -29,11 +29,14 @@ def flash_decode_attention(
     cache: KVCache,
     *,
     scale: float | None = None,
+    kv_len_B: Int[Array, " B"] | None = None,
+    start_B: Int[Array, " B"] | None = None,
     max_splits: int = 16,
     block_k: int = 128,
     interpret: bool = False,
 ) -> Float[Array, "B 1 H D"]:
-    """softmax(q k^T * scale) v over the cache slots [0, cache.index), H = K * G (GQA).
+    """softmax(q k^T * scale) v over the cache slots [start_B, kv_len_B) (default [0, cache.index)),
+    H = K * G (GQA).
 
     S = cache.max_len must be a multiple of 16; k_splits is the largest power of two <= max_splits
     leaving >= 16 slots per split; block_k is capped to the split length (both powers of two)."""
@@ -53,11 +56,13 @@ def flash_decode_attention(
 
     k_BSKD = jnp.moveaxis(cache.k_BKDS, -1, 1).astype(q_BTHD.dtype)
     v_BSKD = jnp.moveaxis(cache.v_BKDS, -1, 1).astype(q_BTHD.dtype)
-    kv_len_B = jnp.broadcast_to(jnp.asarray(cache.index, jnp.int32), (B,))
+    if kv_len_B is None:
+        kv_len_B = jnp.broadcast_to(jnp.asarray(cache.index, jnp.int32), (B,))
     out_BHD = decode_attention.gqa(
         q_BTHD[:, 0],
         k_BSKD,
         v_BSKD,
+        start_idx=start_B,
         kv_seq_len=kv_len_B,
         sm_scale=float(D**-0.5 if scale is None else scale),
         block_k=block_k,
