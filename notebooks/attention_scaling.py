@@ -144,7 +144,11 @@ sc, un = probes["scaled 1/sqrt(d_k)"], probes["unscaled"]
 gaps = {}
 for name in final:
     if name.endswith("unscaled"):
-        gaps[name.split()[0]] = final[name] - final[name.replace("unscaled", "scaled")]
+        # a diverged run (final loss NaN or inf) counts as the worse arm: its loss is +inf
+        unscaled, scaled = (
+            x if np.isfinite(x) else np.inf for x in (final[name], final[name.replace("unscaled", "scaled")])
+        )
+        gaps[name.split()[0]] = unscaled - scaled
 big = max(gaps, key=lambda k: int(k.split("=")[1]))
 rows = [
     (
@@ -171,7 +175,7 @@ rows += [
     (
         f"Training without the factor ends worse at {k}",
         f"unscaled - scaled = {v:+.3f} nats (final val loss)",
-        ablation.verdict(None if abs(v) < 0.02 else v > 0),
+        ablation.verdict(None if np.isnan(v) or abs(v) < 0.02 else v > 0),
     )
     for k, v in gaps.items()
 ]
@@ -180,7 +184,11 @@ rows.append(
     (
         "... and more so at larger d_k",
         f"gap {gaps[small]:+.3f} at {small} -> {gaps[big]:+.3f} at {big}",
-        ablation.verdict(None if abs(gaps[big] - gaps[small]) < 0.02 else gaps[big] > gaps[small]),
+        ablation.verdict(
+            None
+            if not np.isfinite(gaps[big] - gaps[small]) or abs(gaps[big] - gaps[small]) < 0.02
+            else gaps[big] > gaps[small]
+        ),
     )
 )
 table = ablation.verdict_table(rows)

@@ -163,7 +163,7 @@ table = ablation.verdict_table(
         ),
         (
             "The Transformer trains faster than the RNN",
-            f"{tps[tf]:,.0f} vs {tps[lstm]:,.0f} tokens/s",
+            " vs ".join("n/a" if tps[k] is None else f"{tps[k]:,.0f}" for k in (tf, lstm)) + " tokens/s",
             ablation.verdict(None if None in tps.values() else tps[tf] > tps[lstm]),
         ),
     ]

@@ -217,7 +217,8 @@ rows = [
         f"{final(('deepnorm', deepest, False, 'adam')):.3f}; post {final(('post', deepest, True, 'adam')):.3f} / "
         f"{final(('post', deepest, False, 'adam')):.3f}",
         ablation.verdict(
-            max(final(("deepnorm", deepest, w, "adam")) for w in (True, False))
+            bool(np.isfinite(max(final(("deepnorm", deepest, w, "adam")) for w in (True, False))))
+            and max(final(("deepnorm", deepest, w, "adam")) for w in (True, False))
             <= min(final(("post", deepest, w, "adam")) for w in (True, False)) + 0.02
         ),
     ),

@@ -71,29 +71,34 @@ def test_out_of_vocab_id_is_an_error():
         CHAR.decode([CHAR.vocab_size])
 
 
-def _multi30k_lines(root, split, n=None):
+def _lines(root, split):
+    """Both sides of a split of a corpus in Multi30k's format (``{split}.{de,en}.gz``)."""
     out = []
     for lang in ("de", "en"):
         with gzip.open(root / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-            out += f.read().splitlines()[:n]
+            out += f.read().splitlines()
     return out
 
 
 @pytest.fixture(scope="module", params=["bpe", "unigram"])
-def sp_tok(request, multi30k):
-    cfg = DataConfig(tokenizer="sentencepiece", sp_model_type=request.param, vocab_size=600)
-    return train_tokenizer(cfg, _multi30k_lines(multi30k, "train", 1500))
+def sp_tok(request, captions_dir):
+    """SentencePiece trained on the local caption corpus (tests/data/conftest.py), both model types."""
+    cfg = DataConfig(tokenizer="sentencepiece", sp_model_type=request.param, vocab_size=400)
+    return train_tokenizer(cfg, _lines(captions_dir, "train"))
 
 
-def test_sentencepiece_round_trip_on_multi30k(sp_tok, multi30k):
-    assert isinstance(sp_tok, SentencePieceTokenizer) and sp_tok.vocab_size == 600
+def test_sentencepiece_round_trip_on_captions(sp_tok, captions_dir):
+    assert isinstance(sp_tok, SentencePieceTokenizer) and sp_tok.vocab_size == 400
     sp = sp_tok._sp
     assert (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()) == (0, 1, 2, 3)
-    lines = _multi30k_lines(multi30k, "val", 300)
+    lines = _lines(captions_dir, "val")
+    assert any("\ufb01" in line for line in lines)  # NFKC has something to rewrite
     for line in lines:
         ids = sp_tok.encode(line)
         assert all(4 <= i < sp_tok.vocab_size for i in ids)
         assert sp_tok.decode([sp_tok.bos_id, *ids, sp_tok.eos_id]) == unicodedata.normalize("NFKC", line)
+    # the text is merged into pieces (BPE: 1.8 characters each), not spelled out character by character
+    assert sum(len(sp_tok.encode(line)) for line in lines) < 0.7 * sum(len(line) for line in lines)
     # newlines survive (LM text) and unseen characters fall back to bytes, not unk
     text = "Ein Mann ☃\nzwei"
     assert sp_tok.decode(sp_tok.encode(text)) == text
@@ -103,9 +108,11 @@ def test_sentencepiece_round_trip_on_multi30k(sp_tok, multi30k):
 def test_sentencepiece_save_load_equality(sp_tok, tmp_path):
     sp_tok.save(tmp_path)
     loaded = load_tokenizer(tmp_path)
+    assert isinstance(loaded, SentencePieceTokenizer)
     assert loaded == sp_tok and loaded.model_proto == sp_tok.model_proto
-    line = "Zwei Hunde spielen im Schnee."
-    assert loaded.encode(line) == sp_tok.encode(line)
+    for line in ("Zwei Hunde spielen im Schnee.", "Ein Koch wartet an der Bushaltestelle", "unbekannte Wörter ☃"):
+        assert loaded.encode(line) == sp_tok.encode(line)
+        assert loaded.decode(sp_tok.encode(line)) == sp_tok.decode(sp_tok.encode(line))
     assert pickle.loads(pickle.dumps(sp_tok)).encode(line) == sp_tok.encode(line)
 
 
