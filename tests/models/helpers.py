@@ -1,12 +1,15 @@
 """Small model-building helpers shared by the model tests."""
 
 import dataclasses
+from typing import cast
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from transformer_jax.models import build_model, get_preset
+from transformer_jax.models.decoder_lm import DecoderLM
+from transformer_jax.models.encoder_decoder import EncoderDecoder
 
 
 def tiny(preset: str, **overrides):
@@ -36,3 +39,32 @@ def scanned_copy(model, **overrides):
 
 def random_tokens(key, shape, vocab):
     return jax.random.randint(key, shape, 1, vocab)
+
+
+def per_layer_flat(state) -> dict:
+    """{path: array} of a (parameter or gradient) State, with a scanned stack's stacked ``layers``
+    axis split into the loop model's per-layer paths (``(..., "layers", k, ...)``), the inverse of
+    ``scanned_copy``'s stacking: a scanned model's and a loop model's entries then pair up by path.
+    A loop model's State comes back unchanged (flattened)."""
+    out = {}
+    for path, var in nnx.to_flat_state(state):
+        x = var[...]
+        stacked = path[0] in ("layers", "encoder", "decoder") and path[1] == "layers" and not isinstance(path[2], int)
+        if stacked:
+            for k in range(x.shape[0]):
+                out[path[:2] + (k,) + path[2:]] = x[k]
+        else:
+            out[path] = x
+    return out
+
+
+def build_lm(cfg, **kw) -> DecoderLM:
+    """``build_model`` for a ``decoder_lm`` config, typed as such."""
+    assert cfg.kind == "decoder_lm", cfg.kind
+    return cast(DecoderLM, build_model(cfg, **kw))
+
+
+def build_seq2seq(cfg, **kw) -> EncoderDecoder:
+    """``build_model`` for an ``encoder_decoder`` config, typed as such."""
+    assert cfg.kind == "encoder_decoder", cfg.kind
+    return cast(EncoderDecoder, build_model(cfg, **kw))
