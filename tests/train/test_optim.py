@@ -287,3 +287,17 @@ def test_warmup_longer_than_run_warns_not_errors():
         make_schedule(cfg, 1000)
     with pytest.raises(ValueError, match="total_steps=0"):
         make_schedule(cfg, 0)
+
+
+def test_weight_decay_mask_of_a_model_follows_param_roles():
+    """The mask and Muon's partition come from one classification (`param_roles`): on a model the
+    decayed leaves are the hidden matrices, the untied head and the learned position table (which no
+    decay group names, as before the roles); norms (scale and bias), biases and the embedding are not."""
+    from transformer_jax.models import abstract_model, get_preset
+    from transformer_jax.models.param_roles import param_roles
+
+    model = abstract_model(get_preset("gpt2_tiny", n_layers=1, tie_embeddings=False))
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    pairs = list(zip(jax.tree.leaves(param_roles(params)), jax.tree.leaves(weight_decay_mask(params))))
+    assert {r for r, m in pairs if m} == {"hidden_matrix", "head", "position"}
+    assert {r for r, m in pairs if not m} == {"embedding", "norm", "bias"}

@@ -6,9 +6,12 @@ a function plus a registry line.
 Conventions
 - The schedule is evaluated at the optax update count: the k-th update (0-based) uses
   ``learning_rate_at(cfg, total_steps, k)``.
-- Weight decay is decoupled (AdamW; SGDW for ``sgd``): each update subtracts
-  ``lr_t * weight_decay * param`` from every decayed parameter. ``adam`` never decays (use
-  ``adamw``). Which parameters decay is decided by `weight_decay_mask` and ``cfg.decay_exclude``.
+- Weight decay is decoupled (AdamW; SGDW for ``sgd``; both parts of ``muon``): each update
+  subtracts ``lr_t * weight_decay * param`` from every decayed parameter. ``adam`` never decays
+  (use ``adamw``). Which parameters decay is decided by `weight_decay_mask` and
+  ``cfg.decay_exclude``.
+- Which parameters are matrices for Muon, and how a 3-D/4-D kernel is one (or a batch of them), is
+  decided by `param_roles.classify`, the same classification the decay mask uses.
 - Gradient accumulation is not done here. The train step sums (then averages) micro-batch
   gradients itself, e.g. in a ``lax.scan``, and calls the optimizer once per step. This keeps the
   schedule and optimizer state counting real steps, needs no extra accumulator in the optimizer
@@ -19,7 +22,7 @@ Conventions
 from __future__ import annotations
 
 import dataclasses
-import re
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
@@ -30,8 +33,7 @@ import optax
 
 from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real
 from transformer_jax.core.registry import Registry, unknown_name_message
-
-DECAY_GROUPS = ("norm", "bias", "embedding")
+from transformer_jax.models.param_roles import DECAY_GROUPS, MATRIX_ROLES, classify, path_names
 
 OPTIMIZERS: Registry[Callable[..., optax.GradientTransformation]] = Registry("optimizer")
 SCHEDULES: Registry[Callable[..., optax.Schedule]] = Registry("schedule")
@@ -48,6 +50,13 @@ class OptimConfig:
     ``decay_exclude`` names the parameter groups weight decay skips (see `weight_decay_mask`).
     ``d_model`` may stay None until the schedule is built (`make_schedule` raises if
     ``inverse_sqrt`` still lacks it), so a whole-experiment config can fill it from the model.
+
+    ``optimizer="muon"`` (see `muon`): ``lr`` is the Muon learning rate of the hidden matrices,
+    ``adam_lr`` the peak rate of the AdamW part (None: ``lr``; the same schedule, scaled by
+    ``adam_lr / lr``), ``muon_momentum`` Muon's Nesterov momentum, ``muon_ns_steps`` its
+    Newton-Schulz iterations, ``muon_rms`` (None: ``sqrt(max(1, fan_out / fan_in))``) the RMS each
+    orthogonalised update is scaled to, ``rms * sqrt(max(fan_in, fan_out))`` (Moonlight: 0.2, to
+    match AdamW's update size, so the two parts can share one rate).
     """
 
     optimizer: str = "adamw"
@@ -65,6 +74,10 @@ class OptimConfig:
     grad_clip: float | None = 1.0
     decay_exclude: tuple[str, ...] = DECAY_GROUPS
     d_model: int | None = None
+    adam_lr: float | None = None
+    muon_momentum: float = 0.95
+    muon_ns_steps: int = 5
+    muon_rms: float | None = None
 
     SELECTORS: ClassVar = (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES))
 
@@ -95,6 +108,12 @@ class OptimConfig:
         if self.grad_clip is not None:
             check_real("train.optim.grad_clip", self.grad_clip, low=0.0, low_open=True, none_hint=True)
         self._check_decay_exclude()
+        if self.adam_lr is not None:
+            check_real("train.optim.adam_lr", self.adam_lr, low=0.0, low_open=True)
+        check_real("train.optim.muon_momentum", self.muon_momentum, low=0.0, high=1.0)
+        check_int("train.optim.muon_ns_steps", self.muon_ns_steps, low=1)
+        if self.muon_rms is not None:
+            check_real("train.optim.muon_rms", self.muon_rms, low=0.0, low_open=True)
         if self.d_model is not None:
             check_int("train.optim.d_model", self.d_model, low=1)
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
@@ -213,28 +232,10 @@ def learning_rate_at(cfg: OptimConfig, total_steps: int, step: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # Weight-decay mask.
 
-_NAMELESS = ("value", "raw_value")  # trailing attribute keys of nnx.Variable leaves
-
-
-def _path_names(path) -> list[str]:
-    keys = list(path)
-    while len(keys) > 1 and getattr(keys[-1], "name", None) in _NAMELESS:
-        keys.pop()
-    names = []
-    for key in keys:
-        if isinstance(key, jax.tree_util.DictKey | jax.tree_util.FlattenedIndexKey):
-            names.append(str(key.key))
-        elif isinstance(key, jax.tree_util.GetAttrKey):
-            names.append(key.name)
-        elif isinstance(key, jax.tree_util.SequenceKey):
-            names.append(str(key.idx))
-        else:
-            names.append(str(key))
-    return names
-
 
 def param_groups(path, leaf) -> frozenset[str]:
-    """The decay groups (subset of ``DECAY_GROUPS``) of one parameter, from its path and shape.
+    """The decay groups (subset of ``DECAY_GROUPS``) of one parameter, from its path and shape
+    (`param_roles.classify`, the one classification the optimizers share).
 
     - ``bias``: the last key is ``bias`` or starts with ``b_``.
     - ``norm``: a key contains ``norm`` (``norm1``, ``LayerNorm_0``, ``final_norm``), or has
@@ -244,18 +245,7 @@ def param_groups(path, leaf) -> frozenset[str]:
       ``wte``/``wpe`` (GPT-2 names).
     Keys are compared lower-cased.
     """
-    names = [n.lower() for n in _path_names(path)]
-    last = names[-1] if names else ""
-    tokens = {t for n in names for t in re.split(r"[^a-z]+", n) if t}
-    groups = set()
-    if last == "bias" or last.startswith("b_"):
-        groups.add("bias")
-    is_1d_scale = last == "scale" and len(getattr(leaf, "shape", ())) == 1
-    if any("norm" in n for n in names) or "ln" in tokens or is_1d_scale:
-        groups.add("norm")
-    if any("embed" in n or "pos_emb" in n for n in names) or tokens & {"wte", "wpe"}:
-        groups.add("embedding")
-    return frozenset(groups)
+    return classify(path, leaf).groups
 
 
 def weight_decay_mask(params: Any, exclude: tuple[str, ...] = DECAY_GROUPS) -> Any:
@@ -309,6 +299,105 @@ def sgd(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.Gradient
         _decoupled_decay(cfg, mask),
         optax.scale_by_learning_rate(learning_rate),
     )
+
+
+# Muon on the hidden matrices (roles `MATRIX_ROLES`), AdamW on the rest.
+
+
+def muon_dimension_numbers(params: Any) -> Any:
+    """A pytree like ``params``: ``optax.contrib.MuonDimensionNumbers(reduction, output)`` for each
+    hidden or expert matrix (its `param_roles.MatrixView`; the other axes are batch axes), None for
+    a parameter AdamW trains. Raises for an array of >= 2 axes whose matrix view no rule knows."""
+    return jax.tree_util.tree_map_with_path(_muon_dims, params)
+
+
+def _muon_dims(path, leaf) -> optax.contrib.MuonDimensionNumbers | None:
+    info = classify(path, leaf)
+    if info.role in MATRIX_ROLES:
+        assert info.view is not None  # every matrix role has a view
+        return optax.contrib.MuonDimensionNumbers(info.view.reduction, info.view.output)
+    if info.role == "other" and len(getattr(leaf, "shape", ())) >= 2:
+        raise ValueError(
+            f"optimizer='muon': parameter {'/'.join(path_names(path))!r} of shape {tuple(leaf.shape)} is "
+            "not a known weight (no rule gives its input and output axes); add a rule to "
+            "transformer_jax.models.param_roles or choose another train.optim.optimizer"
+        )
+    return None
+
+
+def _muon_labels(params: Any) -> Any:
+    return jax.tree_util.tree_map_with_path(lambda p, x: "adamw" if _muon_dims(p, x) is None else "muon", params)
+
+
+def _scale_by_matrix_shape(rms: float | None) -> optax.GradientTransformation:
+    """Each orthogonalised update (a batch of [fan_in, fan_out] matrices, spectral norm about 1)
+    times ``sqrt(max(1, fan_out / fan_in))`` (Jordan's width scaling), or, with ``rms``, times
+    ``rms * sqrt(max(fan_in, fan_out))`` (update RMS about ``rms``; Liu et al. 2025); as
+    ``optax.contrib.muon`` scales."""
+
+    def scale(path, u):
+        view = classify(path, u).view
+        assert view is not None  # only Muon's leaves reach here
+        fan_in, fan_out = view.matrix_shape(u.shape)
+        factor = math.sqrt(max(1.0, fan_out / fan_in)) if rms is None else rms * math.sqrt(max(fan_in, fan_out))
+        return u * jnp.asarray(factor, u.dtype)
+
+    def update(updates, state, params=None):
+        del params
+        return jax.tree_util.tree_map_with_path(scale, updates), state
+
+    return optax.GradientTransformation(optax.init_empty_state, update)
+
+
+def _scaled(schedule: optax.Schedule, factor: float) -> optax.Schedule:
+    return schedule if factor == 1.0 else (lambda step: schedule(step) * factor)
+
+
+@OPTIMIZERS.register(
+    "muon",
+    reads=(
+        "b1",
+        "b2",
+        "eps",
+        "weight_decay",
+        "decay_exclude",
+        "adam_lr",
+        "muon_momentum",
+        "muon_ns_steps",
+        "muon_rms",
+    ),
+)
+def muon(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+    """Muon (Jordan et al. 2024) on the hidden and expert matrices, AdamW on everything else.
+
+    Muon parameters (`param_roles.MATRIX_ROLES`): the update is the Nesterov momentum
+    (``muon_momentum``) of the gradient, bias-corrected, orthogonalised by ``muon_ns_steps``
+    quintic Newton-Schulz iterations (coefficients 3.4445, -4.7750, 2.0315; ``optax.contrib.
+    scale_by_muon``) of each matrix of its `param_roles.MatrixView` (q [D, H, Dh] as a
+    [D, H*Dh] matrix, o [H, Dh, D] as [H*Dh, D], a scanned or expert axis as a batch of
+    matrices), scaled by shape (see `OptimConfig`), plus ``weight_decay * param``, times ``lr_t``.
+
+    AdamW parameters (embeddings, positions, head, norms, biases, router, other): exactly
+    ``optimizer="adamw"`` with the rate ``adam_lr`` (scheduled like ``lr``). The router stays on
+    AdamW: a [D, E] classifier onto a few experts, like the head, not a hidden map.
+
+    Weight decay in both parts follows `weight_decay_mask` (``decay_exclude``).
+    """
+    exclude = cfg.decay_exclude
+    decay_mask = mask if callable(mask) else (lambda tree: weight_decay_mask(tree, exclude))  # a partition's tree
+    adam_rate = _scaled(learning_rate, 1.0 if cfg.adam_lr is None else cfg.adam_lr / cfg.lr)
+    matrices = optax.chain(
+        optax.contrib.scale_by_muon(
+            ns_steps=cfg.muon_ns_steps,
+            beta=cfg.muon_momentum,
+            nesterov=True,
+            weight_dimension_numbers=muon_dimension_numbers,
+        ),
+        _scale_by_matrix_shape(cfg.muon_rms),
+        _decoupled_decay(cfg, decay_mask),
+        optax.scale_by_learning_rate(learning_rate),
+    )
+    return optax.partition({"muon": matrices, "adamw": adamw(cfg, adam_rate, decay_mask)}, _muon_labels)
 
 
 class Optimizer(NamedTuple):
