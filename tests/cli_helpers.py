@@ -50,3 +50,32 @@ def train(workdir, *sets, experiment=TINY, check=True):
     lines = proc.stdout.strip().splitlines()
     summary = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
     return summary, proc
+
+
+def saved_states(workdir) -> dict:
+    """Every complete checkpoint in ``workdir/checkpoints`` and ``workdir/best``, restored by Orbax
+    alone (no target: nothing of the package's restore path is relied on), as numpy trees keyed
+    by ``"checkpoints/STEP"`` / ``"best/STEP"``."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    out = {}
+    for sub in ("checkpoints", "best"):
+        directory = os.path.join(str(workdir), sub)
+        if not os.path.isdir(directory):
+            continue
+        with ocp.CheckpointManager(directory, item_handlers={"state": ocp.StandardCheckpointHandler()}) as mgr:
+            for step in sorted(mgr.all_steps()):
+                restored = mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+                out[f"{sub}/{step}"] = jax.tree.map(np.asarray, restored["state"])
+    return out
+
+
+def nonfinite_leaves(tree) -> list[str]:
+    """The paths of the leaves of ``tree`` that hold a NaN or an infinity."""
+    import jax
+    import numpy as np
+
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [jax.tree_util.keystr(path) for path, x in flat if not np.all(np.isfinite(np.asarray(x)))]

@@ -6,6 +6,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import jax
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.cli_helpers import child_env as _env
-from tests.cli_helpers import cli
+from tests.cli_helpers import cli, train_cmd
 from tests.cli_helpers import train as train_cli
 from transformer_jax.core import configlib
 from transformer_jax.train.experiment import load_experiment
@@ -28,8 +29,10 @@ def _cli(*args, check=True):
     return cli(*args, check=check)
 
 
-def _train(workdir, *sets):
-    return train_cli(workdir, *sets)
+def _train(workdir, *sets) -> tuple[dict, subprocess.CompletedProcess]:
+    summary, proc = train_cli(workdir, *sets)
+    assert summary is not None  # train_cli checks the exit status
+    return summary, proc
 
 
 def _restored(workdir):
@@ -40,65 +43,83 @@ def _restored(workdir):
     return jax.device_get(run.state), data_state
 
 
-def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
-    straight, _ = _train(tmp_path / "a", "train.steps=6")
-    first, _ = _train(tmp_path / "b", "train.steps=3")
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(summary, workdir) of six steps in one go (checkpoints at 2, 4, 6; validation at 3, 6)."""
+    workdir = tmp_path_factory.mktemp("straight") / "run"
+    summary, _ = _train(workdir, "train.steps=6")
+    assert summary["step"] == 6
+    return summary, workdir
+
+
+def _assert_same_state(a, b):
+    """The restored checkpoints of workdirs ``a`` and ``b`` are bitwise equal (params, optimizer
+    and model state, step, skip counters), and so are their data positions."""
+    (state_a, data_a), (state_b, data_b) = _restored(a), _restored(b)
+    assert data_a == data_b
+    leaves_a, leaves_b = jax.tree_util.tree_flatten_with_path(state_a)[0], jax.tree.leaves(state_b)
+    assert len(leaves_a) == len(leaves_b)
+    for (path, x), y in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
+
+
+def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path, uninterrupted):
+    straight, straight_dir = uninterrupted
+    _train(tmp_path / "b", "train.steps=3")
     resumed, proc = _train(tmp_path / "b", "train.steps=6")
     assert "resuming at step 3" in proc.stdout
     assert straight["step"] == resumed["step"] == 6
-    a, data_a = _restored(tmp_path / "a")
-    b, data_b = _restored(tmp_path / "b")
-    assert data_a == data_b
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    _assert_same_state(straight_dir, tmp_path / "b")
     assert straight["val_loss"] == resumed["val_loss"]
 
 
-def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path):
+# The training command, stopped for good (sleeping, to be SIGKILLed) right after step PAUSE_AT_STEP
+# has run, once every checkpoint it wrote before that step is complete on disk.
+PAUSE_AFTER_STEP = textwrap.dedent("""
+    import os, sys, time
+    import jax
+    from transformer_jax.train import actions
+    original = actions.Log.after_step
+    def after_step(self, loop, step, metrics):
+        original(self, loop, step, metrics)
+        if step == int(os.environ["PAUSE_AT_STEP"]):
+            jax.block_until_ready(loop.state)
+            loop.run_.checkpoints.wait()
+            open(os.environ["PAUSED_FILE"], "w").close()
+            time.sleep(600)
+    actions.Log.after_step = after_step
+    from transformer_jax.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path, uninterrupted):
+    straight, straight_dir = uninterrupted
     workdir = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "transformer_jax",
-        "train",
-        "--config",
-        EXPERIMENT,
-        "--workdir",
-        str(workdir),
-        "--sample-tokens",
-        "0",
-        "--set",
-        "train.steps=400",
-        "train.checkpoint_every=5",
-        "train.eval_every=1000",
-        "train.optim.decay_steps=400",
-    ]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 300
-    ckpt_dir = workdir / "checkpoints"
-    while time.time() < deadline:
-        steps = [int(d) for d in os.listdir(ckpt_dir) if d.isdigit()] if ckpt_dir.exists() else []
-        if steps and max(steps) >= 10:
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("no checkpoint appeared: " + proc.stdout.read()[-3000:])
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    complete = max(int(d) for d in os.listdir(ckpt_dir) if d.isdigit())
-    summary, out = _train(
-        workdir,
-        "train.steps=400",
-        "train.checkpoint_every=5",
-        "train.eval_every=1000",
-        "train.optim.decay_steps=400",
-        "train.steps=12",
-    )
+    script, paused = tmp_path / "pause_after_step.py", tmp_path / "paused"
+    script.write_text(PAUSE_AFTER_STEP)
+    cmd = [sys.executable, str(script)] + train_cmd(workdir, "train.steps=6")[3:]
+    env = _env(PAUSE_AT_STEP="3", PAUSED_FILE=str(paused))
+    with open(tmp_path / "killed.log", "w+") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 300
+        while not paused.exists():
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                log.seek(0)
+                pytest.fail("training never reached step 3: " + log.read()[-3000:])
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)  # after step 3, with the checkpoint of step 2 complete
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    # Exactly the one complete checkpoint and no partial one; step 3 is lost.
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]
+    summary, out = _train(workdir, "train.steps=6")
     resumed_at = int(out.stdout.split("resuming at step ")[1].split()[0])
-    assert resumed_at >= 10 and resumed_at <= complete + 5, (resumed_at, complete)
-    assert resumed_at % 5 == 0
-    assert summary["step"] == max(12, resumed_at)
+    assert resumed_at == 2, out.stdout[-2000:]
+    assert summary["step"] == 6  # steps 3..6 trained after the resume
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4", "6"]
+    _assert_same_state(straight_dir, workdir)  # == six steps never interrupted, bitwise
+    assert summary["val_loss"] == straight["val_loss"]
 
 
 def test_missing_corpus_file_is_named(tmp_path):

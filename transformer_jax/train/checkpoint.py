@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import shutil
+import traceback
 from typing import Any
 
 import jax
@@ -21,6 +22,24 @@ import orbax.checkpoint as ocp
 from transformer_jax.train.state import TrainState
 
 log = logging.getLogger(__name__)
+
+
+def _orbax_errors_without_traceback(record: logging.LogRecord) -> bool:
+    """Orbax logs a failed asynchronous write (e.g. a full disk) with its traceback, from each of
+    its threads and again whenever it is waited for; ``Checkpoints`` raises the failure as a
+    ``CheckpointError`` that says what happened and what is kept (the cause chained to it, shown
+    with TRANSFORMER_JAX_DEBUG=1), so those records keep their message and drop the traceback."""
+    if not record.exc_info:
+        return True
+    tb = record.exc_info[2]
+    where = [record.pathname, record.getMessage(), *(frame.f_code.co_filename for frame, _ in traceback.walk_tb(tb))]
+    if any(f"{os.sep}orbax{os.sep}" in w or "orbax.checkpoint" in w for w in where):
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
+for _logger in ("absl", "asyncio"):  # Orbax logs through absl; its unawaited tasks through asyncio
+    logging.getLogger(_logger).addFilter(_orbax_errors_without_traceback)
 
 
 class CheckpointError(RuntimeError):
@@ -179,6 +198,8 @@ class Checkpoints:
             for name in os.listdir(directory) if os.path.isdir(directory) else []:
                 if TMP_MARKER in name:
                     shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            with contextlib.suppress(Exception):  # the steps on disk: a failed save leaves Orbax's list wrong
+                mgr.reload()
             complete = mgr.all_steps()
             kept = (
                 f"the last complete checkpoint (step {max(complete)}) is intact"
