@@ -23,19 +23,21 @@ def _np_attention(q, k, v, bias, visible):
     return np.einsum("bhts,bshd->bthd", np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0), v)
 
 
-def _qkv(dtype=np.float32, B=2, T=5, H=2, D=8, seed=0):
+def _qkv(dtype=jnp.float32, B=2, T=5, H=2, D=8, seed=0):
     rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal((B, T, H, D)).astype(dtype) for _ in range(3))
+    q, k, v = (jnp.asarray(rng.standard_normal((B, T, H, D)), dtype) for _ in range(3))
+    return q, k, v
 
 
 def test_bfloat16_with_fully_masked_rows_stays_bfloat16():
     """Zeroing the rows that see no key keeps the input dtype (bfloat16 in, bfloat16 out)."""
-    q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in _qkv())
+    q, k, v = _qkv(jnp.bfloat16)
     valid = jnp.array([[True] * 5, [False] * 5])  # batch 1: no visible key
     out = jax.jit(attention)(q, k, v, mask=AttentionMask(kv_valid=valid))
     assert out.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(out[1], np.float32), 0.0)
-    ref = _np_attention(*(np.asarray(x, np.float32) for x in (q, k, v)), 0.0, np.ones((1, 1, 5, 5), bool))
+    q32, k32, v32 = (np.asarray(x, np.float32) for x in (q, k, v))
+    ref = _np_attention(q32, k32, v32, 0.0, np.ones((1, 1, 5, 5), bool))
     np.testing.assert_allclose(np.asarray(out[0], np.float32), ref[0], atol=2e-2)
 
 
@@ -43,9 +45,9 @@ def test_bfloat16_with_fully_masked_rows_stays_bfloat16():
 def test_bias_of_two_to_four_dims_broadcasts_from_the_left(shape):
     """A [T, S] / [H, T, S] bias is a [1, 1, T, S] / [1, H, T, S] one."""
     q, k, v = _qkv(seed=1)
-    bias = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    bias = jnp.asarray(np.random.default_rng(2).standard_normal(shape), jnp.float32)
     out = jax.jit(attention)(q, k, v, bias=bias)
-    ref = _np_attention(q, k, v, bias.reshape((1,) * (4 - len(shape)) + shape), np.ones((1, 1, 5, 5), bool))
+    ref = _np_attention(q, k, v, np.asarray(bias).reshape((1,) * (4 - len(shape)) + shape), np.ones((1, 1, 5, 5), bool))
     np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
 
 
@@ -83,3 +85,102 @@ def test_auto_boundaries():
     assert resolve_impl("gpu", shape64, shape64, mask=causal) == "pallas_gpu"  # float32: not cuDNN
     bias = jnp.zeros((1, 1, 256, 256))
     assert resolve_impl("gpu", shape64, shape64, mask=causal, bias=bias) == "xla"
+
+
+@pytest.fixture
+def recorded_dpa(monkeypatch):
+    """jax.nn.dot_product_attention recording the arguments it gets, then run by jax's xla path; and a
+    backend that reads as GPU, so impl='cudnn' gets as far as its call on CPU."""
+    real, calls = jax.nn.dot_product_attention, []
+
+    def recording(q, k, v, *, implementation=None, **kwargs):
+        calls.append(dict(kwargs, implementation=implementation))
+        return real(q, k, v, implementation="xla", **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recording)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    return calls
+
+
+def _scaled_reference(q, k, v, bias, visible, scale):
+    return _np_attention(np.asarray(q) * scale * np.sqrt(q.shape[-1]), k, v, bias, visible)
+
+
+def test_cudnn_gets_a_static_mask_as_arguments_bias_and_scale(recorded_dpa):
+    """A causal window on T == S reaches cuDNN as is_causal / local_window_size (no T x S mask), with
+    the bias and the scale, and computes the masked attention."""
+    q, k, v = _qkv(T=6, seed=3)
+    bias = jnp.asarray(np.random.default_rng(4).standard_normal((6, 6)), jnp.float32)
+    out = attention(q, k, v, mask=AttentionMask(causal=True, window=3), bias=bias, scale=0.3, impl="cudnn")
+    (call,) = recorded_dpa
+    assert call["implementation"] == "cudnn" and call.get("mask") is None
+    assert (call["is_causal"], call["local_window_size"], call["scale"]) == (True, (2, 0), 0.3)
+    t = np.arange(6)
+    visible = (t[None, :] <= t[:, None]) & (t[:, None] - t[None, :] < 3)
+    np.testing.assert_allclose(out, _scaled_reference(q, k, v, bias, visible, 0.3), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["cudnn", "xla"])
+def test_masks_with_arrays_reach_the_kernel_materialised(recorded_dpa, impl):
+    """A mask with arrays (and any mask for impl='xla') is passed as the dense T x S mask to the
+    requested implementation; rows that see no key come out 0."""
+    q, k, v = _qkv(T=6, seed=5)
+    valid = np.array([[True] * 4 + [False] * 2, [False] * 6])
+    mask = AttentionMask(causal=impl == "xla", kv_valid=jnp.asarray(valid))
+    out = attention(q, k, v, mask=mask, impl=impl)
+    (call,) = recorded_dpa
+    assert call["implementation"] == impl and "is_causal" not in call
+    t = np.arange(6)
+    visible = valid[:, None, None, :] & ((t[None, :] <= t[:, None]) if impl == "xla" else True)
+    np.testing.assert_array_equal(np.broadcast_to(call["mask"], (2, 1, 6, 6)), np.broadcast_to(visible, (2, 1, 6, 6)))
+    np.testing.assert_allclose(out, _np_attention(q, k, v, 0.0, visible), atol=1e-5, rtol=1e-5)
+    np.testing.assert_array_equal(out[1], 0.0)
+
+
+def test_xla_gets_the_materialised_mask_of_a_static_one(recorded_dpa):
+    """impl='xla' runs on the materialised mask even when the mask is static (causal only)."""
+    q, k, v = _qkv(T=6, seed=6)
+    out = attention(q, k, v, mask=AttentionMask(causal=True), impl="xla")
+    (call,) = recorded_dpa
+    assert call["implementation"] == "xla" and "is_causal" not in call and call["mask"] is not None
+    t = np.arange(6)
+    np.testing.assert_allclose(out, _np_attention(q, k, v, 0.0, t[None, :] <= t[:, None]), atol=1e-5, rtol=1e-5)
+
+
+def test_block_size_reaches_the_blockwise_implementation(monkeypatch):
+    """block_size (default 512) is the tile size chunked attention is called with."""
+    real, sizes = attention_mod.chunked_attention, []
+
+    def recording(*args, block_size, **kwargs):
+        sizes.append(block_size)
+        return real(*args, block_size=block_size, **kwargs)
+
+    monkeypatch.setattr(attention_mod, "chunked_attention", recording)
+    q, k, v = _qkv(T=8, seed=7)
+    mask = AttentionMask(causal=True)
+    small, default = attention(q, k, v, mask=mask, impl="chunked", block_size=4), attention(q, k, v, impl="chunked")
+    assert sizes == [4, 512]
+    t = np.arange(8)
+    np.testing.assert_allclose(small, _np_attention(q, k, v, 0.0, t[None, :] <= t[:, None]), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(default, _np_attention(q, k, v, 0.0, np.ones((8, 8), bool)), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "mask,message",
+    [
+        (
+            AttentionMask(kv_valid=jnp.ones((3, 4), bool)),
+            "AttentionMask.kv_valid has shape (3, 4); expected [B|1, 4] (batch=2, q_len=4, kv_len=4)",
+        ),
+        (
+            AttentionMask(dense=jnp.ones((1, 3, 4, 4), bool)),
+            "AttentionMask.dense has shape (1, 3, 4, 4); expected one broadcastable to [B|1, H|1, T, S] = (2, 2, 4, 4)",
+        ),
+    ],
+)
+def test_masks_are_checked_against_the_batch_and_heads_of_the_inputs(mask, message):
+    """attention() validates the mask against q's batch and head counts, not only the lengths."""
+    q, k, v = _qkv(T=4)
+    with pytest.raises(ValueError) as err:
+        attention(q, k, v, mask=mask)
+    assert str(err.value) == message
