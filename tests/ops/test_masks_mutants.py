@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.ops.masks import AttentionMask, causal_mask, sliding_window_mask
+from transformer_jax.ops.masks import AttentionMask, causal_mask, combine_masks, sliding_window_mask
 
 
 def _loop(shape, fn):
@@ -166,3 +166,10 @@ def test_one_sided_segment_ids_need_equal_lengths(given, ndim):
         f"only AttentionMask.{given} (length 5) was given, which means self-attention, but the other side "
         "has length 4; pass both q_segment_ids and kv_segment_ids for cross-attention"
     )
+
+
+def test_combine_masks_gives_booleans_even_for_one_integer_mask():
+    """A single 0/1 (or any integer) mask comes back as a boolean mask, like the AND of several."""
+    got = combine_masks(jnp.array([[1, 0, 2]]), None)
+    assert got is not None and got.dtype == jnp.bool_
+    np.testing.assert_array_equal(got, [[True, False, True]])
