@@ -186,7 +186,7 @@ class ScalingTest(chex.TestCase):
         assert factor == pytest.approx(0.1 * math.log(4.0) + 1)
 
     def test_registry_and_hashable(self):
-        assert set(ROPE_SCALINGS.names()) == {"none", "linear", "ntk", "yarn"}
+        assert set(ROPE_SCALINGS.names()) == {"none", "linear", "ntk", "yarn", "llama3"}
         a, b = RopeScaling("yarn", 2.0), RopeScaling("yarn", 2.0)
         assert hash(a) == hash(b) and a == b
         with pytest.raises(dataclasses.FrozenInstanceError):

@@ -39,7 +39,7 @@ def test_theta_reaches_the_rotation():
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(kind="rotary"), "unknown rope scaling kind 'rotary'; choose one of: none, linear, ntk, yarn"),
+        (dict(kind="rotary"), "unknown rope scaling kind 'rotary'; choose one of: none, linear, ntk, yarn, llama3"),
         (
             dict(kind="none", factor=2.0),
             "factor=2.0 has no effect with kind='none'; choose kind='linear', 'ntk' or 'yarn', or set factor=1",

@@ -13,6 +13,7 @@ from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import residual
 from transformer_jax.ops.kv_cache import init_kv_cache
+from transformer_jax.ops.softcap import softcap as softcap_logits
 
 
 def make_embed(cfg: ModelConfig, rngs: nnx.Rngs) -> Embed:
@@ -53,13 +54,18 @@ def make_lm_head(cfg: ModelConfig, rngs: nnx.Rngs) -> DenseGeneral | None:
 
 
 def output_logits(
-    x_BTD: Float[Array, "B T D"], final_norm: Norm | None, lm_head: DenseGeneral | None, embed: Embed
+    x_BTD: Float[Array, "B T D"],
+    final_norm: Norm | None,
+    lm_head: DenseGeneral | None,
+    embed: Embed,
+    softcap: float | None = None,
 ) -> Float[Array, "B T V"]:
-    """Final norm (if any), then the untied head or x E^T; logits in float32."""
+    """Final norm (if any), then the untied head or x E^T; logits in float32, soft-capped to
+    (-softcap, softcap) by softcap * tanh(logits / softcap) when ``softcap`` is set (Gemma 2)."""
     if final_norm is not None:
         x_BTD = final_norm(x_BTD)
     logits = embed.attend(x_BTD) if lm_head is None else lm_head(x_BTD)
-    return logits.astype(jnp.float32)
+    return softcap_logits(logits.astype(jnp.float32), softcap)
 
 
 def make_self_caches(cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype=None):

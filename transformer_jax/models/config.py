@@ -9,6 +9,7 @@ from transformer_jax.core.configlib import check_choice, check_positive, check_r
 from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
+from transformer_jax.models.layer_pattern import ATTENTION_PATTERNS, layer_types
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.block import BlockConfig
@@ -32,7 +33,11 @@ class ModelConfig:
     ``norm`` (ops.norms.NORMS), ``position`` (nn.positions.POSITIONS), ``ffn``
     (ops.activations.FFN_ACTIVATIONS), ``attention_kind``/``attention_impl`` (ops.attention),
     ``rope_scaling`` (ops.rope.ROPE_SCALINGS), ``init`` (nn.init.INIT_SCHEMES), ``remat``
-    (nn.stack.REMAT_POLICIES).
+    (nn.stack.REMAT_POLICIES), ``attention_pattern`` (models.layer_pattern.ATTENTION_PATTERNS).
+
+    Speedrun / Gemma pieces: ``qk_norm`` (norm q and k over head_dim with ``norm``), ``attn_softcap``
+    and ``final_softcap`` (cap * tanh(x / cap) on attention / output logits), ``zero_init_out``
+    (residual output projections start at 0), ``qkv_bias`` (biases on q/k/v only; None: use_bias).
     """
 
     kind: str = "decoder_lm"
@@ -55,10 +60,14 @@ class ModelConfig:
     rope_scaling: str = "none"
     rope_scaling_factor: float = 1.0
     rope_original_max_len: int = 2048
+    rope_low_freq_factor: float = 1.0  # rope_scaling="llama3"
+    rope_high_freq_factor: float = 4.0  # rope_scaling="llama3"
+    rope_local_theta: float | None = None  # attention_pattern="local_global": RoPE base of local layers
     relative_buckets: int = 32
     relative_max_distance: int = 128
     ffn: str = "gelu"
     use_bias: bool = True
+    qkv_bias: bool | None = None
     tie_embeddings: bool = True
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani et al.)
     share_embeddings: bool = True  # EncoderDecoder: one table for source and target tokens
@@ -68,11 +77,18 @@ class ModelConfig:
     attention_window: int | None = None
     attention_block_size: int = 512
     attention_scale: float | None = None  # None: 1/sqrt(head_dim)
+    attention_pattern: str = "uniform"
+    attention_global_every: int = 2
+    attention_local_window: int | None = None  # attention_pattern="local_global": the local layers' window
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    qk_norm: bool = False
     decode_impl: str = "auto"  # attention over the KV cache (ops.decode_attention.DECODE_IMPLS)
     decode_block_size: int = 256
     causal: bool = True  # decoder self-attention mask (False only for ablations)
     init: str = "normal"
     init_std: float = 0.02
+    zero_init_out: bool = False
     scan_layers: bool = False
     remat: str = "none"
     dtype: str = "float32"  # compute dtype
@@ -87,6 +103,7 @@ class ModelConfig:
         ("attention_kind", attention_ops.ATTENTION_KINDS),
         ("attention_impl", attention_ops.ATTENTION_IMPLS),
         ("decode_impl", DECODE_IMPLS),
+        ("attention_pattern", ATTENTION_PATTERNS),
     )
 
     def __post_init__(self):
@@ -183,8 +200,42 @@ class ModelConfig:
             fail("model.attention_window", self.attention_window, "linear attention has no window")
         if self.attention_scale is not None and self.attention_scale <= 0:
             fail("model.attention_scale", self.attention_scale, "must be positive (or None for 1/sqrt(head_dim))")
+        self._check_gemma_pieces()
         if self.moe is not None:
             self._check_moe(self.moe)
+
+    def _check_gemma_pieces(self):
+        check_choice("model.attention_pattern", self.attention_pattern, ATTENTION_PATTERNS, "attention pattern")
+        check_positive("model.attention_global_every", self.attention_global_every)
+        for name in ("attn_softcap", "final_softcap", "rope_local_theta"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                fail(f"model.{name}", getattr(self, name), "must be positive (or None: off)")
+        if self.attention_pattern == "local_global":
+            if self.attention_kind != "softmax":
+                fail(
+                    "model.attention_kind",
+                    self.attention_kind,
+                    "attention_pattern='local_global' sets each layer's kind itself",
+                    "use attention_kind='softmax'",
+                )
+            if self.attention_local_window is None or self.attention_local_window < 1:
+                fail(
+                    "model.attention_local_window",
+                    self.attention_local_window,
+                    "attention_pattern='local_global' needs the local layers' window",
+                    "set model.attention_local_window to a positive number of tokens",
+                )
+            if self.scan_layers:
+                fail(
+                    "model.scan_layers",
+                    True,
+                    "a scan repeats one layer, but local_global alternates two kinds",
+                    "set scan_layers=False",
+                )
+        if self.rope_local_theta is not None and self.position != "rope":
+            fail("model.rope_local_theta", self.rope_local_theta, "is a RoPE base", "use position='rope' or unset it")
+        if self.attention_kind == "linear" and (self.attn_softcap is not None or self.qk_norm):
+            fail("model.attention_kind", "linear", "linear attention has no logits to soft-cap or QK-norm")
 
     def _check_moe(self, moe: MoEConfig):
         stacks = {"model.n_layers": self.n_layers}
@@ -254,11 +305,15 @@ class ModelConfig:
             n_sublayers = 2 * self.n_encoder_layers + 3 * self.n_layers
         else:
             n_sublayers = 2 * self.n_layers
-        return InitScheme(name=self.init, std=self.init_std, n_residual_layers=n_sublayers)
+        return InitScheme(name=self.init, std=self.init_std, n_residual_layers=n_sublayers, zero_out=self.zero_init_out)
 
     def rope_spec(self) -> RopeSpec:
         scaling = rope_ops.RopeScaling(
-            kind=self.rope_scaling, factor=self.rope_scaling_factor, original_max_len=self.rope_original_max_len
+            kind=self.rope_scaling,
+            factor=self.rope_scaling_factor,
+            original_max_len=self.rope_original_max_len,
+            low_freq_factor=self.rope_low_freq_factor,
+            high_freq_factor=self.rope_high_freq_factor,
         )
         return RopeSpec(
             theta=self.rope_theta, pairing=self.rope_pairing, scaling=None if self.rope_scaling == "none" else scaling
@@ -308,6 +363,22 @@ class ModelConfig:
             bias_update_rate=moe.bias_update_rate,
         )
 
+    def block_configs(self, *, side: str, rope: RopeSpec | None) -> tuple[BlockConfig, ...]:
+        """One ``BlockConfig`` per layer of the ``side`` stack: ``attention_pattern`` makes local
+        layers sliding-window (with ``rope_local_theta``'s RoPE, unscaled, when set)."""
+        base = self.block_config(side=side, rope=rope)
+        n = self.n_encoder_layers if side == "encoder" else self.n_layers
+        local_rope = rope
+        if rope is not None and self.rope_local_theta is not None:
+            local_rope = dataclasses.replace(rope, theta=self.rope_local_theta, scaling=None)
+        local = dataclasses.replace(
+            base,
+            attention=dataclasses.replace(base.attention, kind="sliding_window", window=self.attention_local_window),
+            rope=local_rope,
+        )
+        types = layer_types(self.attention_pattern, n, self.attention_global_every)
+        return tuple(local if t == "local" else base for t in types)
+
     def block_config(self, *, side: str, rope: RopeSpec | None) -> BlockConfig:
         """The layer hyperparameters of the ``side`` ("encoder" or "decoder") stack."""
         placement = residual.PLACEMENTS.get(self.placement)
@@ -326,6 +397,7 @@ class ModelConfig:
             d_ff=self.resolved_d_ff,
             ffn=self.ffn,
             use_bias=self.use_bias,
+            qkv_bias=self.qkv_bias,
             norm=self.norm,
             norm_eps=self.norm_eps,
             norm_bias=self.norm_bias,
@@ -341,6 +413,9 @@ class ModelConfig:
                 scale=self.attention_scale,
                 decode_impl=self.decode_impl,
                 decode_block_size=self.decode_block_size,
+                softcap=self.attn_softcap,
+                qk_norm=self.norm if self.qk_norm else None,
+                qk_norm_eps=self.norm_eps,
             ),
             rope=rope,
             cross=(side == "decoder" and self.kind == "encoder_decoder"),

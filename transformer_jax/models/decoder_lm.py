@@ -42,7 +42,7 @@ class DecoderLM(nnx.Module):
         self.embed = make_embed(cfg, rngs)
         self.positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=False), rngs=rngs)
         self.layers = Stack(
-            cfg.block_config(side="decoder", rope=self.positions.rope),
+            cfg.block_configs(side="decoder", rope=self.positions.rope),
             cfg.n_layers,
             scan=cfg.scan_layers,
             remat=cfg.remat,
@@ -100,7 +100,7 @@ class DecoderLM(nnx.Module):
         bias = self.positions.attention_bias(positions_BT, positions_BT if cache is None else kv_index_BS)
         inputs = BlockInputs(mask=mask, positions=positions_BT, bias=bias)
         x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
-        logits_BTV = output_logits(x_BTD, self.final_norm, self.lm_head, self.embed)
+        logits_BTV = output_logits(x_BTD, self.final_norm, self.lm_head, self.embed, cfg.final_softcap)
         aux = {**{k: v for k, v in aux.items() if k != "moe"}, **collect_moe_aux(aux)}
         if cache is not None:
             aux["cache"] = cache

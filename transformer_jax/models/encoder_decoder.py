@@ -55,7 +55,7 @@ class EncoderDecoder(nnx.Module):
         self.src_positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=True), rngs=rngs)
         self.tgt_positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=False), rngs=rngs)
         self.encoder = Stack(
-            cfg.block_config(side="encoder", rope=self.src_positions.rope),
+            cfg.block_configs(side="encoder", rope=self.src_positions.rope),
             cfg.n_encoder_layers,
             scan=cfg.scan_layers,
             remat=cfg.remat,
@@ -63,7 +63,7 @@ class EncoderDecoder(nnx.Module):
         )
         self.encoder_norm = make_final_norm(cfg, rngs)
         self.decoder = Stack(
-            cfg.block_config(side="decoder", rope=self.tgt_positions.rope),
+            cfg.block_configs(side="decoder", rope=self.tgt_positions.rope),
             cfg.n_layers,
             scan=cfg.scan_layers,
             remat=cfg.remat,
@@ -166,7 +166,7 @@ class EncoderDecoder(nnx.Module):
             cross_mask=cross_mask,
         )
         x_BTD, cache, aux = self.decoder(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
-        logits = output_logits(x_BTD, self.decoder_norm, self.lm_head, self.tgt_embed)
+        logits = output_logits(x_BTD, self.decoder_norm, self.lm_head, self.tgt_embed, cfg.final_softcap)
         if cache is not None:
             aux["cache"] = cache
         return logits, aux

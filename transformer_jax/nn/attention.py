@@ -11,6 +11,7 @@ from jaxtyping import Array, Float, Int
 
 from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
+from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
 from transformer_jax.ops.decode_attention import decode_attention
@@ -33,7 +34,9 @@ class RopeSpec:
 @dataclasses.dataclass(frozen=True)
 class AttentionSpec:
     """How attention is computed: ``ops.attention`` kind/impl names and their options; with a KV
-    cache, ``ops.decode_attention``'s ``decode_impl``."""
+    cache, ``ops.decode_attention``'s ``decode_impl``. ``softcap``: cap * tanh(logits / cap) on the
+    scaled logits (Gemma 2). ``qk_norm``: a norm kind (``ops.norms.NORMS``) applied over head_dim
+    to q and k before RoPE (QK-norm: Dehghani et al. 2023; Gemma 3, OLMo 2), None: off."""
 
     kind: str = "softmax"
     impl: str = "xla"
@@ -42,13 +45,18 @@ class AttentionSpec:
     scale: float | None = None
     decode_impl: str = "auto"
     decode_block_size: int = 256
+    softcap: float | None = None
+    qk_norm: str | None = None
+    qk_norm_eps: float = 1e-6
 
 
 class Attention(nnx.Module):
     """softmax(Q K^T * scale + bias) V with H query heads and K <= H key/value heads.
 
     Kernels: q [D, H, Dh], k/v [D, K, Dh] (logical ``embed``, ``heads``/``kv_heads``, ``head_dim``),
-    o [H, Dh, D]. ``value_gain`` multiplies the init of v and o (DeepNorm's beta).
+    o [H, Dh, D]. ``value_gain`` multiplies the init of v and o (DeepNorm's beta). ``qkv_bias``:
+    biases on q, k, v only (Qwen2); None follows ``use_bias``. With ``spec.qk_norm``: ``q_norm`` and
+    ``k_norm`` scales [Dh].
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class Attention(nnx.Module):
         *,
         cross: bool = False,
         use_bias: bool = False,
+        qkv_bias: bool | None = None,
         rope: RopeSpec | None = None,
         spec: AttentionSpec = AttentionSpec(),
         init: InitScheme = InitScheme(),
@@ -72,12 +81,14 @@ class Attention(nnx.Module):
             raise ValueError("cross-attention takes no RoPE (query and key positions live in different sequences)")
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
-        common: dict[str, Any] = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        common: dict[str, Any] = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        in_bias = use_bias if qkv_bias is None else qkv_bias
         self.q = DenseGeneral(
             d_model,
             (n_heads, head_dim),
             axes=("embed", "heads", "head_dim"),
             kernel_init=init.kernel(0, (1, 2)),
+            use_bias=in_bias,
             **common,
         )
         self.k = DenseGeneral(
@@ -85,6 +96,7 @@ class Attention(nnx.Module):
             (n_kv_heads, head_dim),
             axes=("embed", "kv_heads", "head_dim"),
             kernel_init=init.kernel(0, (1, 2)),
+            use_bias=in_bias,
             **common,
         )
         self.v = DenseGeneral(
@@ -92,6 +104,7 @@ class Attention(nnx.Module):
             (n_kv_heads, head_dim),
             axes=("embed", "kv_heads", "head_dim"),
             kernel_init=init.kernel(0, (1, 2), gain=value_gain),
+            use_bias=in_bias,
             **common,
         )
         self.o = DenseGeneral(
@@ -99,15 +112,25 @@ class Attention(nnx.Module):
             d_model,
             axes=("heads", "head_dim", "embed"),
             kernel_init=init.kernel((0, 1), 2, residual_out=True, gain=value_gain),
+            use_bias=use_bias,
             **common,
         )
+        if spec.qk_norm is not None:
+            qk: dict[str, Any] = dict(kind=spec.qk_norm, eps=spec.qk_norm_eps, use_bias=False, param_dtype=param_dtype)
+            self.q_norm, self.k_norm = Norm(head_dim, **qk), Norm(head_dim, **qk)
+        else:
+            self.q_norm = self.k_norm = None
         self.cross = cross
         self.rope = rope
         self.spec = spec
 
+    def _keys(self, x_BSD: Float[Array, "B S D"]) -> Float[Array, "B S K D"]:
+        k_BSKD = self.k(x_BSD)
+        return k_BSKD if self.k_norm is None else self.k_norm(k_BSKD)
+
     def project_kv(self, kv_BSD: Float[Array, "B S D"]) -> KVCache:
         """Keys/values of a fixed memory (cross-attention), computed once and reused every step."""
-        return kv_cache_of(self.k(kv_BSD), self.v(kv_BSD))
+        return kv_cache_of(self._keys(kv_BSD), self.v(kv_BSD))
 
     def __call__(
         self,
@@ -127,14 +150,16 @@ class Attention(nnx.Module):
         ``kv_BSD``.
         """
         q_BTHD = self.q(x_BTD)
+        if self.q_norm is not None:
+            q_BTHD = self.q_norm(q_BTHD)
         if self.cross:
             if cache is None and kv_BSD is None:
                 raise ValueError("cross-attention needs kv_BSD (the encoder output) or a cache from project_kv")
             if cache is None:
                 assert kv_BSD is not None  # checked above
-                k_BSKD, v_BSKD = self.k(kv_BSD), self.v(kv_BSD)
+                k_BSKD, v_BSKD = self._keys(kv_BSD), self.v(kv_BSD)
         else:
-            k_BSKD, v_BSKD = self.k(x_BTD), self.v(x_BTD)
+            k_BSKD, v_BSKD = self._keys(x_BTD), self.v(x_BTD)
             if self.rope is not None:
                 if positions_BT is None:
                     raise ValueError("RoPE attention needs positions_BT")
@@ -154,6 +179,7 @@ class Attention(nnx.Module):
                 scale=self.spec.scale,
                 impl=self.spec.decode_impl,
                 block_size=self.spec.decode_block_size,
+                softcap=self.spec.softcap,
             )
             return self.o(y_BTHD), cache
         if cache is not None:
@@ -169,5 +195,6 @@ class Attention(nnx.Module):
             impl=self.spec.impl,
             window=self.spec.window,
             block_size=self.spec.block_size,
+            softcap=self.spec.softcap,
         )
         return self.o(y_BTHD), cache

@@ -33,6 +33,7 @@ class BlockConfig:
     ``beta`` is the init gain of the value/output/FFN projections (DeepNorm's beta).
     ``moe``: Mixture-of-Experts in place of the FFN; in a ``Stack``, only in every
     ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0), the others keep the FFN.
+    ``qkv_bias``: biases on q/k/v only (None: ``use_bias``).
     """
 
     d_model: int
@@ -42,6 +43,7 @@ class BlockConfig:
     d_ff: int
     ffn: str = "relu"
     use_bias: bool = True
+    qkv_bias: bool | None = None
     norm: str = "layernorm"
     norm_eps: float = 1e-5
     norm_bias: bool = True
@@ -72,13 +74,18 @@ class BlockInputs:
 
 
 class Block(nnx.Module):
-    """x -> placement(x, SelfAttn) -> [placement(x, CrossAttn)] -> placement(x, FFN)."""
+    """x -> placement(x, SelfAttn) -> [placement(x, CrossAttn)] -> placement(x, FFN).
+
+    A placement with ``sublayer_norm`` (sandwich) adds ``*_post_norm`` modules that normalise each
+    sublayer's output before it joins the residual stream.
+    """
 
     def __init__(self, cfg: BlockConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.placement = residual.PLACEMENTS.get(cfg.placement)
         attn: dict[str, Any] = dict(
             use_bias=cfg.use_bias,
+            qkv_bias=cfg.qkv_bias,
             spec=cfg.attention,
             init=cfg.init,
             value_gain=cfg.beta,
@@ -91,11 +98,14 @@ class Block(nnx.Module):
         )
         self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, **attn)
         self.self_attn_norm = Norm(cfg.d_model, **norm)
+        post = self.placement.sublayer_norm
+        self.self_attn_post_norm = Norm(cfg.d_model, **norm) if post else None
         if cfg.cross:
             self.cross_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cross=True, **attn)
             self.cross_attn_norm = Norm(cfg.d_model, **norm)
+            self.cross_attn_post_norm = Norm(cfg.d_model, **norm) if post else None
         else:
-            self.cross_attn = self.cross_attn_norm = None
+            self.cross_attn = self.cross_attn_norm = self.cross_attn_post_norm = None
         ffn: dict[str, Any] = dict(
             use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
         )
@@ -104,6 +114,7 @@ class Block(nnx.Module):
         else:
             self.ffn = MoE(cfg.d_model, cfg.moe, **ffn)
         self.ffn_norm = Norm(cfg.d_model, **norm)
+        self.ffn_post_norm = Norm(cfg.d_model, **norm) if post else None
 
     def __call__(
         self,
@@ -116,7 +127,11 @@ class Block(nnx.Module):
         """Returns (x, updated cache (``{"self": KVCache, "cross": KVCache}``) or None, aux);
         aux["moe"] holds the MoE layer's ``{"losses", "metrics"}``. A call with a
         ``dropout_key`` is a training call (it updates MoE balancing biases)."""
-        cfg, apply = self.cfg, self.placement.apply
+        cfg, placement_apply = self.cfg, self.placement.apply
+
+        def apply(x, fn, norm, alpha, post_norm):
+            return placement_apply(x, fn if post_norm is None else (lambda h: post_norm(fn(h))), norm, alpha)
+
         keys = [None] * 3 if dropout_key is None else list(jax.random.split(dropout_key, 3))
         new_cache = {} if cache is not None else None
         aux = {}
@@ -134,7 +149,7 @@ class Block(nnx.Module):
                 new_cache["self"] = c
             return dropout(y, cfg.dropout, keys[0])
 
-        x_BTD = apply(x_BTD, self_attention, self.self_attn_norm, cfg.alpha)
+        x_BTD = apply(x_BTD, self_attention, self.self_attn_norm, cfg.alpha, self.self_attn_post_norm)
         cross_attn, cross_attn_norm = self.cross_attn, self.cross_attn_norm
         if cross_attn is not None:
             assert cross_attn_norm is not None  # built together with cross_attn
@@ -147,7 +162,7 @@ class Block(nnx.Module):
                     new_cache["cross"] = c
                 return dropout(y, cfg.dropout, keys[1])
 
-            x_BTD = apply(x_BTD, cross_attention, cross_attn_norm, cfg.alpha)
+            x_BTD = apply(x_BTD, cross_attention, cross_attn_norm, cfg.alpha, self.cross_attn_post_norm)
 
         def feed_forward(h):
             if cfg.moe is None:
@@ -161,5 +176,5 @@ class Block(nnx.Module):
             )
             return dropout(y, cfg.dropout, keys[2])
 
-        x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.alpha)
+        x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.alpha, self.ffn_post_norm)
         return constrain(x_BTD, ACTIVATION_AXES), new_cache, aux

@@ -29,13 +29,18 @@ class InitScheme:
       std: standard deviation for ``normal``-style schemes (GPT-2 uses 0.02).
       n_residual_layers: number of residual sublayers feeding the stream (GPT-2 scales the
         residual output projections by 1/sqrt(n_residual_layers), i.e. 1/sqrt(2 * n_layers)).
+      zero_out: residual-branch output projections start at zero, so every block starts as the
+        identity (modded-nanogpt; ReZero-like), whatever the scheme.
     """
 
     name: str = "normal"
     std: float = 0.02
     n_residual_layers: int = 1
+    zero_out: bool = False
 
     def kernel(self, in_axis: Axes, out_axis: Axes, *, residual_out: bool = False, gain: float = 1.0) -> Initializer:
+        if residual_out and self.zero_out:
+            return initializers.zeros
         return INIT_SCHEMES.get(self.name).kernel(self, in_axis, out_axis, residual_out, gain)
 
     def embedding(self, d_model: int, *, scaled: bool) -> Initializer:

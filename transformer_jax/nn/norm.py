@@ -12,7 +12,8 @@ from transformer_jax.ops import norms
 class Norm(nnx.Module):
     """Normalises the last axis with the ``kind`` registered in ``ops.norms.NORMS``.
 
-    Parameters: ``scale`` [D] (ones) and, for kinds with a bias and ``use_bias``, ``bias`` [D].
+    Parameters: ``scale`` [D] (ones, or zeros for a zero-centred kind) and, for kinds with a bias
+    and ``use_bias``, ``bias`` [D].
     """
 
     def __init__(
@@ -28,7 +29,7 @@ class Norm(nnx.Module):
         del rngs
         self.spec = norms.NORMS.get(kind)
         self.eps = eps
-        self.scale = nnx.Param(jnp.ones((d_model,), param_dtype), logical_axes=("norm",))
+        self.scale = nnx.Param(jnp.full((d_model,), self.spec.scale_init, param_dtype), logical_axes=("norm",))
         self.bias = (
             nnx.Param(jnp.zeros((d_model,), param_dtype), logical_axes=("norm",))
             if self.spec.has_bias and use_bias

@@ -82,7 +82,16 @@ class Learned(PositionEncoding):
 
 
 @POSITIONS.register(
-    "rope", reads=("rope_theta", "rope_pairing", "rope_scaling", "rope_scaling_factor", "rope_original_max_len")
+    "rope",
+    reads=(
+        "rope_theta",
+        "rope_pairing",
+        "rope_scaling",
+        "rope_scaling_factor",
+        "rope_original_max_len",
+        "rope_low_freq_factor",
+        "rope_high_freq_factor",
+    ),
 )
 class Rope(PositionEncoding):
     """Rotary embeddings (Su et al. 2021) applied to q and k in every self-attention layer."""

@@ -9,6 +9,7 @@ stacks of parameters, ``layers`` (the n-1 dense blocks of each group, [L - L/n])
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import cast
 
 import jax
@@ -56,13 +57,32 @@ def _stack_trees(trees: list):
 class Stack(nnx.Module):
     """``n_layers`` blocks applied in order.
 
+    ``cfg`` is one ``BlockConfig`` for every layer, or a sequence of ``n_layers`` of them (layers
+    that differ, e.g. local and global attention); a scanned stack needs every layer alike.
     With ``scan=True`` the parameters carry a leading ``layers`` axis (logical name ``layers``)
     and the forward pass is one ``lax.scan``; caches are then stacked along axis 0 as well.
     Variables other than parameters that a block writes during its call (MoE balancing biases)
     are written back to the stack.
     """
 
-    def __init__(self, cfg: BlockConfig, n_layers: int, *, scan: bool = False, remat: str = "none", rngs: nnx.Rngs):
+    def __init__(
+        self,
+        cfg: BlockConfig | Sequence[BlockConfig],
+        n_layers: int,
+        *,
+        scan: bool = False,
+        remat: str = "none",
+        rngs: nnx.Rngs,
+    ):
+        cfgs = (cfg,) * n_layers if isinstance(cfg, BlockConfig) else tuple(cfg)
+        if len(cfgs) != n_layers:
+            raise ValueError(f"got {len(cfgs)} layer configs for n_layers={n_layers}")
+        cfg = cfgs[0]
+        if scan and any(c != cfg for c in cfgs):
+            raise ValueError(
+                "scan=True repeats one block, but the layers differ (e.g. local and global attention); "
+                "use scan=False (model.scan_layers=False)"
+            )
         self.n_layers = n_layers
         self.scan = scan
         self.remat_policy = remat
@@ -72,7 +92,10 @@ class Stack(nnx.Module):
         self.moe_layers = nnx.data(None)
         if not scan:
             self.layers = nnx.List(
-                [Block(cfg if is_moe_layer(cfg, i) else dense_cfg, rngs=rngs) for i in range(n_layers)]
+                [
+                    Block(c if is_moe_layer(c, i) else dataclasses.replace(c, moe=None), rngs=rngs)
+                    for i, c in enumerate(cfgs)
+                ]
             )
         elif self.every == 1:
             self.layers = _stacked_blocks(cfg, n_layers, rngs)

@@ -32,6 +32,11 @@ def gelu_tanh(x: Array) -> Array:
     return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
+def relu2(x: Array) -> Array:
+    """Squared ReLU (So et al. 2021, Primer): ``max(0, x)^2``."""
+    return jnp.square(jnp.maximum(x, 0))
+
+
 def silu(x: Array) -> Array:
     """SiLU / Swish-1: ``x * sigmoid(x)``."""
     return x * jax.nn.sigmoid(x)
@@ -50,7 +55,9 @@ FFN_ACTIVATIONS.register("relu", FfnSpec(relu, gated=False))
 FFN_ACTIVATIONS.register("gelu", FfnSpec(gelu, gated=False))
 FFN_ACTIVATIONS.register("gelu_tanh", FfnSpec(gelu_tanh, gated=False))
 FFN_ACTIVATIONS.register("swiglu", FfnSpec(silu, gated=True))
+FFN_ACTIVATIONS.register("relu2", FfnSpec(relu2, gated=False))
 FFN_ACTIVATIONS.register("geglu", FfnSpec(gelu, gated=True))
+FFN_ACTIVATIONS.register("geglu_tanh", FfnSpec(gelu_tanh, gated=True))  # Gemma's gelu_pytorch_tanh
 
 
 def ffn(

@@ -34,10 +34,11 @@ from transformer_jax.ops.pallas_attention import (
     splash_attention,
     splash_problems,
 )
+from transformer_jax.ops.softcap import softcap as _softcap
 
-# impl(q, k, v, *, mask, bias, scale, block_size) -> out
+# impl(q, k, v, *, mask, bias, scale, block_size, softcap) -> out
 ATTENTION_IMPLS: Registry[Callable[..., Array]] = Registry("attention implementation")
-# kind(q, k, v, *, mask, bias, scale, impl, window, block_size) -> out
+# kind(q, k, v, *, mask, bias, scale, impl, window, block_size, softcap) -> out
 ATTENTION_KINDS: Registry[Callable[..., Array]] = Registry("attention kind")
 
 
@@ -53,6 +54,7 @@ def attention(
     impl: str = "xla",
     window: int | None = None,
     block_size: int = 512,
+    softcap: float | None = None,
 ) -> Float[Array, "B T H D"]:
     """Attention of T queries over S keys; returns [B, T, H, D].
 
@@ -60,7 +62,8 @@ def attention(
     (differentiable). scale defaults to 1/sqrt(D). kind: ATTENTION_KINDS name; impl:
     ATTENTION_IMPLS name (ignored by kind="linear"; "auto" picks one per backend and mask);
     window: required by kind="sliding_window"; block_size: query/key tile size of the blockwise
-    impls (chunked, splash, pallas_gpu).
+    impls (chunked, splash, pallas_gpu); softcap: logits -> softcap * tanh(logits / softcap) after
+    the scale, before bias and mask (Gemma 2; None: off).
     """
     _check_qkv(q_BTHD, k_BSKD, v_BSKD)
     B, T, H, _ = q_BTHD.shape
@@ -68,8 +71,18 @@ def attention(
         mask.validate(T, k_BSKD.shape[1], B, H)
     kind_fn = ATTENTION_KINDS.get(kind)
     ATTENTION_IMPLS.get(impl)
+    _softcap(jnp.zeros(()), softcap)  # validates the cap
     return kind_fn(
-        q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, impl=impl, window=window, block_size=block_size
+        q_BTHD,
+        k_BSKD,
+        v_BSKD,
+        mask=mask,
+        bias=bias,
+        scale=scale,
+        impl=impl,
+        window=window,
+        block_size=block_size,
+        softcap=softcap,
     )
 
 
@@ -104,6 +117,25 @@ def _static_dpa_kwargs(mask: AttentionMask | None, T: int, S: int) -> dict | Non
     return {"is_causal": True, "local_window_size": (mask.window - 1, 0)}
 
 
+def _xla_softcapped(q_BTHD, k_BSKD, v_BSKD, *, mask, bias, scale, softcap: float):
+    """softmax(softcap(q k^T * scale) + bias, masked) v in float32 (jax.nn.dot_product_attention
+    has no soft cap); query head h reads key/value head h // G."""
+    B, T, H, D = q_BTHD.shape
+    S, K = k_BSKD.shape[1], k_BSKD.shape[2]
+    scale = float(D**-0.5) if scale is None else scale
+    q_BTKGD = q_BTHD.reshape(B, T, K, H // K, D)
+    s = jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=jnp.float32) * scale
+    s = _softcap(s, softcap).reshape(B, H, T, S)
+    if bias is not None:
+        s = s + _dense_bias(bias).astype(jnp.float32)
+    dense = None if mask is None else mask.materialize(T, S)
+    if dense is not None:
+        s = jnp.where(dense, s, jnp.finfo(jnp.float32).min)
+    p_BKGTS = jax.nn.softmax(s, axis=-1).reshape(B, K, H // K, T, S).astype(v_BSKD.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", p_BKGTS, v_BSKD).reshape(B, T, H, D)
+    return _zero_empty_rows(out, dense)
+
+
 def _jax_dpa(q, k, v, *, mask, bias, scale, implementation: Literal["xla", "cudnn"]):
     static = _static_dpa_kwargs(mask, q.shape[1], k.shape[1]) if implementation == "cudnn" else None
     if static is not None:  # cuDNN's own causal / sliding-window mask: no T x S mask in memory
@@ -118,21 +150,32 @@ def _jax_dpa(q, k, v, *, mask, bias, scale, implementation: Literal["xla", "cudn
 
 
 @ATTENTION_IMPLS.register("xla")
-def xla_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
-    """jax.nn.dot_product_attention(implementation='xla') on the materialised T x S mask."""
+def xla_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
+    """jax.nn.dot_product_attention(implementation='xla') on the materialised T x S mask (with a
+    soft cap: the same computation written out in jnp)."""
+    if softcap is not None:
+        return _xla_softcapped(q, k, v, mask=mask, bias=bias, scale=scale, softcap=softcap)
     return _jax_dpa(q, k, v, mask=mask, bias=bias, scale=scale, implementation="xla")
 
 
+def _refuse_softcap(impl: str, softcap: float | None) -> None:
+    if softcap is not None:
+        raise ValueError(
+            f"impl={impl!r} has no logit soft cap (softcap={softcap}); use impl='xla', 'chunked' or 'auto'"
+        )
+
+
 @ATTENTION_IMPLS.register("cudnn")
-def cudnn_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+def cudnn_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     """jax.nn.dot_product_attention(implementation='cudnn'): cuDNN flash attention, GPU only."""
+    _refuse_softcap("cudnn", softcap)
     _need_backend("cudnn", "gpu")
     return _jax_dpa(q, k, v, mask=mask, bias=bias, scale=scale, implementation="cudnn")
 
 
 @ATTENTION_IMPLS.register("chunked", reads=("attention_block_size",))
-def _chunked_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
-    return chunked_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+def _chunked_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
+    return chunked_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap)
 
 
 def _need_backend(impl: str, backend: str) -> None:
@@ -144,16 +187,18 @@ def _need_backend(impl: str, backend: str) -> None:
 
 
 @ATTENTION_IMPLS.register("splash", reads=("attention_block_size",))
-def _splash_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+def _splash_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     """TPU splash attention (ops.pallas_attention.splash_attention); static masks only."""
+    _refuse_softcap("splash", softcap)
     refuse_problems("splash", splash_problems(mask, bias is not None, q.shape, k.shape, block_size), SPLASH_TAKES)
     _need_backend("splash", "tpu")
     return splash_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
 
 
 @ATTENTION_IMPLS.register("pallas_gpu", reads=("attention_block_size",))
-def _pallas_gpu_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+def _pallas_gpu_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     """Pallas/Triton GPU flash attention (ops.pallas_attention.pallas_gpu_attention)."""
+    _refuse_softcap("pallas_gpu", softcap)
     problems = pallas_gpu_problems(mask, bias is not None, q.shape, k.shape, block_size)
     refuse_problems("pallas_gpu", problems, PALLAS_GPU_TAKES)
     _need_backend("pallas_gpu", "gpu")
@@ -173,16 +218,20 @@ def resolve_impl(
     bias: Array | None = None,
     dtype=jnp.float32,
     block_size: int = 512,
+    softcap: float | None = None,
 ) -> str:
     """The ATTENTION_IMPLS name `auto` runs for these inputs on `backend` ("cpu" | "gpu" | "tpu").
 
     tpu: splash when the mask is static (splash_problems), else chunked. gpu: cudnn for
     half-precision inputs whose mask cuDNN expresses itself (no bias, head dim <= 128, multiple of
     8), else pallas_gpu when it fits (pallas_gpu_problems), else as on cpu. cpu (and anything
-    else): xla, or chunked once S >= CHUNKED_MIN_LEN."""
+    else): xla, or chunked once S >= CHUNKED_MIN_LEN. A soft cap rules the kernels out (the
+    fallback everywhere)."""
     T, S, D = q_shape[1], k_shape[1], q_shape[-1]
     fallback = "chunked" if S >= CHUNKED_MIN_LEN else "xla"
     has_bias = bias is not None
+    if softcap is not None:
+        return "chunked" if backend == "tpu" else fallback
     if backend == "tpu":
         return "chunked" if splash_problems(mask, has_bias, q_shape, k_shape, block_size) else "splash"
     if backend == "gpu":
@@ -197,39 +246,52 @@ def resolve_impl(
 
 
 @ATTENTION_IMPLS.register("auto", reads=("attention_block_size",))
-def auto_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512):
+def auto_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     """ATTENTION_IMPLS[resolve_impl(jax.default_backend(), ...)]."""
     name = resolve_impl(
-        jax.default_backend(), q.shape, k.shape, mask=mask, bias=bias, dtype=q.dtype, block_size=block_size
+        jax.default_backend(),
+        q.shape,
+        k.shape,
+        mask=mask,
+        bias=bias,
+        dtype=q.dtype,
+        block_size=block_size,
+        softcap=softcap,
     )
-    return ATTENTION_IMPLS.get(name)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+    return ATTENTION_IMPLS.get(name)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap)
 
 
 @ATTENTION_KINDS.register("softmax", reads=("attention_impl", "attention_scale"))
-def softmax_attention(q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512):
+def softmax_attention(
+    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512, softcap=None
+):
     """Full softmax attention run by ATTENTION_IMPLS[impl]."""
     if window is not None:
         raise ValueError(
             f"window={window} is only used by kind='sliding_window'; pass kind='sliding_window' or window=None"
         )
-    return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+    return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap)
 
 
 @ATTENTION_KINDS.register("sliding_window", reads=("attention_window", "attention_impl", "attention_scale"))
-def sliding_window_attention(q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512):
+def sliding_window_attention(
+    q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512, softcap=None
+):
     """Softmax attention restricted to `mask.with_window(window)` (Beltagy et al. 2020, Longformer;
     Mistral). Without a mask the window is two-sided: |q_pos - kv_pos| < window."""
     if window is None:
         raise ValueError("kind='sliding_window' needs window=<int>, the number of visible positions")
     mask = (AttentionMask() if mask is None else mask).with_window(window)
-    return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
+    return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap)
 
 
 @ATTENTION_KINDS.register("linear")
-def _linear_kind(q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512):
+def _linear_kind(q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512, softcap=None):
     """Linear attention (ops.linear_attention); honours mask.causal and mask.kv_valid only.
-    scale, impl and block_size do not apply (a model config that sets them is refused)."""
+    scale, impl, block_size and softcap do not apply (a model config that sets them is refused)."""
     unsupported = [] if bias is None else ["bias"]
+    if softcap is not None:
+        unsupported.append("softcap")
     if window is not None:
         unsupported.append("window")
     if mask is not None:

@@ -5,6 +5,7 @@ blocks keeps a running max m, running sum l and an unnormalised accumulator, so 
 (tq, tk) tile of logits exists at a time. Backward (Dao 2023, "FlashAttention-2") recomputes each
 tile's probabilities P = exp(S - lse) from the saved logsumexp and, with D = rowsum(dO * O):
 dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = scale * dS K, dK = scale * dS^T Q, dBias = dS.
+With a soft cap S = c tanh(S_raw / c) (Gemma 2), dS_raw = dS * (1 - (S / c)^2) feeds dQ and dK.
 Memory is O(T * block) in both passes. Tiles with no visible key are skipped.
 """
 
@@ -18,6 +19,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from transformer_jax.ops.masks import AttentionMask, _as_2d, _as_4d, _slice_last
+from transformer_jax.ops.softcap import softcap as _softcap
+from transformer_jax.ops.softcap import softcap_grad
 
 
 def chunked_attention(
@@ -29,22 +32,28 @@ def chunked_attention(
     bias: Float[Array, "B|1 H|1 T|1 S|1"] | None = None,
     scale: float | None = None,
     block_size: int = 512,
+    softcap: float | None = None,
 ) -> Float[Array, "B T H D"]:
-    """softmax(Q K^T * scale + bias, masked) V computed in (block_size x block_size) tiles.
+    """softmax(softcap(Q K^T * scale) + bias, masked) V computed in (block_size x block_size) tiles.
 
     K kv heads serve H = K * G query heads (GQA/MQA); T != S is allowed and neither needs to be
     a multiple of block_size (inputs are padded internally). Query rows with no visible key
-    give 0 and zero gradients. Differentiable wrt q, k, v and bias. Jitted (scale and
-    block_size static), so eager calls reuse the compiled kernel.
+    give 0 and zero gradients. Differentiable wrt q, k, v and bias. ``softcap``: cap * tanh(s / cap)
+    on the scaled logits (None: off). Jitted (scale, block_size and softcap static), so eager calls
+    reuse the compiled kernel.
     """
     _check_qkv(q_BTHD, k_BSKD, v_BSKD)
     D = q_BTHD.shape[-1]
     scale = float(1.0 / D**0.5 if scale is None else scale)
-    return _chunked_attention(q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, block_size=block_size)
+    _softcap(jnp.zeros(()), softcap)  # validates the cap
+    softcap = None if softcap is None else float(softcap)
+    return _chunked_attention(
+        q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap
+    )
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "block_size"))
-def _chunked_attention(q_BTHD, k_BSKD, v_BSKD, *, mask, bias, scale: float, block_size: int):
+@functools.partial(jax.jit, static_argnames=("scale", "block_size", "softcap"))
+def _chunked_attention(q_BTHD, k_BSKD, v_BSKD, *, mask, bias, scale: float, block_size: int, softcap: float | None):
     B, T, H, D = q_BTHD.shape
     _, S, K, _ = k_BSKD.shape
     G = H // K
@@ -67,7 +76,7 @@ def _chunked_attention(q_BTHD, k_BSKD, v_BSKD, *, mask, bias, scale: float, bloc
         pad_T = Tp - T if bias.shape[2] == T else 0
         pad_S = Sp - S if bias.shape[3] == S else 0
         bias = jnp.pad(bias, ((0, 0), (0, 0), (0, pad_T), (0, pad_S)))
-    out = _flash(q, k, v, bias, mask, scale, bq, bk)
+    out = _flash(q, k, v, bias, mask, (scale, softcap), bq, bk)
     return out.reshape(B, Tp, H, D)[:, :T].astype(q_BTHD.dtype)  # pyright: ignore[reportAttributeAccessIssue]  # jax.custom_vjp's stubs lose the return type under functools.partial
 
 
@@ -120,10 +129,17 @@ def _grouped(x: Array, K: int, G: int) -> Array:
     return x.reshape(x.shape[0], K, G, *x.shape[2:])
 
 
-def _tile_logits(q_blk, k_blk, bias, vis, i, j, scale, bq, bk):
+def _capped_logits(q_blk, k_blk, scaling):
+    """softcap(q k^T * scale) of one tile, [B, K, G, bq, bk]; ``scaling`` = (scale, softcap)."""
+    scale, cap = scaling
+    s = jnp.einsum("bqkgd,bskd->bkgqs", q_blk, k_blk, preferred_element_type=jnp.float32) * scale
+    return _softcap(s, cap)
+
+
+def _tile_logits(q_blk, k_blk, bias, vis, i, j, scaling, bq, bk):
     """Masked logits of one tile, [B, K, G, bq, bk]; invisible entries are -inf."""
     K, G = q_blk.shape[2], q_blk.shape[3]
-    s = jnp.einsum("bqkgd,bskd->bkgqs", q_blk, k_blk, preferred_element_type=jnp.float32) * scale
+    s = _capped_logits(q_blk, k_blk, scaling)
     if bias is not None:
         tile = _slice_last(_slice_last(bias, i * bq, bq, 2), j * bk, bk, 3)
         s = s + _grouped(tile, K, G).astype(jnp.float32)
@@ -141,7 +157,7 @@ def _unblocks(x: Array, axis: int = 1) -> Array:
     return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2 :])
 
 
-def _forward(q, k, v, bias, mask, scale, bq, bk):
+def _forward(q, k, v, bias, mask, scaling, bq, bk):
     B, Tp, K, G, D = q.shape
     nq, nk = Tp // bq, k.shape[1] // bk
     ks, vs = _blocks(k, nk), _blocks(v, nk)
@@ -154,7 +170,7 @@ def _forward(q, k, v, bias, mask, scale, bq, bk):
 
             def visit(carry):
                 m, l, acc = carry
-                s = _tile_logits(q_blk, k_blk, bias, vis, i, j, scale, bq, bk)
+                s = _tile_logits(q_blk, k_blk, bias, vis, i, j, scaling, bq, bk)
                 m_new = jnp.maximum(m, s.max(-1))
                 m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
                 p = jnp.exp(s - m_safe[..., None])
@@ -182,12 +198,12 @@ def _forward(q, k, v, bias, mask, scale, bq, bk):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _flash(q, k, v, bias, mask, scale, bq, bk):
-    return _forward(q, k, v, bias, mask, scale, bq, bk)[0]
+def _flash(q, k, v, bias, mask, scaling, bq, bk):
+    return _forward(q, k, v, bias, mask, scaling, bq, bk)[0]
 
 
-def _flash_fwd(q, k, v, bias, mask, scale, bq, bk):
-    out, lse = _forward(q, k, v, bias, mask, scale, bq, bk)
+def _flash_fwd(q, k, v, bias, mask, scaling, bq, bk):
+    out, lse = _forward(q, k, v, bias, mask, scaling, bq, bk)
     return out, (q, k, v, bias, mask, out, lse)
 
 
@@ -197,8 +213,9 @@ def _reduce_to(x: Array, shape: tuple[int, ...]) -> Array:
     return x.sum(axes, keepdims=True) if axes else x
 
 
-def _flash_bwd(scale, bq, bk, res, d_out):
+def _flash_bwd(scaling, bq, bk, res, d_out):
     q, k, v, bias, mask, out, lse = res
+    scale, cap = scaling
     B, Tp, K, G, D = q.shape
     nq, nk = Tp // bq, k.shape[1] // bk
     d_out = d_out.astype(jnp.float32)
@@ -215,13 +232,14 @@ def _flash_bwd(scale, bq, bk, res, d_out):
 
             def visit(inner):
                 dk, dv, dq, dbias = inner
-                s = _tile_logits(q_blk, k_blk, bias, vis, i, j, scale, bq, bk)
+                s = _tile_logits(q_blk, k_blk, bias, vis, i, j, scaling, bq, bk)
                 p = jnp.exp(s - lse_blk[..., None])
                 dv = dv + jnp.einsum("bkgqs,bqkgd->bskd", p, do_blk)
                 dp = jnp.einsum("bqkgd,bskd->bkgqs", do_blk, v_blk.astype(jnp.float32))
                 ds = p * (dp - delta_blk[..., None])
-                dk = dk + scale * jnp.einsum("bkgqs,bqkgd->bskd", ds, q_blk.astype(jnp.float32))
-                dq_i = scale * jnp.einsum("bkgqs,bskd->bqkgd", ds, k_blk.astype(jnp.float32))
+                ds_raw = ds if cap is None else ds * softcap_grad(_capped_logits(q_blk, k_blk, scaling), cap)
+                dk = dk + scale * jnp.einsum("bkgqs,bqkgd->bskd", ds_raw, q_blk.astype(jnp.float32))
+                dq_i = scale * jnp.einsum("bkgqs,bskd->bqkgd", ds_raw, k_blk.astype(jnp.float32))
                 dq = jax.lax.dynamic_update_index_in_dim(
                     dq, jax.lax.dynamic_index_in_dim(dq, i, keepdims=False) + dq_i, i, 0
                 )

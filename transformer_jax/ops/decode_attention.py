@@ -1,6 +1,6 @@
 """Attention of T new queries over a KV cache, by name: DECODE_IMPLS -- dense | blocked | pallas_gpu | auto.
 
-Every implementation computes the same thing: softmax(q k^T * scale + bias) v over the cache slots
+Every implementation computes the same thing: softmax(softcap(q k^T * scale) + bias) v over the cache slots
 that are **written** (slot s < cache.index) and visible under ``mask`` (an ``AttentionMask`` whose
 key positions are slot indices), softmax in float32, 0 for a query that sees nothing:
 
@@ -29,6 +29,7 @@ from transformer_jax.core.registry import Registry
 from transformer_jax.ops.kv_cache import KVCache, cached_attention
 from transformer_jax.ops.masks import AttentionMask
 from transformer_jax.ops.pallas_decode import flash_decode_attention
+from transformer_jax.ops.softcap import softcap as _softcap
 
 DECODE_IMPLS: Registry[Callable[..., Array]] = Registry("decode attention implementation")
 _NEG = float(jnp.finfo(jnp.float32).min)
@@ -43,20 +44,25 @@ def decode_attention(
     scale: float | None = None,
     impl: str = "auto",
     block_size: int = 256,
+    softcap: float | None = None,
 ) -> Float[Array, "B T H D"]:
-    """Attention over the written, visible cache slots run by DECODE_IMPLS[impl]; H = K * G (GQA)."""
+    """Attention over the written, visible cache slots run by DECODE_IMPLS[impl]; H = K * G (GQA);
+    ``softcap``: Gemma 2's cap * tanh(logits / cap) on the scaled logits (None: off)."""
     if mask is not None:
         mask.validate(q_BTHD.shape[1], cache.max_len, q_BTHD.shape[0], q_BTHD.shape[2])
-    return DECODE_IMPLS.get(impl)(q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size)
+    _softcap(jnp.zeros(()), softcap)  # validates the cap
+    return DECODE_IMPLS.get(impl)(
+        q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap
+    )
 
 
 @DECODE_IMPLS.register("dense")
-def dense_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256):
+def dense_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
     """All S slots read, unwritten and invisible ones masked (``kv_cache.cached_attention``)."""
     T, S = q_BTHD.shape[1], cache.max_len
     written_11TS = jnp.broadcast_to(jnp.arange(S) < cache.index, (1, 1, T, S))
     visible = written_11TS if mask is None else mask.materialize(T, S) & written_11TS
-    return cached_attention(q_BTHD, cache, mask_BHTS=visible, bias_BHTS=bias_BHTS, scale=scale)
+    return cached_attention(q_BTHD, cache, mask_BHTS=visible, bias_BHTS=bias_BHTS, scale=scale, softcap=softcap)
 
 
 def _grouped(x_BHTS: Array, K: int) -> Array:
@@ -75,14 +81,14 @@ def _first_slot(mask: AttentionMask | None, S: int) -> Array:
 
 
 @DECODE_IMPLS.register("blocked", reads=("decode_block_size",))
-def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256):
+def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
     """Online softmax over blocks [lo, ceil(index / n)) of n = min(block_size, S) slots; the last
     block is shifted to end at S (its slots before the block boundary are skipped, not re-read).
     A cache of at most one block is read whole, as by ``dense`` (the loop would only add its cost)."""
     B, T, H, D = q_BTHD.shape
     K, S = cache.k_BKDS.shape[1], cache.max_len
     if block_size >= S:
-        return dense_decode(q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale)
+        return dense_decode(q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, softcap=softcap)
     n = block_size
     scale = float(D**-0.5) if scale is None else scale
     q_BKGTD = jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
@@ -92,7 +98,7 @@ def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=N
         start = jnp.minimum(b * n, S - n)
         k_BKDn = jax.lax.dynamic_slice_in_dim(cache.k_BKDS, start, n, axis=3).astype(q_BTHD.dtype)
         v_BKDn = jax.lax.dynamic_slice_in_dim(cache.v_BKDS, start, n, axis=3).astype(q_BTHD.dtype)
-        s = jnp.einsum("bkgtd,bkdn->bkgtn", q_BKGTD, k_BKDn).astype(jnp.float32) * scale
+        s = _softcap(jnp.einsum("bkgtd,bkdn->bkgtn", q_BKGTD, k_BKDn).astype(jnp.float32) * scale, softcap)
         if bias_BHTS is not None:
             s = s + _grouped(jax.lax.dynamic_slice_in_dim(bias_BHTS, start, n, axis=3).astype(jnp.float32), K)
         slot_n = start + jnp.arange(n)
@@ -115,9 +121,11 @@ def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=N
     return jnp.moveaxis(out_BKGTD, 3, 1).reshape(B, T, H, D).astype(q_BTHD.dtype)
 
 
-def pallas_decode_problems(mask: AttentionMask | None, has_bias: bool, T: int, S: int) -> list[str]:
+def pallas_decode_problems(
+    mask: AttentionMask | None, has_bias: bool, T: int, S: int, softcap: float | None = None
+) -> list[str]:
     """What keeps these inputs from the flash-decoding kernel (empty: it applies)."""
-    problems = []
+    problems = [] if softcap is None else [f"a logit soft cap ({softcap})"]
     if T != 1:
         problems.append(f"{T} queries (it decodes one token)")
     if has_bias:
@@ -135,9 +143,9 @@ def pallas_decode_problems(mask: AttentionMask | None, has_bias: bool, T: int, S
 
 
 @DECODE_IMPLS.register("pallas_gpu")
-def pallas_gpu_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256):
+def pallas_gpu_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
     """``ops.pallas_decode.flash_decode_attention`` (GPU); per-row key range from the query positions."""
-    problems = pallas_decode_problems(mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len)
+    problems = pallas_decode_problems(mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap)
     if problems:
         raise ValueError(f"decode_impl='pallas_gpu' cannot take {', '.join(problems)}; use 'blocked' or 'auto'")
     if jax.default_backend() != "gpu":
@@ -158,15 +166,21 @@ def kv_range(mask: AttentionMask | None, cache: KVCache) -> dict:
     return {"kv_len_B": length_B, "start_B": start_B}
 
 
-def resolve_decode_impl(backend: str, mask: AttentionMask | None, has_bias: bool, T: int, S: int) -> str:
+def resolve_decode_impl(
+    backend: str, mask: AttentionMask | None, has_bias: bool, T: int, S: int, softcap: float | None = None
+) -> str:
     """The DECODE_IMPLS name ``auto`` runs on ``backend`` ("cpu" | "gpu" | "tpu")."""
-    if backend == "gpu" and not pallas_decode_problems(mask, has_bias, T, S):
+    if backend == "gpu" and not pallas_decode_problems(mask, has_bias, T, S, softcap):
         return "pallas_gpu"
     return "blocked" if backend == "cpu" else "dense"
 
 
 @DECODE_IMPLS.register("auto", reads=("decode_block_size",))
-def auto_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256):
+def auto_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
     """DECODE_IMPLS[resolve_decode_impl(jax.default_backend(), ...)]."""
-    name = resolve_decode_impl(jax.default_backend(), mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len)
-    return DECODE_IMPLS.get(name)(q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size)
+    name = resolve_decode_impl(
+        jax.default_backend(), mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap
+    )
+    return DECODE_IMPLS.get(name)(
+        q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap
+    )

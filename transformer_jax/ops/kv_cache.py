@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from transformer_jax.ops.softcap import softcap as _softcap
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +71,9 @@ def cached_attention(
     mask_BHTS: Bool[Array, "B|1 H|1 T S"] | None = None,
     bias_BHTS: Float[Array, "B|1 H|1 T S"] | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> Float[Array, "B T H D"]:
-    """softmax(q k^T * scale + bias, masked) v over the cache's S slots, read in its stored
+    """softmax(softcap(q k^T * scale) + bias, masked) v over the cache's S slots, read in its stored
     layout; query heads H = K * G share key/value head h // G (GQA). ``scale`` defaults to
     1/sqrt(D); softmax in float32; a query that sees no slot gets 0. Equals ``ops.attention``
     (kind ``softmax``) on ``cache.keys_values()``."""
@@ -79,7 +82,7 @@ def cached_attention(
     scale = float(D**-0.5) if scale is None else scale  # float(): int ** float is typed Any
     q_BKGTD = jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
     k_BKDS = cache.k_BKDS.astype(q_BTHD.dtype)
-    logits = jnp.einsum("bkgtd,bkds->bkgts", q_BKGTD, k_BKDS).astype(jnp.float32) * scale
+    logits = _softcap(jnp.einsum("bkgtd,bkds->bkgts", q_BKGTD, k_BKDS).astype(jnp.float32) * scale, softcap)
 
     def grouped(x_BHTS):  # [B|1, H|1, T, S] -> [B|1, K|1, G|1, T, S]
         if x_BHTS.shape[1] == 1:

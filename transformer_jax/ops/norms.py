@@ -50,14 +50,29 @@ def rms_norm(
     return y.astype(x.dtype)
 
 
+def rms_norm_plus_one(
+    x: Float[Array, "... D"],
+    scale: Float[Array, " D"] | None = None,
+    *,
+    eps: float = 1e-6,
+) -> Float[Array, "... D"]:
+    """Gemma's RMSNorm, ``x / sqrt(mean(x^2) + eps) * (1 + w)``: the weight w is stored
+    zero-centred (it starts at 0, the identity scale)."""
+    one = None if scale is None else 1.0 + scale.astype(jnp.float32)
+    return rms_norm(x, one, eps=eps)
+
+
 @dataclasses.dataclass(frozen=True)
 class NormSpec:
-    """A norm function ``fn(x, scale, [bias], *, eps)`` and whether it takes a bias parameter."""
+    """A norm function ``fn(x, scale, [bias], *, eps)``, whether it takes a bias parameter, and the
+    value ``scale`` starts at (1, or 0 for a zero-centred weight)."""
 
     fn: Callable[..., Array]
     has_bias: bool
+    scale_init: float = 1.0
 
 
 NORMS: Registry[NormSpec] = Registry("norm")
 NORMS.register("layernorm", NormSpec(layer_norm, has_bias=True))
 NORMS.register("rmsnorm", NormSpec(rms_norm, has_bias=False))
+NORMS.register("rmsnorm_plus_one", NormSpec(rms_norm_plus_one, has_bias=False, scale_init=0.0))

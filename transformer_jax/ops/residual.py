@@ -21,12 +21,15 @@ SublayerFn = Callable[[Array], Array]
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """``apply(x, sublayer_fn, norm_fn, alpha) -> x``; ``constants(**kw) -> (alpha, beta)``."""
+    """``apply(x, sublayer_fn, norm_fn, alpha) -> x``; ``constants(**kw) -> (alpha, beta)``.
+    ``sublayer_norm``: the layer also normalises each sublayer's output (a second norm per
+    sublayer, folded into ``sublayer_fn`` by the caller: see ``sandwich``)."""
 
     name: str
     apply: Callable[[Array, SublayerFn, SublayerFn, float], Array]
     final_norm: bool
     constants: Callable[..., tuple[float, float]]
+    sublayer_norm: bool = False
 
 
 PLACEMENTS: Registry[Placement] = Registry("norm placement")
@@ -95,6 +98,11 @@ def _deepnorm(x: Float[Array, "... D"], sublayer_fn, norm_fn, alpha: float = 1.0
 PLACEMENTS.register("post", Placement("post", _post, final_norm=False, constants=_unit_constants))
 PLACEMENTS.register("pre", Placement("pre", _pre, final_norm=True, constants=_unit_constants))
 PLACEMENTS.register("deepnorm", Placement("deepnorm", _deepnorm, final_norm=False, constants=deepnorm_constants))
+# Sandwich (Ding et al. 2021, CogView; Gemma 2/3): x + PostNorm(F(PreNorm(x))). The caller passes
+# sublayer_fn = PostNorm o F, so the rule itself is pre-LN's; the stack ends with a final norm.
+PLACEMENTS.register(
+    "sandwich", Placement("sandwich", _pre, final_norm=True, constants=_unit_constants, sublayer_norm=True)
+)
 
 
 def placement_constants(

@@ -27,7 +27,8 @@ class RopeScaling:
     """How RoPE frequencies are stretched beyond the training length.
 
     ``factor``: context extension ratio s >= 1. ``original_max_len``: the pre-training length
-    (YaRN only). ``beta_fast`` / ``beta_slow``: YaRN's rotation counts bounding the ramp.
+    (YaRN, Llama 3). ``beta_fast`` / ``beta_slow``: YaRN's rotation counts bounding the ramp.
+    ``low_freq_factor`` / ``high_freq_factor``: Llama 3's wavelength bounds of the ramp.
     """
 
     kind: str = "none"
@@ -35,6 +36,8 @@ class RopeScaling:
     original_max_len: int = 2048
     beta_fast: float = 32.0
     beta_slow: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
 
     def __post_init__(self):
         if self.kind not in ROPE_SCALINGS:
@@ -53,6 +56,11 @@ class RopeScaling:
             raise ValueError(
                 f"beta_fast={self.beta_fast} and beta_slow={self.beta_slow} must satisfy "
                 "beta_fast > beta_slow > 0 (YaRN defaults: 32 and 1)"
+            )
+        if not self.high_freq_factor > self.low_freq_factor > 0:
+            raise ValueError(
+                f"high_freq_factor={self.high_freq_factor} and low_freq_factor={self.low_freq_factor} must "
+                "satisfy high_freq_factor > low_freq_factor > 0 (Llama 3.1: 4 and 1)"
             )
 
 
@@ -106,6 +114,23 @@ def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray
     inv_freq = interpolation * ramp + extrapolation * (1.0 - ramp)
     attention_factor = 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
     return inv_freq, attention_factor
+
+
+@ROPE_SCALINGS.register(
+    "llama3",
+    reads=("rope_scaling_factor", "rope_original_max_len", "rope_low_freq_factor", "rope_high_freq_factor"),
+)
+def _llama3(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
+    """Llama 3.1's scaling: with wavelength w_i = 2 pi / inv_freq_i and L = ``original_max_len``,
+    frequencies with w_i < L / high_freq_factor are kept, those with w_i > L / low_freq_factor
+    are divided by s, and in between ``(1 - a) inv_freq / s + a inv_freq`` with
+    ``a = (L / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``."""
+    s, low, high = scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor
+    inv_freq = _base_inv_freq(head_dim, theta)
+    wavelen = 2 * math.pi / inv_freq
+    L = scaling.original_max_len
+    a = np.clip((L / wavelen - low) / (high - low), 0.0, 1.0)
+    return (1 - a) * inv_freq / s + a * inv_freq, 1.0
 
 
 def rope_frequencies(

@@ -1,0 +1,134 @@
+"""Model-level behaviour of the Gemma / Qwen2 / speedrun variants: which layers are local (by
+gradient), which parameters exist, zero-initialised output projections, capped logits, and the
+config errors that name the field."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from transformer_jax.core import configlib
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.models import ModelConfig, build_model, get_preset
+
+BASE = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, position="rope", norm="rmsnorm", use_bias=False)
+
+
+def _input_grad_support(model, T=10, t=9):
+    """|d logits_t / d embedding_s| summed over features, for every s (one row)."""
+    emb = jax.random.normal(jax.random.key(0), (1, T, model.cfg.d_model))
+    tokens = jnp.zeros((1, T), jnp.int32)
+    g = jax.grad(lambda e: model(tokens, embeddings_BTD=e)[0][0, t].sum())(emb)
+    return np.abs(np.asarray(g[0])).sum(-1)
+
+
+@pytest.mark.parametrize("every,local", [(2, True), (1, False)])
+def test_local_layers_see_only_their_window(every, local):
+    cfg = ModelConfig(
+        **{**BASE, "n_layers": 1},
+        attention_pattern="local_global",
+        attention_global_every=every,
+        attention_local_window=3,
+    )
+    support = _input_grad_support(build_model(cfg))
+    if local:  # one local layer: position 9 sees 7, 8, 9 only
+        assert np.all(support[:7] == 0) and np.all(support[7:] > 0)
+    else:
+        assert np.all(support > 0)
+
+
+def test_local_global_alternates_and_local_layers_take_their_rope_base():
+    cfg = ModelConfig(
+        **{**BASE, "n_layers": 4},
+        attention_pattern="local_global",
+        attention_local_window=5,
+        rope_local_theta=100.0,
+        rope_theta=1e6,
+        rope_scaling="linear",
+        rope_scaling_factor=4.0,
+    )
+    layers = build_model(cfg).layers.layers
+    windows = [blk.self_attn.spec.window for blk in layers]
+    assert windows == [5, None, 5, None]
+    ropes = [blk.self_attn.rope for blk in layers]
+    assert [r.theta for r in ropes] == [100.0, 1e6, 100.0, 1e6]
+    assert ropes[0].scaling is None and ropes[1].scaling is not None and ropes[1].scaling.factor == 4.0
+
+
+def test_parameters_of_qk_norm_sandwich_and_qkv_bias():
+    cfg = ModelConfig(**BASE, qk_norm=True, placement="sandwich", norm_bias=False, qkv_bias=True, ffn="swiglu")
+    model = build_model(cfg)
+    blk = model.layers.layers[0]
+    assert blk.self_attn.q_norm.scale.shape == (8,) and blk.self_attn.k_norm.scale.shape == (8,)
+    assert blk.self_attn_post_norm is not None and blk.ffn_post_norm is not None
+    assert blk.self_attn.q.bias is not None and blk.self_attn.v.bias is not None
+    assert blk.self_attn.o.bias is None and blk.ffn.w_out.bias is None
+    tokens = jnp.arange(12).reshape(2, 6) % 50
+    before, _ = model(tokens)
+    blk.self_attn.k_norm.scale[...] = 3.0 * jnp.ones(8)  # the k norm's scale is read
+    after, _ = model(tokens)
+    assert np.abs(np.asarray(after - before)).max() > 1e-3
+
+
+def test_zero_init_out_makes_every_block_the_identity():
+    cfg = ModelConfig(**BASE, zero_init_out=True, tie_embeddings=True)
+    model = build_model(cfg)
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        if path[-2] in ("o", "w_out"):
+            assert not np.any(np.asarray(var[...])), path
+    tokens = jnp.arange(12).reshape(2, 6) % 50
+    logits, _ = model(tokens)
+    emb = np.asarray(model.embed.embedding[...])
+    x = emb[np.asarray(tokens)]
+    x = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + cfg.norm_eps) * np.asarray(model.final_norm.scale[...])
+    np.testing.assert_allclose(np.asarray(logits), x @ emb.T, atol=1e-4)
+
+
+def test_final_softcap_bounds_logits():
+    tokens = jnp.arange(12).reshape(2, 6) % 50
+    uncapped, _ = build_model(ModelConfig(**BASE, init_std=1.0))(tokens)
+    capped, _ = build_model(ModelConfig(**BASE, final_softcap=0.5, init_std=1.0))(tokens)
+    assert float(jnp.abs(uncapped).max()) > 2.0  # the same weights (same seed) give large logits
+    np.testing.assert_allclose(np.asarray(capped), 0.5 * np.tanh(np.asarray(uncapped) / 0.5), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(attention_pattern="local_global"), "model.attention_local_window"),
+        (dict(attention_pattern="local_global", attention_local_window=4, scan_layers=True), "model.scan_layers"),
+        (
+            dict(
+                attention_pattern="local_global",
+                attention_local_window=4,
+                attention_kind="sliding_window",
+                attention_window=2,
+            ),
+            "model.attention_kind",
+        ),
+        (dict(position="learned", rope_local_theta=10.0), "model.rope_local_theta"),
+        (dict(attn_softcap=-1.0), "model.attn_softcap"),
+        (dict(attention_pattern="local_globl"), "model.attention_pattern"),
+    ],
+)
+def test_config_errors_name_the_field(kw, field):
+    with pytest.raises((ValueError, KeyError), match=field.split(".")[1]):
+        ModelConfig(**{**BASE, **kw})
+
+
+def test_settings_read_by_the_pattern_are_not_unread_and_others_are():
+    configlib.check_reads(ModelConfig(**BASE, attention_pattern="local_global", attention_local_window=4))
+    with pytest.raises(ConfigError, match="attention_local_window=4 is not read"):
+        configlib.check_reads(ModelConfig(**BASE, attention_local_window=4))
+    with pytest.raises(ConfigError, match="attention_global_every=3 is not read"):
+        configlib.check_reads(ModelConfig(**BASE, attention_global_every=3))
+    with pytest.raises(ConfigError, match="attention_window=4 is not read"):
+        configlib.check_reads(ModelConfig(**BASE, attention_window=4))
+    with pytest.raises(ConfigError, match="rope_low_freq_factor=2.0 is not read"):
+        configlib.check_reads(ModelConfig(**BASE, rope_low_freq_factor=2.0))
+    configlib.check_reads(ModelConfig(**BASE, rope_scaling="llama3", rope_scaling_factor=8.0, rope_low_freq_factor=2.0))
+
+
+def test_presets_still_build_unchanged():
+    assert get_preset("llama_tiny").attention_pattern == "uniform"
