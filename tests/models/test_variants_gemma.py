@@ -2,6 +2,8 @@
 gradient), which parameters exist, zero-initialised output projections, capped logits, and the
 config errors that name the field."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,3 +134,19 @@ def test_settings_read_by_the_pattern_are_not_unread_and_others_are():
 
 def test_presets_still_build_unchanged():
     assert get_preset("llama_tiny").attention_pattern == "uniform"
+
+
+def test_gemma_like_model_is_the_same_through_chunked_attention():
+    cfg = ModelConfig(
+        **{**BASE, "n_layers": 2},
+        attention_pattern="local_global",
+        attention_local_window=3,
+        attn_softcap=1.0,
+        qk_norm=True,
+        placement="sandwich",
+        init_std=0.5,
+    )
+    tokens = jnp.arange(22).reshape(2, 11) % 50
+    xla, _ = build_model(cfg)(tokens)
+    chunked, _ = build_model(dataclasses.replace(cfg, attention_impl="chunked", attention_block_size=4))(tokens)
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(xla), atol=2e-5)
