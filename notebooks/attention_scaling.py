@@ -24,7 +24,10 @@
 #
 # Part 1 measures variance, saturation and gradient size with the library's attention op
 # (`transformer_jax.ops.attention.attention`, `scale=1` vs the default `1/sqrt(d_k)`); part 2
-# trains a character-level model both ways at two head sizes. `TRANSFORMER_JAX_SMOKE=1`: tiny sizes.
+# trains a character-level model both ways at two head sizes. Every number is measured over
+# several seeds (probe draws in part 1; initialisation and data order in part 2, the scaled and
+# unscaled arms paired by seed), and each verdict comes from a 95% interval over seeds (90% for a
+# claim of equality, with a margin fixed before the run). `TRANSFORMER_JAX_SMOKE=1`: tiny sizes, 2 seeds.
 
 # %%
 # On Colab: install your copy of transformer-jax first (it has no PyPI release). Name it in SOURCE:
@@ -47,6 +50,7 @@ if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax")
 
 # %%
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -58,11 +62,15 @@ from transformer_jax.ops.attention import attention
 
 NOTEBOOK = "attention_scaling"
 STEPS = ablation.pick(smoke=20, full=2000)
-print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| devices:", jax.devices())
+SEEDS = ablation.seeds()
+PROBE_SEEDS = ablation.seeds(full=5)
+print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
+print(ablation.committed_note(NOTEBOOK))
 
 # %% [markdown]
 # ## Part 1: logits, saturation and gradients against d_k
-# Random q, k, v with unit-variance entries, one query over S = 64 keys, many samples.
+# Random q, k, v with unit-variance entries, one query over S = 64 keys, N samples per draw; one
+# draw per probe seed.
 
 # %%
 DKS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048]
@@ -91,13 +99,15 @@ def probe(d_k: int, scale: float | None, seed: int = 0) -> dict:
     }
 
 
-probes = {"scaled 1/sqrt(d_k)": [probe(d, None) for d in DKS], "unscaled": [probe(d, 1.0) for d in DKS]}
+SCALINGS = {"scaled 1/sqrt(d_k)": None, "unscaled": 1.0}
+probes = {name: [[probe(d, scale, seed) for d in DKS] for seed in PROBE_SEEDS] for name, scale in SCALINGS.items()}
 fig_probe, axes = plt.subplots(1, 4, figsize=(18, 3.8))
-for name, rows in probes.items():
-    axes[0].loglog(DKS, [r["logit_var"] for r in rows], "o-", label=name)
-    axes[1].semilogx(DKS, [r["max_weight"] for r in rows], "o-", label=name)
-    axes[2].loglog(DKS, [r["softmax_jacobian"] for r in rows], "o-", label=name)
-    axes[3].loglog(DKS, [r["grad_q_norm"] for r in rows], "o-", label=name)
+for name, by_seed in probes.items():
+    mean = lambda key, by_seed=by_seed: [np.mean([rows[i][key] for rows in by_seed]) for i in range(len(DKS))]
+    axes[0].loglog(DKS, mean("logit_var"), "o-", label=name)
+    axes[1].semilogx(DKS, mean("max_weight"), "o-", label=name)
+    axes[2].loglog(DKS, mean("softmax_jacobian"), "o-", label=name)
+    axes[3].loglog(DKS, mean("grad_q_norm"), "o-", label=name)
 axes[0].loglog(DKS, DKS, "k:", label="d_k (theory, unscaled)")
 axes[0].set(xlabel="d_k", ylabel="variance of the logits", title="Logit variance")
 axes[1].axhline(1 / S, color="k", ls=":", label="uniform 1/S")
@@ -107,96 +117,126 @@ axes[3].set(xlabel="d_k", ylabel="mean |d out / d q|", title="Gradient reaching 
 for ax in axes:
     ax.legend(fontsize=8)
 plt.show()
-slope = np.polyfit(np.log(DKS), np.log([r["logit_var"] for r in probes["unscaled"]]), 1)[0]
-print(f"unscaled: log-log slope of the logit variance against d_k = {slope:.3f} (theory 1)")
 
 # %% [markdown]
 # ## Part 2: training with and without the factor
 # The character-level Shakespeare model (4 layers, d_model 128) with 4 heads (d_k = 32) and with
 # 1 head (d_k = 128); the only change is `model.attention_scale=1.0`. Note that the models start
-# with small weights (std 0.02), so the logits only grow as training proceeds.
+# with small weights (std 0.02), so the logits only grow as training proceeds. A run that diverges
+# counts as the uniform predictor, ln V nats.
 
 # %%
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
-configs, curves = {}, {}
+ceiling = math.log(base.model.vocab_size)
+configs, curves, final = {}, {}, {}
 for heads in ablation.pick(smoke=[2], full=[4, 1]):
     d_k = base.model.d_model // heads
     for scaled in (True, False):
         name = f"d_k={d_k} {'scaled' if scaled else 'unscaled'}"
         model = dataclasses.replace(base.model, n_heads=heads, attention_scale=None if scaled else 1.0)
         configs[name] = dataclasses.replace(base, model=model)
-        curves[name] = ablation.train_curves(configs[name], name.replace(" ", "_").replace("=", ""), NOTEBOOK)
+        for seed in SEEDS:
+            run = f"{name.replace(' ', '_').replace('=', '')}_s{seed}"
+            curves[f"{name} s{seed}"] = ablation.train_curves(ablation.with_seed(configs[name], seed), run, NOTEBOOK)
+        final[name] = [curves[f"{name} s{seed}"].final_or(ceiling) for seed in SEEDS]
 
 fig_train, ax = plt.subplots(figsize=(7, 4))
-for name, c in curves.items():
-    ax.plot(c.steps, c.train_loss, ls="-" if "unscaled" not in name else "--", label=f"{name} (train)")
+for i, name in enumerate(configs):
+    for seed in SEEDS:
+        c = curves[f"{name} s{seed}"]
+        ls = "--" if "unscaled" in name else "-"
+        ax.plot(
+            c.steps,
+            c.train_loss,
+            ls=ls,
+            color=f"C{i}",
+            alpha=0.7,
+            label=f"{name} (train)" if seed == SEEDS[0] else None,
+        )
 ax.set(xlabel="step", ylabel="cross-entropy (nats/char)", title="Training with and without 1/sqrt(d_k)")
 ax.legend()
 plt.show()
-final = {name: c.final_val for name, c in curves.items()}
-print({k: round(v, 4) for k, v in final.items()})
+print({k: ablation.mean_text(v) for k, v in final.items()})
 
 # %% [markdown]
 # ## Verdict
+# Margins and thresholds fixed before the run: the unscaled log-log slope of the logit variance
+# equals 1 within +-0.1; every scaled variance lies within a factor 1.3 of 1; "saturated" means a
+# mean largest weight above 0.8 (scaled: below 0.5); "vanishes" means a softmax Jacobian below
+# half of both the smallest d_k's and the scaled one's.
 
 # %%
 sc, un = probes["scaled 1/sqrt(d_k)"], probes["unscaled"]
-gaps = {}
-for name in final:
-    if name.endswith("unscaled"):
-        # a diverged run (final loss NaN or inf) counts as the worse arm: its loss is +inf
-        unscaled, scaled = (
-            x if np.isfinite(x) else np.inf for x in (final[name], final[name.replace("unscaled", "scaled")])
-        )
-        gaps[name.split()[0]] = unscaled - scaled
-big = max(gaps, key=lambda k: int(k.split("=")[1]))
-rows = [
-    (
-        "Unscaled logits have variance ~ d_k; scaled ones ~ 1",
-        f"unscaled slope {slope:.2f}, variance {un[0]['logit_var']:.1f}..{un[-1]['logit_var']:.0f}; "
-        f"scaled {min(r['logit_var'] for r in sc):.2f}..{max(r['logit_var'] for r in sc):.2f}",
-        ablation.verdict(0.9 < slope < 1.1 and all(0.7 < r["logit_var"] < 1.3 for r in sc)),
-    ),
-    (
-        "Without scaling the softmax saturates as d_k grows",
-        f"largest weight {un[0]['max_weight']:.2f} -> {un[-1]['max_weight']:.2f} (scaled {sc[-1]['max_weight']:.2f})",
-        ablation.verdict(un[-1]["max_weight"] > 0.8 and sc[-1]["max_weight"] < 0.5),
-    ),
-    (
-        "... and the gradient through the softmax vanishes",
-        f"softmax Jacobian norm {un[0]['softmax_jacobian']:.3g} -> {un[-1]['softmax_jacobian']:.3g} unscaled, "
-        f"{sc[0]['softmax_jacobian']:.3g} -> {sc[-1]['softmax_jacobian']:.3g} scaled (the gradient reaching q "
-        f"still grows, {un[0]['grad_q_norm']:.3g} -> {un[-1]['grad_q_norm']:.3g}, since the logits scale with |k|)",
-        ablation.verdict(un[-1]["softmax_jacobian"] < 0.5 * min(un[0]["softmax_jacobian"], sc[-1]["softmax_jacobian"])),
-    ),
+per_seed = lambda rows_by_seed, f: [f(rows) for rows in rows_by_seed]
+slopes = per_seed(un, lambda rows: np.polyfit(np.log(DKS), np.log([r["logit_var"] for r in rows]), 1)[0])
+scaled_dev = per_seed(sc, lambda rows: max(abs(math.log(r["logit_var"])) for r in rows))
+jac_ratio = [
+    u[-1]["softmax_jacobian"] / min(u[0]["softmax_jacobian"], s[-1]["softmax_jacobian"]) for u, s in zip(un, sc)
 ]
-# one row per head size (a gap within 0.02 nats is noise), then whether the harm grows with d_k
-rows += [
-    (
-        f"Training without the factor ends worse at {k}",
-        f"unscaled - scaled = {v:+.3f} nats (final val loss)",
-        ablation.verdict(None if np.isnan(v) or abs(v) < 0.02 else v > 0),
+gaps = {
+    name.split()[0]: np.subtract(final[name], final[name.replace("unscaled", "scaled")])
+    for name in final
+    if name.endswith("unscaled")
+}
+by_dk = sorted(gaps, key=lambda k: int(k.split("=")[1]))
+small, big = by_dk[0], by_dk[-1]
+claims = {
+    "Unscaled logits have variance ~ d_k; scaled ones ~ 1": (
+        "log-log slope of the unscaled variance against d_k; largest |ln variance| of the scaled logits",
+        [
+            ablation.paired(slopes, expect="equal", reference=1.0, margin=0.1),
+            ablation.paired(scaled_dev, expect="less", reference=math.log(1.3)),
+        ],
+    ),
+    "Without scaling the softmax saturates as d_k grows": (
+        f"mean largest weight at d_k={DKS[-1]}, unscaled then scaled",
+        [
+            ablation.paired([rows[-1]["max_weight"] for rows in un], expect="greater", reference=0.8),
+            ablation.paired([rows[-1]["max_weight"] for rows in sc], expect="less", reference=0.5),
+        ],
+    ),
+    "... and the gradient through the softmax vanishes": (
+        f"softmax Jacobian norm at d_k={DKS[-1]} unscaled over the smaller of d_k={DKS[0]} unscaled and "
+        f"d_k={DKS[-1]} scaled (the gradient reaching q still grows, "
+        f"{np.mean([u[0]['grad_q_norm'] for u in un]):.3g} -> {np.mean([u[-1]['grad_q_norm'] for u in un]):.3g}, "
+        "since the logits scale with |k|)",
+        [ablation.paired(jac_ratio, expect="less", reference=0.5)],
+    ),
+}
+for k in by_dk:
+    claims[f"Training without the factor ends worse at {k}"] = (
+        "final val loss, unscaled - scaled",
+        [ablation.paired(gaps[k], expect="greater")],
     )
-    for k, v in gaps.items()
-]
-small = min(gaps, key=lambda k: int(k.split("=")[1]))
-rows.append(
-    (
-        "... and more so at larger d_k",
-        f"gap {gaps[small]:+.3f} at {small} -> {gaps[big]:+.3f} at {big}",
-        ablation.verdict(
-            None
-            if not np.isfinite(gaps[big] - gaps[small]) or abs(gaps[big] - gaps[small]) < 0.02
-            else gaps[big] > gaps[small]
-        ),
-    )
+claims["... and more so at larger d_k"] = (
+    f"gap at {big} - gap at {small}",
+    [
+        ablation.paired(gaps[big], gaps[small], expect="greater")
+        if big != small
+        else ablation.Comparison.unmeasured("greater", "one head size only")
+    ],
 )
-table = ablation.verdict_table(rows)
+table = ablation.verdict_table([ablation.row(claim, what, *parts) for claim, (what, parts) in claims.items()])
 print(table)
 out = ablation.save_results(
     NOTEBOOK,
-    {"probes": probes, "dks": DKS, "slope": slope, "final_val": final, "curves": curves, "verdicts": table},
+    {
+        "probes": {
+            name: [{"seed": s, "by_dk": rows} for s, rows in zip(PROBE_SEEDS, by_seed)]
+            for name, by_seed in probes.items()
+        },
+        "dks": DKS,
+        "unscaled_slope": {"seeds": list(PROBE_SEEDS), "values": slopes},
+        "arms": {
+            name: ablation.arm_record({s: {"final_val": v} for s, v in zip(SEEDS, values)})
+            for name, values in final.items()
+        },
+        "curves": curves,
+        "verdicts": table,
+    },
     figures={"probes": fig_probe, "training": fig_train},
     configs=configs,
+    seeds=SEEDS,
+    comparisons={claim: parts for claim, (_, parts) in claims.items()},
 )
 print("results in", out)

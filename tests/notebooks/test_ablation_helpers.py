@@ -9,6 +9,7 @@ import matplotlib
 import pytest
 
 from transformer_jax import ablation
+from transformer_jax.ablation import runs as ablation_runs
 from transformer_jax.train.metrics import MetricsWriter
 
 matplotlib.use("Agg")
@@ -61,7 +62,7 @@ def test_reuse_reads_back_a_finished_run_of_the_same_config_only(monkeypatch, tm
     monkeypatch.setenv(ablation.SMOKE_ENV, "1")
     monkeypatch.setenv("TRANSFORMER_JAX_RUNS", str(tmp_path))
     monkeypatch.setenv(ablation.REUSE_ENV, "1")
-    monkeypatch.setattr(ablation.runs, "_REUSED", {})
+    monkeypatch.setattr(ablation_runs, "_REUSED", {})
     cfg = ablation.shakespeare_config("reuse", steps=4, batch_size=8)
     first = ablation.train_curves(cfg, "run", "unit_test_nb")
     metrics = pathlib.Path(first.workdir) / "metrics.jsonl"
@@ -71,7 +72,7 @@ def test_reuse_reads_back_a_finished_run_of_the_same_config_only(monkeypatch, tm
     again = ablation.train_curves(cfg, "run", "unit_test_nb")
     assert metrics.stat().st_mtime_ns == stamp, "a reused run must not be retrained"
     assert (again.steps, again.train_loss, again.val_loss) == (first.steps, first.train_loss, first.val_loss)
-    assert "run" in ablation.runs._REUSED and again.summary["params"] == first.summary["params"]
+    assert "run" in ablation_runs._REUSED and again.summary["params"] == first.summary["params"]
 
     (pathlib.Path(first.workdir) / ablation.SUMMARY_FILE).unlink()  # a run trained before summaries were kept
     assert "reused_from" in ablation.train_curves(cfg, "run", "unit_test_nb").summary

@@ -1,5 +1,5 @@
 """Helpers for ablation notebooks (``notebooks/``): sizes by mode, training runs as curves,
-results with provenance, verdict tables.
+results with provenance, and the protocol that turns seeds into verdicts.
 
 A notebook runs in FULL mode by default and in SMOKE mode (tiny sizes, a few steps, results
 kept in a temporary folder) when the environment variable ``TRANSFORMER_JAX_SMOKE=1`` is set,
@@ -7,9 +7,17 @@ as it is in CI::
 
     from transformer_jax import ablation
     steps = ablation.pick(smoke=20, full=2000)
-    curves = ablation.train_curves(cfg, "postln_nowarmup")
-    ablation.save_results("norm_placement", {"final": ...}, figures={"loss": fig}, configs={...})
-    print(ablation.verdict_table([("Pre-LN trains without warmup", "1.62 vs 1.60", "holds")]))
+    loss = {arm: [ablation.train_curves(ablation.with_seed(cfg, s), f"{arm}_s{s}").final_or(4.2)
+                  for s in ablation.seeds()] for arm, cfg in arms.items()}
+    gap = ablation.paired(loss["post, no warmup"], loss["post"], expect="greater")
+    rows = [ablation.row("Post-LN needs warmup", "loss(no warmup) - loss(warmup)", gap)]
+    ablation.save_results("norm_placement", {"verdicts": ablation.verdict_table(rows)},
+                          comparisons={"Post-LN needs warmup": gap}, seeds=ablation.seeds())
+
+The protocol (`stats`, `protocol`): every arm runs >= 3 seeds (2 in SMOKE), arms are paired by
+seed, a claim is judged by the 95% interval of the mean paired difference (t), or of a paired
+bootstrap over test items for decoding methods on one model; "no worse" / "does not change"
+claims by two one-sided tests against a margin stated before the run.
 """
 
 from transformer_jax.ablation.paths import (
@@ -23,9 +31,22 @@ from transformer_jax.ablation.paths import (
     runs_dir,
     smoke,
 )
+from transformer_jax.ablation.protocol import (
+    PROTOCOL,
+    arm_record,
+    committed_note,
+    lr_grid,
+    mean_text,
+    pick_lr,
+    row,
+    seed_values,
+    seeds,
+    with_seed,
+)
 from transformer_jax.ablation.results import (
     GALLERY_END,
     GALLERY_START,
+    PREDATES,
     VERDICTS,
     config_dict,
     gallery_markdown,
@@ -35,30 +56,65 @@ from transformer_jax.ablation.results import (
     verdict_table,
 )
 from transformer_jax.ablation.runs import SUMMARY_FILE, Curves, eval_loss, read_curves, shakespeare_config, train_curves
+from transformer_jax.ablation.stats import (
+    Comparison,
+    bleu_of_stats,
+    bleu_stats,
+    combine,
+    decide,
+    linear_fit,
+    loglog_slope,
+    paired,
+    paired_bootstrap,
+    t_interval,
+    t_quantile,
+)
 
 __all__ = [
     "GALLERY_END",
     "GALLERY_START",
+    "PREDATES",
+    "PROTOCOL",
     "REUSE_ENV",
     "SMOKE_ENV",
     "START_COMMIT",
     "SUMMARY_FILE",
     "VERDICTS",
+    "Comparison",
     "Curves",
+    "arm_record",
+    "bleu_of_stats",
+    "bleu_stats",
+    "combine",
+    "committed_note",
     "config_dict",
+    "decide",
     "eval_loss",
     "gallery_markdown",
     "git_commit",
+    "linear_fit",
+    "loglog_slope",
+    "lr_grid",
+    "mean_text",
+    "paired",
+    "paired_bootstrap",
     "pick",
+    "pick_lr",
     "read_curves",
     "repo_root",
     "results_dir",
+    "row",
     "runs_dir",
     "save_results",
+    "seed_values",
+    "seeds",
     "shakespeare_config",
     "smoke",
+    "t_interval",
+    "t_quantile",
     "train_curves",
     "update_readme_gallery",
     "verdict",
     "verdict_table",
+    "with_seed",
 ]

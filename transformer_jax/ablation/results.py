@@ -6,14 +6,16 @@ import dataclasses
 import json
 import pathlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformer_jax.ablation import runs
 from transformer_jax.ablation.paths import START_COMMIT, repo_root, results_dir, smoke
+from transformer_jax.ablation.protocol import PROTOCOL
+from transformer_jax.ablation.stats import FAILS, HOLDS, UNSURE, Comparison
 from transformer_jax.core import configlib
 
-VERDICTS = ("holds", "does not hold", "inconclusive")
+VERDICTS = (HOLDS, FAILS, UNSURE)
 
 
 def config_dict(cfg: Any) -> Any:
@@ -28,11 +30,18 @@ def save_results(
     figures: dict[str, Any] | None = None,
     configs: dict[str, Any] | None = None,
     seed: int = 0,
+    seeds: Sequence[int] | None = None,
+    comparisons: Mapping[str, Comparison | Sequence[Comparison]] | None = None,
 ) -> pathlib.Path:
     """Writes ``results.json`` (the figures' numbers, the exact configs, seed, git commit, mode,
-    date) and one PNG per matplotlib figure into `results_dir`; returns the folder."""
+    date) and one PNG per matplotlib figure into `results_dir`; returns the folder. Under the
+    protocol, ``seeds`` lists every arm's seeds, and ``comparisons`` (claim -> a `Comparison`, or
+    a list of them for a claim of several parts) go to ``results["comparisons"]`` with n, mean,
+    interval, margin and verdict; the record is then marked ``"protocol"``."""
     out = results_dir(notebook)
-    record = {
+    if comparisons is not None:
+        results = {**results, "comparisons": {claim: _record(c) for claim, c in comparisons.items()}}
+    record: dict[str, Any] = {
         "notebook": notebook,
         "mode": "smoke" if smoke() else "full",
         "git_commit": START_COMMIT,
@@ -41,6 +50,10 @@ def save_results(
         "results": results,
         "configs": {k: config_dict(v) for k, v in (configs or {}).items()},
     }
+    if seeds is not None:
+        record["seeds"] = [int(s) for s in seeds]
+    if comparisons is not None:
+        record["protocol"] = PROTOCOL
     if runs._REUSED:
         record["reused_runs"] = dict(runs._REUSED)
     (out / "results.json").write_text(json.dumps(record, indent=1, default=_jsonable) + "\n")
@@ -49,11 +62,17 @@ def save_results(
     return out
 
 
+def _record(parts: Comparison | Sequence[Comparison]) -> dict[str, Any] | list[dict[str, Any]]:
+    return parts.as_dict() if isinstance(parts, Comparison) else [p.as_dict() for p in parts]
+
+
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     if isinstance(value, runs.Curves):
         return dataclasses.asdict(value)
+    if isinstance(value, Comparison):
+        return value.as_dict()
     return str(value)
 
 
@@ -74,6 +93,10 @@ def verdict_table(rows: Sequence[tuple[str, str, str]]) -> str:
 
 
 GALLERY_START, GALLERY_END = "<!-- gallery:start -->", "<!-- gallery:end -->"
+PREDATES = (
+    "**This result predates the protocol** (one run per arm, no interval: n=1), so by the protocol "
+    "every verdict above is inconclusive until the notebook is re-run with seeds."
+)
 
 
 def gallery_markdown(root: pathlib.Path | None = None) -> str:
@@ -87,8 +110,11 @@ def gallery_markdown(root: pathlib.Path | None = None) -> str:
             continue
         folder = path.parent.relative_to(root).as_posix()
         figures = "\n".join(f"![{png.stem}]({folder}/{png.name})" for png in sorted(path.parent.glob("*.png")))
+        table = record["results"].get("verdicts", "")
+        if record.get("protocol") != PROTOCOL:
+            table += f"\n\n{PREDATES}"
         parts.append(
-            f"### {record['notebook']}\n\n{figures}\n\n{record['results'].get('verdicts', '')}\n\n"
+            f"### {record['notebook']}\n\n{figures}\n\n{table}\n\n"
             f"`notebooks/{record['notebook']}.py`, FULL mode, commit {str(record.get('git_commit'))[:12]}, "
             f"{record.get('date', '')}; numbers and configs in `{folder}/results.json`."
         )

@@ -77,6 +77,11 @@ class Curves:
     def final_val(self) -> float:
         return self.val_loss[-1] if self.val_loss else math.nan
 
+    def final_or(self, ceiling: float) -> float:
+        """The final validation loss, or ``ceiling`` for a diverged run (e.g. ln V, the loss of the
+        uniform predictor: a run that diverged predicts no better), so that seeds can be compared."""
+        return ceiling if self.diverged else self.final_val
+
     @property
     def diverged(self) -> bool:
         """A non-finite or exploded final loss, or training halted on non-finite values."""

@@ -1,8 +1,11 @@
 """``bench decode``: KV-cached decoding speed, against recomputation and against PyTorch.
 
 1. Per-token time of cached greedy decoding at positions 64 .. 1024 (the difference of two
-   generation lengths after the same prompt, so the prefill cancels) next to the time of one
-   full forward pass over the same prefix (what decoding without a cache costs per token).
+   generation lengths after the same prompt, so the prefill cancels), with the cache sized to the
+   position and with one fixed buffer as long as the last position, next to the time of one full
+   forward pass over the same prefix (what decoding without a cache costs per token), and the
+   log-log slopes of each against the position (the exponent of cost ~ p^s: the notes expect at
+   most 1 with the cache sized to the position, one more for recomputation).
 2. Tokens/s at batch 1 and 8 for 256 new tokens after a 1-token prompt (no EOS), measured
    alternately with ``../shared/bench/torch_gpt.py generate`` (A B A B ..., medians).
 """
@@ -70,17 +73,19 @@ def _gen(model, batch: int, prompt_len: int, new: int, *, width: int | None = No
 
 def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), reps: int = 7) -> dict:
     """Per-token milliseconds of cached decoding at each position p: (time of k[1] new tokens -
-    time of k[0]) / (k[1] - k[0]) after a p-token prompt, the prefill cancelling. ``cached_ms``:
-    the cache of one generation reaching the last position (what a long generation uses at every
-    step); ``cached_sized_ms``: a cache only p + k[1] long. ``recompute_ms``: one full forward over
-    p tokens, what each token costs without a cache."""
+    time of k[0]) / (k[1] - k[0]) after a p-token prompt, the prefill cancelling.
+    ``cached_sized_ms``: a cache only p + k[1] long, what the step at position p reads in a
+    generation that reaches p (the KV-cache claim's measure). ``cached_fixed_ms``: one fixed
+    buffer as long as the last position plus k[1] at every p (a long generation's preallocated
+    cache; with ``decode_impl=dense`` every slot is read, so it is flat by construction).
+    ``recompute_ms``: one full forward over p tokens, what each token costs without a cache."""
     graphdef, state = nnx.split(model)
     forward = compiler.jit(lambda s, x: nnx.merge(graphdef, s)(x)[0][:, -1])
     extra = k[1] - k[0]
     wide = max(positions)
-    out = {"cached_ms": {}, "cached_sized_ms": {}, "recompute_ms": {}}
+    out = {"cached_sized_ms": {}, "cached_fixed_ms": {}, "recompute_ms": {}}
     for p in positions:
-        for name, width in (("cached_ms", wide), ("cached_sized_ms", p)):
+        for name, width in (("cached_fixed_ms", wide), ("cached_sized_ms", p)):
             short = _gen(model, 1, p, k[0], width=width + extra)  # same cache length as the long run
             long = _gen(model, 1, p, k[1], width=width)
             dt = _time(long, reps, min) - _time(short, reps, min)
@@ -89,6 +94,15 @@ def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), rep
         jax.block_until_ready(forward(state, x))
         out["recompute_ms"][p] = 1e3 * _time(lambda x=x: forward(state, x), reps, min)
     return out
+
+
+def loglog_slopes(times: dict) -> dict:
+    """Least-squares slope of log(ms) against log(position) for each series of `per_token_times`
+    (point estimates; ``transformer_jax.ablation.loglog_slope`` adds the interval and verdict)."""
+    slope = lambda series: float(np.polyfit(np.log(list(series)), np.log(list(series.values())), 1)[0])
+    return {
+        name.removesuffix("_ms"): slope(series) if min(series.values()) > 0 else None for name, series in times.items()
+    }
 
 
 def jax_tokens_per_s(model, new_tokens: int, batches=(1, 8), reps: int = 3, runs=None) -> dict:
@@ -135,8 +149,8 @@ def bench_decode(
     is measured (default / other kinds: ``nanogpt_char``); ``workdir`` is unused."""
     del workdir
     model = build_model(bench_model(None if cfg is None else cfg.model, max_len=2 * max(positions) + 256))
-    flat = per_token_times(model, positions)
-    cached, sized, recompute = flat["cached_ms"], flat["cached_sized_ms"], flat["recompute_ms"]
+    times = per_token_times(model, positions)
+    sized, fixed, recompute = times["cached_sized_ms"], times["cached_fixed_ms"], times["recompute_ms"]
     runs = {b: _gen(model, b, 1, new_tokens) for b in (1, 8)}
     ours, theirs = {1: [], 8: []}, {1: [], 8: []}
     for _ in range(pairs):  # A B A B ...
@@ -151,12 +165,12 @@ def bench_decode(
         "model": "nanogpt_char",
         "new_tokens": new_tokens,
         "pairs": pairs,
-        "per_token_ms_cached": cached,
         "per_token_ms_cached_sized": sized,
+        "per_token_ms_cached_fixed_buffer": fixed,
         "per_token_ms_recompute": recompute,
-        "cached_ratio_last_over_first": cached[positions[-1]] / cached[positions[0]],
-        "cached_ratio_max_over_min": max(cached.values()) / min(cached.values()),
+        "loglog_slope": loglog_slopes(times),
         "cached_sized_ratio_last_over_first": sized[positions[-1]] / sized[positions[0]],
+        "cached_fixed_buffer_ratio_last_over_first": fixed[positions[-1]] / fixed[positions[0]],
         "recompute_ratio_last_over_first": recompute[positions[-1]] / recompute[positions[0]],
         "threads": os.cpu_count(),
         "loadavg": list(os.getloadavg()),
