@@ -11,6 +11,7 @@ Batch formats are documented in ``pipeline.py``; modules: ``config`` (DataConfig
 """
 
 from transformer_jax.data.config import DataConfig
+from transformer_jax.data.hf_tokenizer import HFTokenizer
 from transformer_jax.data.loader import DataIterator
 from transformer_jax.data.pipeline import Data, build_data
 from transformer_jax.data.shakespeare import SHAKESPEARE_PLAYS, shakespeare_text, write_shakespeare
@@ -36,6 +37,7 @@ __all__ = [
     "Data",
     "DataConfig",
     "DataIterator",
+    "HFTokenizer",
     "SentencePieceTokenizer",
     "SymbolTokenizer",
     "Tokenizer",

@@ -126,8 +126,9 @@ def _xla_softcapped(q_BTHD, k_BSKD, v_BSKD, *, mask, bias, scale, softcap: float
     q_BTKGD = q_BTHD.reshape(B, T, K, H // K, D)
     s = jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=jnp.float32) * scale
     s = _softcap(s, softcap).reshape(B, H, T, S)
+    bias = _dense_bias(bias)
     if bias is not None:
-        s = s + _dense_bias(bias).astype(jnp.float32)
+        s = s + bias.astype(jnp.float32)
     dense = None if mask is None else mask.materialize(T, S)
     if dense is not None:
         s = jnp.where(dense, s, jnp.finfo(jnp.float32).min)

@@ -1,0 +1,203 @@
+"""Every Hugging Face family against ``transformers`` (float32): a tiny random model written with
+``save_pretrained`` loads through ``from_pretrained`` with torch blocked from import, gives the
+same logits within 1e-4 on sequences longer than the sliding window, the same 20 greedy tokens
+(top-2 margins checked wide), KV-cache logits equal to recomputation; and ours -> save_pretrained
+-> transformers gives our logits, -> from_pretrained our parameters exactly.
+Needs the ``interop`` extra."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from flax import nnx  # noqa: E402
+
+from transformer_jax.decode import generate  # noqa: E402
+from transformer_jax.models import build_model  # noqa: E402
+from transformer_jax.models.hf import from_pretrained, save_pretrained  # noqa: E402
+
+pytestmark = pytest.mark.interop
+
+VOCAB, WINDOW, SEQ, PROMPT, NEW = 97, 5, 24, 4, 20
+_LLAMA = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    initializer_range=0.25,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+_GEMMA = dict(
+    _LLAMA,
+    head_dim=16,
+    sliding_window=WINDOW,
+    query_pre_attn_scalar=24,
+    layer_types=["sliding_attention", "full_attention"],
+)
+# model_type -> config.json arguments of a tiny model (2 layers, d 64, large init so top-2 margins are wide)
+CASES = {
+    "gpt2": dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, initializer_range=0.25),
+    "llama": dict(_LLAMA, rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
+    "llama3": dict(
+        _LLAMA,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8,
+        },
+    ),
+    "mistral": dict(_LLAMA, sliding_window=WINDOW),
+    "qwen2": dict(_LLAMA),
+    "mixtral": dict(_LLAMA, sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2),
+    "gemma2": dict(_GEMMA, attn_logit_softcapping=20.0, final_logit_softcapping=15.0),
+    "gemma3_text": dict(_GEMMA, rope_parameters={
+        "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+    }),
+}  # fmt: skip
+MODEL_TYPE = {"llama3": "llama"}
+
+
+@contextlib.contextmanager
+def torch_blocked():
+    """``import torch`` / ``import transformers`` (and their submodules) fail inside the block."""
+    roots = ("torch", "transformers")
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k.split(".")[0] in roots}
+    for root in roots:
+        sys.modules[root] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for k in [k for k in sys.modules if k.split(".")[0] in roots]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def hf_model(case: str, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = transformers.AutoConfig.for_model(MODEL_TYPE.get(case, case), **CASES[case])
+    hf = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():  # biases start at 0 and norm scales at 1 (or 0): random, so their mapping is tested
+        for name, p in hf.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.uniform_(-0.5 if name.endswith("bias") else 0.5, 0.5 if name.endswith("bias") else 1.5)
+    return hf
+
+
+def hf_logits(hf, tokens: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return hf(torch.from_numpy(tokens)).logits.float().numpy()
+
+
+def tokens(shape, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(3, VOCAB, shape)
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """case -> (hf model, checkpoint dir, our config, our model), built once per module."""
+    cache = {}
+
+    def get(case):
+        if case not in cache:
+            hf = hf_model(case)
+            path = tmp_path_factory.mktemp(case)
+            hf.save_pretrained(path)
+            with torch_blocked():
+                cfg, model = from_pretrained(path)
+            cache[case] = (hf, path, cfg, model)
+        return cache[case]
+
+    return get
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_match_transformers(loaded, case):
+    hf, _, cfg, model = loaded(case)
+    window = cfg.attention_window or cfg.attention_local_window
+    if window is not None:
+        assert 3 * window < SEQ
+    x = tokens((2, SEQ))
+    ours, _ = model(x)
+    np.testing.assert_allclose(np.asarray(ours), hf_logits(hf, x), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["mistral", "gemma2"])
+def test_chunked_attention_implementation_matches_too(loaded, case):
+    hf, path, _, _ = loaded(case)
+    with torch_blocked():
+        _, model = from_pretrained(path, attention_impl="chunked", attention_block_size=8)
+    x = tokens((2, SEQ))
+    np.testing.assert_allclose(np.asarray(model(x)[0]), hf_logits(hf, x), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_greedy_generation_and_cache_match(loaded, case):
+    hf, _, _, model = loaded(case)
+    prompt = tokens((2, PROMPT), seed=1)
+    with torch.no_grad():
+        out = hf.generate(
+            torch.from_numpy(prompt),
+            max_new_tokens=NEW,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+    expected = out.sequences.numpy()[:, PROMPT:]
+    scores = np.stack([s.numpy() for s in out.scores], 1)
+    top2 = np.sort(scores, axis=-1)[..., -2:]
+    assert (top2[..., 1] - top2[..., 0]).min() > 1e-3, "greedy top-2 margin too narrow for a reliable comparison"
+    gen = generate(model, prompt_BP=prompt, max_new_tokens=NEW, return_logits=True)
+    np.testing.assert_array_equal(np.asarray(gen.tokens), expected)
+    full, _ = model(np.asarray(gen.sequences))
+    cached = np.asarray(gen.logits)[:, PROMPT:]
+    np.testing.assert_allclose(cached, np.asarray(full)[:, PROMPT - 1 : -1], atol=1e-4, rtol=0)
+
+
+def _params(model) -> dict:
+    return {k: np.asarray(v[...]) for k, v in nnx.to_flat_state(nnx.state(model))}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_round_trip_ours_to_transformers_and_back(loaded, case, tmp_path):
+    _, _, cfg, _ = loaded(case)
+    ours = build_model(dataclasses.replace(cfg, init_std=0.25), seed=3)
+    _randomise_norms_and_biases(ours)
+    save_pretrained(ours, tmp_path)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    x = tokens((2, SEQ), seed=2)
+    logits, _ = ours(x)
+    np.testing.assert_allclose(hf_logits(hf, x), np.asarray(logits), atol=1e-4, rtol=0)
+    with torch_blocked():
+        _, back = from_pretrained(tmp_path)
+    a, b = _params(ours), _params(back)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))
+
+
+def _randomise_norms_and_biases(model) -> None:
+    """Norm scales start at 1 (or 0) and biases at 0: make them random so their mapping is tested."""
+    rng = np.random.default_rng(4)
+    for path, var in nnx.to_flat_state(nnx.state(model)):
+        if "norm" in str(path[-2]) or path[-1] == "bias":
+            lo = -0.5 if path[-1] == "bias" else 0.5
+            var[...] = jax.numpy.asarray(rng.uniform(lo, lo + 1.0, var.shape).astype(np.float32))

@@ -1,0 +1,55 @@
+"""Gemma 3 text models (``model_type="gemma3_text"``, ``Gemma3ForCausalLM``): Gemma 2's layout
+plus QK-norm (RMSNorm (1 + w) over head_dim on q and k) and a RoPE base per layer type (local
+layers ``rope_local_theta``, unscaled; global layers ``rope_theta`` with their scaling), five local
+layers per global one by default. The multimodal ``gemma3`` checkpoints (vision tower) are not
+supported; their text part is a ``gemma3_text`` model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.hf.gemma2 import gemma_fields, gemma_hf, gemma_links
+from transformer_jax.models.hf.llama import rotary_buffer
+from transformer_jax.models.hf.spec import ConfigReader, Family, register, rope_hf
+
+
+def _local_theta(r: ConfigReader) -> float:
+    params = r.d.get("rope_parameters") or {}
+    if "sliding_attention" in params:
+        local = {"rope_type": "default", **params["sliding_attention"]}
+        if local["rope_type"] != "default" or set(local) - {"rope_type", "rope_theta"}:
+            raise r.unsupported("rope_parameters", "the sliding layers' RoPE must be unscaled")
+        r.ignore("rope_local_base_freq")
+        return float(local["rope_theta"])
+    return float(r.get("rope_local_base_freq", 10000.0))
+
+
+def _config(r: ConfigReader) -> dict[str, Any]:
+    return {
+        **gemma_fields(r, every=6, rope_layer="full_attention"),
+        "qk_norm": True,
+        "rope_local_theta": _local_theta(r),
+    }
+
+
+def _hf(cfg: ModelConfig) -> dict[str, Any]:
+    local = {"rope_type": "default", "rope_theta": cfg.rope_local_theta or cfg.rope_theta}
+    return {
+        **gemma_hf(cfg),
+        "rope_parameters": {"full_attention": rope_hf(cfg), "sliding_attention": local},
+        "use_bidirectional_attention": False,
+    }
+
+
+GEMMA3_TEXT = register(
+    Family(
+        name="gemma3_text",
+        architectures=("Gemma3ForCausalLM",),
+        to_config=_config,
+        to_hf=_hf,
+        links=gemma_links,
+        derived=rotary_buffer,
+    )
+)
