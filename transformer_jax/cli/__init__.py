@@ -1,4 +1,5 @@
-"""Command line: ``transformer-jax train | eval | sample | bench`` (also ``python -m transformer_jax``).
+"""Command line: ``transformer-jax train | eval | sample | translate | export | bench``
+(also ``python -m transformer_jax``).
 
 Each command lives in its own module with ``register(subparsers)`` and ``run(args) -> dict``;
 every command prints one JSON object as its last line of output.
@@ -10,9 +11,9 @@ import argparse
 import os
 import sys
 
-from transformer_jax.cli import bench, evaluate, sample, train, translate
+from transformer_jax.cli import bench, evaluate, export, sample, train, translate
 
-COMMANDS = (train, evaluate, sample, translate, bench)
+COMMANDS = (train, evaluate, sample, translate, export, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,11 +11,11 @@ import warnings
 from transformer_jax.core.configlib import ConfigError
 
 
-def add_run_args(p, *, config: bool, restore: bool = True) -> None:
+def add_run_args(p, *, config: bool, restore: bool = True, workdir_required: bool = True) -> None:
     """--config (experiment file), --workdir, --set KEY=VALUE ... (repeatable), --restore-step N."""
     if config:
         p.add_argument("--config", required=True, help="experiment file, e.g. experiments/shakespeare_char.py")
-    p.add_argument("--workdir", required=True, help="run directory (checkpoints, metrics, tokenizer)")
+    p.add_argument("--workdir", required=workdir_required, help="run directory (checkpoints, metrics, tokenizer)")
     p.add_argument(
         "--set",
         action="extend",

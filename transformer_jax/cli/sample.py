@@ -1,6 +1,9 @@
-"""``transformer-jax sample``: continue a prompt (decoder-only runs) or translate it (seq2seq runs)."""
+"""``transformer-jax sample``: continue a prompt (decoder-only runs) or translate it (seq2seq runs);
+``--hf DIR`` continues it with a Hugging Face model directory and its tokenizer, no run needed."""
 
 from __future__ import annotations
+
+import os
 
 from transformer_jax.cli.common import add_run_args, check_workdir, refuse_unread_options
 from transformer_jax.core.configlib import ConfigError
@@ -15,11 +18,22 @@ STRATEGY_READS = {
 }
 STRATEGY_OPTIONS = ("temperature", "top_k", "uniform_top_k", "top_p", "beam", "alpha")
 DEFAULTS = {"temperature": 1.0, "top_k": 40, "uniform_top_k": False, "top_p": 0.9, "beam": 4, "alpha": 0.6}
+RUN_OPTIONS = ("set", "restore_step", "best")  # read from a --workdir run only
+HF_DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sample", help="continue a prompt with a trained model (a seq2seq run translates it)")
-    add_run_args(p, config=False)
+    p = sub.add_parser(
+        "sample", help="continue a prompt with a trained run or a Hugging Face model (a seq2seq run translates it)"
+    )
+    add_run_args(p, config=False, workdir_required=False)
+    p.add_argument("--hf", default=None, metavar="DIR", help="a Hugging Face model directory instead of --workdir")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=HF_DTYPES,
+        help="--hf: parameter and compute dtype (float32; auto: the checkpoint's)",
+    )
     p.add_argument("--prompt", default="\n")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument(
@@ -37,7 +51,7 @@ def register(sub) -> None:
     p.add_argument("--beam", type=int, default=None, help="beam width of --strategy beam (4)")
     p.add_argument("--alpha", type=float, default=None, help="GNMT length penalty of --strategy beam (0.6)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--best", action="store_true", help="use the best checkpoint instead of the latest")
+    p.add_argument("--best", action="store_true", default=None, help="use the best checkpoint instead of the latest")
     p.add_argument(
         "--strict-prompt", action="store_true", help="refuse a prompt the tokenizer cannot represent (default: warn)"
     )
@@ -120,15 +134,96 @@ def sample_text(
     )
 
 
+def sample_pretrained(
+    path: str,
+    *,
+    prompt: str,
+    max_new_tokens: int,
+    strategy: str = "top_k",
+    temperature: float = 1.0,
+    top_k: int = 40,
+    top_p: float = 0.9,
+    seed: int = 0,
+    uniform_top_k: bool = False,
+    beam: int = 4,
+    alpha: float = 0.6,
+    dtype: str = "float32",
+    strict_prompt: bool = False,
+) -> str:
+    """``prompt`` + its continuation by the Hugging Face model directory ``path`` (its tokenizer
+    adds its special tokens, e.g. Llama's BOS, as ``transformers`` does); stops at its EOS."""
+    import jax
+    import numpy as np
+
+    from transformer_jax.data import HFTokenizer
+    from transformer_jax.decode import SamplingConfig, beam_search, generate
+    from transformer_jax.eval.sampling import check_prompt
+    from transformer_jax.models.hf import from_pretrained
+
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"--hf {path}: no such directory (give a Hugging Face model directory)")
+    try:
+        cfg, model = from_pretrained(path, dtype=dtype)
+        tok = HFTokenizer.from_pretrained(path)
+    except ValueError as e:
+        raise ConfigError(f"--hf {path}: {e}") from e
+    check_prompt(tok, prompt, strict=strict_prompt)
+    ids = tok.encode(prompt, add_special_tokens=True) or [tok.bos_id]
+    room = max_new_tokens if cfg.position != "learned" else min(max_new_tokens, cfg.max_len - len(ids))
+    if room < 1:
+        raise ValueError(f"--prompt is {len(ids)} tokens: no room left in the model's {cfg.max_len} positions")
+    prompt_BP = np.asarray([ids], np.int32)
+    if strategy == "beam":
+        out = beam_search(
+            model, prompt_BP=prompt_BP, max_new_tokens=room, beam_size=beam, alpha=alpha, eos_id=tok.eos_id
+        )
+        new = np.asarray(out.tokens[0, 0, : int(out.lengths[0, 0])])
+    else:
+        sampling = SamplingConfig(
+            strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p, uniform_top_k=uniform_top_k
+        )
+        gen = generate(
+            model,
+            prompt_BP=prompt_BP,
+            max_new_tokens=room,
+            key=jax.random.key(seed),
+            sampling=sampling,
+            eos_id=tok.eos_id,
+        )
+        new = np.asarray(gen.tokens[0, : int(gen.lengths[0])])
+    return prompt + tok.decode(new.tolist())
+
+
 def run(args) -> dict:
     options = strategy_options(args)
+    if args.hf is not None:
+        if args.workdir is not None:
+            raise ConfigError("sample takes --workdir (a run) or --hf (a Hugging Face model directory), not both")
+        if not args.set:
+            args.set = None
+        refuse_unread_options("sample --hf", args, RUN_OPTIONS, ())
+        text = sample_pretrained(
+            args.hf,
+            prompt=args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            strategy=args.strategy,
+            seed=args.seed,
+            dtype=args.dtype or "float32",
+            strict_prompt=args.strict_prompt,
+            **options,
+        )
+        print(text, flush=True)
+        return {"prompt": args.prompt, "text": text, "strategy": args.strategy, "hf": args.hf}
+    if args.workdir is None:
+        raise ConfigError("sample needs --workdir DIR (a training run) or --hf DIR (a Hugging Face model directory)")
+    refuse_unread_options("sample --workdir", args, ("dtype",), ())
     text = sample_text(
         args.workdir,
         prompt=args.prompt,
         max_new_tokens=args.max_new_tokens,
         strategy=args.strategy,
         seed=args.seed,
-        best=args.best,
+        best=bool(args.best),
         overrides=args.set,
         translate=True,
         restore_step=args.restore_step,

@@ -1,13 +1,31 @@
-"""``transformer-jax train``: train (or resume) a model, then print a sample."""
+"""``transformer-jax train``: train (or resume) a model, then print a sample.
+
+``--init-from DIR`` starts from pretrained weights (a Hugging Face model directory or a run's
+workdir): the model config and tokenizer come from DIR, ``--config`` (optional then) gives the
+data and training settings, ``--set train.lora=on`` trains LoRA adapters only.
+"""
 
 from __future__ import annotations
 
 from transformer_jax.cli.common import add_run_args, check_workdir
+from transformer_jax.core.configlib import ConfigError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="train (or resume) a model")
-    add_run_args(p, config=True)
+    p = sub.add_parser("train", help="train (or resume) a model, or fine-tune a pretrained one (--init-from)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="experiment file, e.g. experiments/shakespeare_char.py (optional with --init-from)",
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="DIR",
+        help="fine-tune pretrained weights: a Hugging Face model directory or a run's workdir (model config and "
+        "tokenizer from DIR; LoRA with --set train.lora=on)",
+    )
+    add_run_args(p, config=False)
     p.add_argument(
         "--sample-tokens",
         type=int,
@@ -28,6 +46,10 @@ def register(sub) -> None:
 def run(args) -> dict:
     from transformer_jax.parallel.distributed import DistributedConfig, initialize
 
+    if args.config is None and args.init_from is None:
+        raise ConfigError(
+            "train needs --config FILE (an experiment, e.g. experiments/shakespeare_char.py) or --init-from DIR"
+        )
     check_workdir(args.workdir, create=True)
 
     initialize(
@@ -45,7 +67,13 @@ def run(args) -> dict:
     from transformer_jax.train.experiment import load_experiment
     from transformer_jax.train.loop import train
 
-    cfg = load_experiment(args.config, args.set)
+    if args.init_from is not None:
+        from transformer_jax.train.pretrained import init_from_experiment
+
+        cfg = init_from_experiment(args.config, args.init_from, args.set)
+    else:
+        assert args.config is not None  # checked above
+        cfg = load_experiment(args.config, args.set)
     summary = train(cfg, args.workdir, restore_step=args.restore_step)
     n_sample = cfg.train.sample_tokens if args.sample_tokens is None else args.sample_tokens
     if n_sample and jax.process_count() == 1:

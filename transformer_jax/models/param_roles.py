@@ -22,9 +22,14 @@ role              parameters                                                   m
 ``hidden_matrix`` attention q/k/v/o, FFN and shared-expert kernels, RNN gates,  in -> out
                   any other 2-D weight
 ``expert_matrix`` MoE expert kernels [E, D, F] / [E, F, D]                     D -> F / F -> D
+``adapter``       LoRA adapter factors ``*/lora/a``, ``*/lora/b`` (models.lora)   -
 ``other``         anything else (e.g. a 1-D non-norm vector, or a >2-D array    -
                   whose matrix view no rule knows)
 ================  ===========================================================  ================
+
+A weight of a named projection also carries that name (`PROJECTIONS`): ``q``/``k``/``v``/``o`` for
+the attention kernels, ``up``/``gate``/``down`` for the FFN's ``w_in``/``w_gate``/``w_out`` (dense,
+shared-expert and routed-expert alike). LoRA chooses its targets by these names.
 
 A `MatrixView` names the input (reduction) axes and the output axes of a weight used as
 ``y = x W``; every other axis is a batch axis (the leading ``layers`` axis of a scanned stack, the
@@ -50,12 +55,16 @@ ROLES = (
     "router",
     "hidden_matrix",
     "expert_matrix",
+    "adapter",
     "other",
 )
 MATRIX_ROLES = ("hidden_matrix", "expert_matrix")
+PROJECTIONS = ("q", "k", "v", "o", "up", "gate", "down")
+ADAPTER_KEYS = ("a", "b")  # the factors of a LoRA adapter (models.lora.LoraAdapter), under a ``lora`` key
 
 _NAMELESS = ("value", "raw_value")  # trailing attribute keys of nnx.Variable leaves
 _FFN_KERNELS = ("w_in", "w_gate", "w_out")  # FeedForward / MoE / shared-expert projections
+_FFN_PROJECTIONS = {"w_in": "up", "w_gate": "gate", "w_out": "down"}
 _QKV, _OUT = ("q", "k", "v"), ("o",)  # Attention projections
 _RNN_GATES = ("w_x", "w_h")  # baselines.rnn cells: [D, G, H], [H, G, H]
 
@@ -74,11 +83,13 @@ class MatrixView(NamedTuple):
 
 class ParamInfo(NamedTuple):
     """``role`` (one of `ROLES`), ``groups`` (the subset of `DECAY_GROUPS` the parameter belongs
-    to; a norm's bias is in ``norm`` and ``bias``) and ``view`` (for the `MATRIX_ROLES`)."""
+    to; a norm's bias is in ``norm`` and ``bias``), ``view`` (for the `MATRIX_ROLES`) and
+    ``projection`` (one of `PROJECTIONS` for the kernel of a named projection, else None)."""
 
     role: str
     groups: frozenset[str]
     view: MatrixView | None
+    projection: str | None = None
 
 
 def path_names(path) -> list[str]:
@@ -156,12 +167,24 @@ def classify_names(names: list[str], shape: tuple[int, ...]) -> ParamInfo:
         return ParamInfo("head", groups, None)
     if "router" in tokens:
         return ParamInfo("router", groups, None)
+    if len(names) > 1 and names[-2] == "lora" and last in ADAPTER_KEYS:
+        return ParamInfo("adapter", groups, None)
     if last in _FFN_KERNELS and ndim >= 3:  # MoE experts [..., E, D, F]: E (and layers) batch
-        return ParamInfo("expert_matrix", groups, _trailing(ndim, 1, 1))
+        return ParamInfo("expert_matrix", groups, _trailing(ndim, 1, 1), _FFN_PROJECTIONS[last])
     view = _hidden_view(names, ndim)
     if view is not None:
-        return ParamInfo("hidden_matrix", groups, view)
+        return ParamInfo("hidden_matrix", groups, view, _projection(names))
     return ParamInfo("other", groups, None)
+
+
+def _projection(names: list[str]) -> str | None:
+    """The `PROJECTIONS` name of an ``*attn/{q,k,v,o}/kernel`` or ``{w_in,w_gate,w_out}/kernel``."""
+    if len(names) < 2 or names[-1] != "kernel":
+        return None
+    parent = names[-2]
+    if parent in _QKV + _OUT and len(names) > 2 and names[-3].endswith("attn"):
+        return parent
+    return _FFN_PROJECTIONS.get(parent)
 
 
 def classify(path, leaf) -> ParamInfo:
@@ -175,6 +198,7 @@ def classify(path, leaf) -> ParamInfo:
     - ``embedding``: a key contains ``embed`` or has the token ``wte``.
     - ``head``: a key has the token ``head`` (``lm_head``, ``head``) or is ``direct``.
     - ``router``: a key has the token ``router``.
+    - ``adapter``: the last two keys are ``lora`` and ``a``/``b`` (a LoRA adapter's factors).
     - ``expert_matrix``: the last key is ``w_in``/``w_gate``/``w_out`` (a bare parameter, not a
       ``kernel``) and the leaf has >= 3 axes: the last two are D -> F (or F -> D).
     - ``hidden_matrix``: an ``*attn/{q,k,v}/kernel`` (last 3 axes D -> (H, Dh)), an
@@ -183,6 +207,9 @@ def classify(path, leaf) -> ParamInfo:
       ((N, D) -> F), or any other 2-D leaf (axis 0 -> axis 1). Leading axes beyond those are batch
       axes (the scanned ``layers`` axis).
     - ``other``: the rest.
+
+    ``projection``: ``q``/``k``/``v``/``o`` for ``*attn/{q,k,v,o}/kernel``, ``up``/``gate``/``down``
+    for ``{w_in,w_gate,w_out}/kernel`` and the routed experts' ``w_in``/``w_gate``/``w_out``.
 
     The decay groups (`DECAY_GROUPS`) are the ``norm``/``bias``/``embedding`` matches above, every
     one that applies, so a norm's bias is in both ``norm`` and ``bias``.
@@ -198,6 +225,11 @@ def param_infos(params: Any) -> Any:
 def param_roles(params: Any) -> Any:
     """A pytree like ``params`` of role names (`ROLES`)."""
     return jax.tree_util.tree_map_with_path(lambda p, x: classify(p, x).role, params)
+
+
+def adapter_mask(params: Any) -> Any:
+    """A pytree of bools like ``params``: True for the LoRA adapter factors (role ``adapter``)."""
+    return jax.tree_util.tree_map_with_path(lambda p, x: classify(p, x).role == "adapter", params)
 
 
 def role_table(params: Any) -> dict[str, ParamInfo]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -18,7 +20,8 @@ class DenseGeneral(nnx.Module):
 
     Kernel shape ``in_shape + out_shape`` (e.g. [D, H, Dh] for a query projection), carrying the
     logical axis names ``axes`` (metadata ``logical_axes``, read by ``transformer_jax.parallel``).
-    Parameters are stored in ``param_dtype``; the product runs in ``dtype``.
+    Parameters are stored in ``param_dtype``; the product runs in ``dtype``. ``lora`` is None or
+    an adapter module attached later (``models.lora.apply_lora``): ``y += lora(x)``.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class DenseGeneral(nnx.Module):
             if use_bias
             else None
         )
+        self.lora: Callable[[Array], Array] | None = None
 
     def __call__(self, x: Float[Array, "... In"]) -> Float[Array, "... Out"]:
         n_in = len(self.in_shape)
@@ -53,4 +57,6 @@ class DenseGeneral(nnx.Module):
         y = linear_ops.dense(x.astype(self.dtype), kernel, n_in)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
+        if self.lora is not None:
+            y = y + self.lora(x.astype(self.dtype))
         return y

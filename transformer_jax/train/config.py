@@ -10,6 +10,7 @@ from transformer_jax.core.registry import Registry
 from transformer_jax.data.config import DataConfig
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.kinds import TRANSFORMER_KINDS
+from transformer_jax.models.lora import LoraConfig
 from transformer_jax.parallel.config import MeshConfig
 from transformer_jax.train.optim import OptimConfig
 
@@ -27,6 +28,11 @@ class TrainConfig:
 
     ``batch_size`` is the global batch (all processes, all micro-batches); ``grad_accum``
     micro-batches of ``batch_size / grad_accum`` rows make one optimizer step.
+
+    ``init_from``: a Hugging Face model directory or a run's workdir whose weights (and model
+    config and tokenizer) the run starts from (``train --init-from DIR``). ``lora`` (None: off,
+    ``--set train.lora=on``): train rank-r adapters on a frozen ``init_from`` base instead of
+    every weight; its checkpoints hold the adapters and a fingerprint of the base.
     """
 
     steps: int = 2000
@@ -54,6 +60,8 @@ class TrainConfig:
     sample_tokens: int = 200
     sample_prompt: str = "\n"
     profile: str | None = None  # "START:STOP": a jax.profiler trace of steps START..STOP in WORKDIR/profile/
+    init_from: str | None = None  # pretrained weights: a Hugging Face model directory or a run's workdir
+    lora: LoraConfig | None = None  # LoRA adapters on a frozen init_from base (None: train every weight)
 
     SELECTORS: ClassVar = (("nonfinite", NONFINITE_POLICIES),)
 
@@ -87,6 +95,15 @@ class TrainConfig:
                 "profile steps the run reaches",
             )
         check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
+        if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
+            fail("train.init_from", self.init_from, "must be a directory path", "or None to train from scratch")
+        if self.lora is not None and self.init_from is None:
+            fail(
+                "train.lora",
+                self.lora,
+                "LoRA adapts pretrained weights, and train.init_from is None",
+                "set train.init_from (train --init-from DIR) or turn LoRA off (train.lora=none)",
+            )
 
     def profile_steps(self) -> tuple[int, int]:
         """(START, STOP) of ``profile="START:STOP"`` (1-based steps, inclusive)."""

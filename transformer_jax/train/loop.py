@@ -17,6 +17,7 @@ from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.eval.sampling import sample_from
 from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import count_params
+from transformer_jax.models.lora import split_adapters
 from transformer_jax.parallel import sharding_context
 from transformer_jax.train import actions, flops
 from transformer_jax.train import ngram as _ngram  # noqa: F401 - registers the n-gram's entry point
@@ -25,7 +26,7 @@ from transformer_jax.train.config import Config
 from transformer_jax.train.entry import entry_point
 from transformer_jax.train.lock import WorkdirLock
 from transformer_jax.train.metrics import MetricsWriter, ProgressBar, read_metrics
-from transformer_jax.train.run import setup
+from transformer_jax.train.run import checkpoint_view, setup
 from transformer_jax.train.state import state_sharding_tree
 from transformer_jax.train.step import make_train_step
 
@@ -66,9 +67,13 @@ class Trainer:
         self.eval_step = compiler.jit(make_eval_step(run.graphdef, self.task))
         m = self.cfg.model
         self.n_params = count_params(m)
+        trainable = split_adapters(run.state.params)[0] if self.tc.lora is not None else run.state.params
+        self.n_trainable = int(sum(np.prod(x.shape) for x in jax.tree.leaves(trainable)))
         self.flops_per_token = flops.model_flops_per_token(m, self.cfg.data.seq_len)
         self.peak_flops = self.tc.peak_flops or _peak_flops()  # measured outside any mesh context
         self.meta = {"config": configlib.to_dict(self.cfg), "tokenizer": run.data.tokenizer.to_json()}
+        if run.base is not None:
+            self.meta["base"] = run.base
         self.state = run.state
         self.stop_reason: str | None = None
         self.writer = self.bar = self.it = self.batch = None
@@ -95,8 +100,9 @@ class Trainer:
         return result
 
     def save(self, step: int, *, best_value: float | None, force: bool = False) -> None:
+        state = checkpoint_view(self.cfg, self.state)
         self.run_.checkpoints.save(
-            step, self.state, _all_data_states(self.it), self.meta, best_value=best_value, force=force
+            step, state, _all_data_states(self.it), self.meta, best_value=best_value, force=force
         )
 
     def sample(self, state, prompt: str, max_new_tokens: int, *, seed: int) -> str:
@@ -114,7 +120,10 @@ class Trainer:
         run.data.tokenizer.save(os.path.join(self.workdir, "tokenizer"))
         start = f"resuming at step {self.start_step}" if self.start_step else "starting from scratch"
         print(
-            f"model: {self.cfg.model.kind}, {self.n_params:,} parameters; data: {self.cfg.data.dataset} "
+            f"model: {self.cfg.model.kind}, {self.n_params:,} parameters"
+            + (f" ({self.n_trainable:,} trainable: LoRA adapters)" if self.tc.lora is not None else "")
+            + (f", from {self.tc.init_from}" if self.tc.init_from is not None else "")
+            + f"; data: {self.cfg.data.dataset} "
             f"({run.data.task}, vocab {run.data.vocab_size}); devices: {jax.device_count()} "
             f"({jax.default_backend()}); mesh {dict(run.mesh.shape)}; {start}",
             flush=True,
@@ -180,6 +189,7 @@ class Trainer:
             "compile_s": self.log.compile_s,
             "wall_s": time.time() - self.t_start,
             "params": self.n_params,
+            "trainable_params": self.n_trainable,
             "stopped": self.stop_reason,
             "skipped_steps": int(jax.device_get(self.state.total_skips)),
         }

@@ -33,7 +33,7 @@ import optax
 
 from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real
 from transformer_jax.core.registry import Registry, unknown_name_message
-from transformer_jax.models.param_roles import DECAY_GROUPS, MATRIX_ROLES, classify, path_names
+from transformer_jax.models.param_roles import DECAY_GROUPS, MATRIX_ROLES, adapter_mask, classify, path_names
 
 OPTIMIZERS: Registry[Callable[..., optax.GradientTransformation]] = Registry("optimizer")
 SCHEDULES: Registry[Callable[..., optax.Schedule]] = Registry("schedule")
@@ -407,16 +407,26 @@ class Optimizer(NamedTuple):
     schedule: optax.Schedule
 
 
-def make_optimizer(cfg: OptimConfig, total_steps: int, *, param_info: Any = None) -> Optimizer:
+def _adapter_labels(params: Any) -> Any:
+    return jax.tree.map(lambda is_adapter: "adapters" if is_adapter else "frozen", adapter_mask(params))
+
+
+def make_optimizer(
+    cfg: OptimConfig, total_steps: int, *, param_info: Any = None, adapters_only: bool = False
+) -> Optimizer:
     """``clip_by_global_norm(grad_clip)`` -> the optimizer of ``cfg`` with `make_schedule`, and that
     schedule: ``tx, schedule = make_optimizer(cfg, steps)``.
 
     ``param_info``: optionally the parameter pytree (arrays or ``ShapeDtypeStruct``s, the same
     structure the optimizer will see) to build the weight-decay mask once, up front; without it
     the mask is computed by `weight_decay_mask` from whatever tree the optimizer is given.
+
+    ``adapters_only`` (LoRA): clipping and the optimizer see only the LoRA adapter factors
+    (`param_roles.adapter_mask`); every other parameter gets a zero update and keeps no optimizer
+    state (``optax.multi_transform`` with ``optax.set_to_zero``).
     """
     schedule = make_schedule(cfg, total_steps)
-    if param_info is not None:
+    if param_info is not None and not adapters_only:  # the adapters' optimizer sees a masked tree
         mask = weight_decay_mask(param_info, cfg.decay_exclude)
     else:
         exclude = cfg.decay_exclude
@@ -425,4 +435,7 @@ def make_optimizer(cfg: OptimConfig, total_steps: int, *, param_info: Any = None
             return weight_decay_mask(tree, exclude)
 
     clip = optax.identity() if cfg.grad_clip is None else optax.clip_by_global_norm(cfg.grad_clip)
-    return Optimizer(optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, mask)), schedule)
+    tx = optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, mask))
+    if adapters_only:
+        tx = optax.multi_transform({"adapters": tx, "frozen": optax.set_to_zero()}, _adapter_labels)
+    return Optimizer(tx, schedule)

@@ -3,6 +3,10 @@
 A damaged newest checkpoint is skipped when training (``fallback``): it is set aside as
 ``<step>.damaged`` with a warning naming it, and the next older one is restored. Readers (eval,
 sample) never fall back: they report the damaged checkpoint and the steps that exist.
+
+With ``train.init_from`` a fresh run starts from the pretrained weights (``train.pretrained``) and
+their tokenizer. With ``train.lora`` as well, checkpoints hold only the adapters (`checkpoint_view`)
+and the base's fingerprint (``meta["base"]``); restoring reads the base again and checks it.
 """
 
 from __future__ import annotations
@@ -15,14 +19,17 @@ from typing import Any
 import jax
 import numpy as np
 import optax
+from flax import nnx
 
 from transformer_jax.core import configlib
 from transformer_jax.data import build_data, tokenizer_from_json
+from transformer_jax.models.lora import apply_lora, join_adapters, split_adapters
 from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
+from transformer_jax.train import pretrained
 from transformer_jax.train.checkpoint import CheckpointError, Checkpoints, DamagedCheckpointError
 from transformer_jax.train.config import Config, resolve
 from transformer_jax.train.optim import make_optimizer
-from transformer_jax.train.state import abstract_state, init_state, model_graph
+from transformer_jax.train.state import TrainState, abstract_state, init_state, model_graph, state_from_model
 
 log = logging.getLogger("transformer_jax.train")
 
@@ -41,6 +48,15 @@ class Run:
     tx: optax.GradientTransformation
     schedule: optax.Schedule
     restored_step: int | None = None  # the checkpoint the state came from (None: fresh)
+    base: dict | None = None  # train.init_from's fingerprint (train.pretrained.fingerprint)
+
+
+def checkpoint_view(cfg: Config, state: TrainState) -> TrainState:
+    """What a checkpoint holds of ``state``: everything, except that a LoRA run keeps only the
+    adapters of its parameters (the frozen base is read from ``train.init_from``)."""
+    if cfg.train.lora is None:
+        return state
+    return dataclasses.replace(state, params=split_adapters(state.params)[0])
 
 
 def _check_batch(cfg: Config, mesh) -> None:
@@ -58,7 +74,8 @@ def _check_batch(cfg: Config, mesh) -> None:
 
 
 def _data_and_model(cfg: Config, tokenizer) -> tuple[Config, Any, Any]:
-    """(cfg with the data's vocabulary size, data, graphdef)."""
+    """(cfg with the data's vocabulary size, data, graphdef); a pretrained model keeps its own
+    vocabulary size, which must hold the tokenizer's."""
     n_proc = jax.process_count()
     data = build_data(
         cfg.data,
@@ -67,9 +84,16 @@ def _data_and_model(cfg: Config, tokenizer) -> tuple[Config, Any, Any]:
         process_index=jax.process_index(),
         process_count=n_proc,
     )
-    if cfg.model.vocab_size != data.vocab_size:
+    if cfg.train.init_from is not None:
+        if data.vocab_size > cfg.model.vocab_size:
+            configlib.fail(
+                "model.vocab_size",
+                cfg.model.vocab_size,
+                f"is smaller than the pretrained tokenizer's {data.vocab_size} ids ({cfg.train.init_from})",
+            )
+    elif cfg.model.vocab_size != data.vocab_size:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.vocab_size))
-    return cfg, data, model_graph(cfg.model)[0]
+    return cfg, data, model_graph(cfg.model, cfg.train.lora)[0]
 
 
 def _restore(cfg: Config, ckpts: Checkpoints, step: int, best: bool, mesh, tx):
@@ -84,9 +108,35 @@ def _restore(cfg: Config, ckpts: Checkpoints, step: int, best: bool, mesh, tx):
             f"checkpoint {mgr.directory}/{step} (step {step}) cannot be restored: its tokenizer is damaged ({e})"
         ) from e
     cfg, data, graphdef = _data_and_model(cfg, tokenizer)
+    lora = cfg.train.lora
     with sharding_context(mesh):
-        state, data_state, _ = ckpts.restore(abstract_state(cfg.model, tx, mesh=mesh), step, best=best)
-    return cfg, data, graphdef, state, data_state
+        target = abstract_state(cfg.model, tx, mesh=mesh, lora=lora)
+        state, data_state, _ = ckpts.restore(checkpoint_view(cfg, target), step, best=best)
+    if lora is not None:
+        if not isinstance(meta.get("base"), dict):
+            raise CheckpointError(f"checkpoint {step} of {ckpts.workdir} is of a LoRA run but records no base model")
+        where = f"checkpoint {step} of {ckpts.workdir}"
+        pretrained.check_fingerprint(meta["base"], where)
+        with sharding_context(mesh):
+            base_params, _, _ = pretrained.load_base(meta["base"], cfg.model, mesh)
+        state = dataclasses.replace(state, params=join_adapters(base_params, state.params))
+    return cfg, data, graphdef, state, data_state, meta.get("base")
+
+
+def _from_pretrained(cfg: Config, mesh, tx) -> tuple[Config, Any, Any, TrainState, dict]:
+    """(cfg, data, graphdef, state, base fingerprint) of a fresh run from ``train.init_from``."""
+    path = cfg.train.init_from
+    assert path is not None  # only called with init_from
+    pretrained.check_model(cfg.model, path)
+    base = pretrained.fingerprint(path, step=pretrained.latest_step(path))
+    with sharding_context(mesh):
+        params, rest, tokenizer = pretrained.load_base(base, cfg.model, mesh)
+        cfg, data, graphdef = _data_and_model(cfg, tokenizer)
+        model = nnx.merge(model_graph(cfg.model)[0], params, rest)
+        if cfg.train.lora is not None:
+            apply_lora(model, cfg.train.lora, seed=cfg.train.seed)
+        state = state_from_model(model, tx, mesh=mesh)
+    return cfg, data, graphdef, state, base
 
 
 def setup(
@@ -110,14 +160,14 @@ def setup(
     ckpts = Checkpoints(workdir, keep=tc.keep_checkpoints, keep_best=tc.keep_best, best_mode=tc.best_mode)
     mesh = make_mesh(cfg.mesh, devices)
     _check_batch(cfg, mesh)
-    tx, schedule = make_optimizer(tc.optim, tc.steps)
+    tx, schedule = make_optimizer(tc.optim, tc.steps, adapters_only=tc.lora is not None)
     sharding = batch_sharding(mesh)
 
     def put_batch(batch: dict) -> dict:
         return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
 
-    def run_of(cfg, data, graphdef, state, step):
-        return Run(cfg, data, graphdef, mesh, state, ckpts, put_batch, tx, schedule, step)
+    def run_of(cfg, data, graphdef, state, step, base):
+        return Run(cfg, data, graphdef, mesh, state, ckpts, put_batch, tx, schedule, step, base)
 
     if restore_step is not None:
         candidates = [ckpts.resolve_step(restore_step, best=best)]
@@ -126,7 +176,7 @@ def setup(
     skipped = []
     for step in candidates:
         try:
-            cfg_s, data, graphdef, state, data_state = _restore(cfg, ckpts, step, best, mesh, tx)
+            cfg_s, data, graphdef, state, data_state, base = _restore(cfg, ckpts, step, best, mesh, tx)
         except DamagedCheckpointError as e:
             if not fallback or restore_step is not None:
                 raise
@@ -135,13 +185,16 @@ def setup(
             continue
         if skipped:
             log.warning("restored step %d after skipping %d damaged checkpoint(s)", step, len(skipped))
-        return run_of(cfg_s, data, graphdef, state, step), data_state
+        return run_of(cfg_s, data, graphdef, state, step, base), data_state
     if skipped:
         raise CheckpointError(
             f"no checkpoint of {workdir} restores; the damaged ones are kept as {', '.join(skipped)}. "
             "Rerun to start from scratch, or restore one of them by hand"
         )
+    if tc.init_from is not None:
+        cfg, data, graphdef, state, base = _from_pretrained(cfg, mesh, tx)
+        return run_of(cfg, data, graphdef, state, None, base), None
     cfg, data, graphdef = _data_and_model(cfg, None)
     with sharding_context(mesh):
         state = init_state(cfg.model, tx, seed=tc.seed, mesh=mesh)
-    return run_of(cfg, data, graphdef, state, None), None
+    return run_of(cfg, data, graphdef, state, None, None), None

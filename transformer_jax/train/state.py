@@ -12,6 +12,7 @@ import optax
 from flax import nnx
 
 from transformer_jax.models import ModelConfig, build_model
+from transformer_jax.models.lora import LoraConfig, apply_lora
 from transformer_jax.parallel import state_shardings
 
 
@@ -35,9 +36,17 @@ def split_model(model: nnx.Module):
     return nnx.split(model, nnx.Param, ...)
 
 
-def model_graph(cfg: ModelConfig):
+def build_trained_model(cfg: ModelConfig, lora: LoraConfig | None = None, *, seed: int = 0) -> nnx.Module:
+    """``build_model(cfg, seed)``, with LoRA adapters (``models.lora.apply_lora``) when ``lora``."""
+    model = build_model(cfg, seed=seed)
+    if lora is not None:
+        apply_lora(model, lora, seed=seed)
+    return model
+
+
+def model_graph(cfg: ModelConfig, lora: LoraConfig | None = None):
     """(graphdef, abstract params State, abstract model_state State): shapes only, nothing allocated."""
-    return split_model(nnx.eval_shape(lambda: build_model(cfg)))
+    return split_model(nnx.eval_shape(lambda: build_trained_model(cfg, lora)))
 
 
 def _shardings(abstract: nnx.State, mesh) -> Any:
@@ -58,20 +67,33 @@ def init_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, seed: int,
         return nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
 
     params, model_state = jax.jit(make, out_shardings=(_shardings(params_abs, mesh), _shardings(rest_abs, mesh)))()
-    opt_state = jax.jit(tx.init)(params)
+    return _fresh(params, model_state, tx, mesh)
+
+
+def _fresh(params, model_state, tx: optax.GradientTransformation, mesh) -> TrainState:
     return TrainState(
         step=_scalar(mesh),
         params=params,
         model_state=model_state,
-        opt_state=opt_state,
+        opt_state=jax.jit(tx.init)(params),
         skips=_scalar(mesh),
         total_skips=_scalar(mesh),
     )
 
 
-def abstract_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh) -> TrainState:
+def state_from_model(model: nnx.Module, tx: optax.GradientTransformation, *, mesh) -> TrainState:
+    """A fresh TrainState (step 0, new optimizer state) holding ``model``'s variables, each placed
+    with the sharding its logical axes give on ``mesh`` (pretrained weights, LoRA adapters)."""
+    _, params, rest = split_model(model)
+    place = lambda state: jax.device_put(nnx.to_pure_dict(state), _shardings(state, mesh))
+    return _fresh(place(params), place(rest), tx, mesh)
+
+
+def abstract_state(
+    cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh, lora: LoraConfig | None = None
+) -> TrainState:
     """ShapeDtypeStructs (with shardings) of a TrainState: the restore target of a checkpoint."""
-    _, params_abs, rest_abs = model_graph(cfg)
+    _, params_abs, rest_abs = model_graph(cfg, lora)
 
     def structs(abstract):
         return jax.tree.map(

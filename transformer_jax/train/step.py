@@ -10,6 +10,7 @@ import optax
 from flax import nnx
 
 from transformer_jax.eval.tasks import Task
+from transformer_jax.models.param_roles import adapter_mask
 from transformer_jax.ops.losses import cross_entropy
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.state import TrainState
@@ -48,10 +49,18 @@ def make_train_step(
     Model variables other than parameters (``state.model_state``) are threaded through the
     micro-batches: whatever the forward pass writes to them (e.g. MoE balancing biases) is kept.
     Scalars or per-layer arrays in ``aux["metrics"]`` are averaged and reported.
+
+    With ``cfg.lora`` only the LoRA adapters train: the other parameters enter the loss through
+    ``stop_gradient`` (zero gradients, none of their backward products computed) and leave the
+    step unchanged, bit for bit.
     """
+    lora = cfg.lora is not None
+
+    def frozen(params):
+        return jax.tree.map(lambda p, train: p if train else jax.lax.stop_gradient(p), params, adapter_mask(params))
 
     def loss_fn(params, model_state, micro, key, inv_weight):
-        model = nnx.merge(graphdef, params, model_state)
+        model = nnx.merge(graphdef, frozen(params) if lora else params, model_state)
         logits, aux = task.forward(model, micro, key)
         ce = cross_entropy(
             logits,
@@ -98,6 +107,10 @@ def make_train_step(
         grad_norm = optax.tree.norm(grads)
         updates, new_opt = tx.update(grads, state.opt_state, state.params)
         new_params = optax.apply_updates(state.params, updates)
+        if lora:
+            new_params = jax.tree.map(
+                lambda new, old, train: new if train else old, new_params, state.params, adapter_mask(state.params)
+            )
         finite = jnp.isfinite(grad_norm) & jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(optax.tree.norm(new_params))
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
         new_state = TrainState(

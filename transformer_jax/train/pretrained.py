@@ -1,0 +1,347 @@
+"""Pretrained starting weights (``train.init_from``): a Hugging Face model directory or a run's workdir.
+
+- `base_kind`: ``hf`` (``config.json`` + ``model.safetensors`` or its ``.index.json``) or ``run``
+  (our workdir: ``config.json`` + ``checkpoints/``).
+- `with_init_from`: an experiment ``Config`` whose model is the pretrained one. ``--set model.X``
+  may change only `RUNTIME_FIELDS` (how the same weights are computed); any other model field that
+  differs from the pretrained config is an error naming it, as is a tokenizer setting (the run
+  uses the pretrained tokenizer).
+- `fingerprint` / `check_fingerprint`: sizes and sampled SHA-256 of the base's weight files,
+  recorded in every checkpoint of a LoRA run (which holds only the adapters), so that a base that
+  changed since is reported instead of silently combined with adapters trained on another one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from transformer_jax.core import configlib
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.overrides import apply_overrides, parse_overrides
+from transformer_jax.data import tokenizer_from_json
+from transformer_jax.data.config import DataConfig
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.parallel import state_shardings
+from transformer_jax.train.checkpoint import CheckpointError
+from transformer_jax.train.config import Config
+from transformer_jax.train.experiment import load_experiment, workdir_config
+from transformer_jax.train.optim import make_optimizer
+from transformer_jax.train.state import abstract_state, model_graph, split_model
+
+# Model fields that change how the pretrained weights are computed with, not what they are.
+RUNTIME_FIELDS = (
+    "dropout",
+    "attention_impl",
+    "attention_block_size",
+    "decode_impl",
+    "decode_block_size",
+    "scan_layers",
+    "remat",
+    "dtype",
+    "param_dtype",
+)
+# Data fields that choose or train a tokenizer: the pretrained tokenizer replaces them.
+TOKENIZER_FIELDS = (
+    "tokenizer",
+    "vocab_size",
+    "sp_model_type",
+    "sp_byte_fallback",
+    "sp_character_coverage",
+    "sp_max_sentences",
+    "tokenizer_max_records",
+)
+_WHOLE = 4 << 20  # files up to this size are hashed whole
+_BLOCK, _BLOCKS = 1 << 20, 16  # else: the first and last MiB and 16 MiB-blocks evenly spaced between
+
+
+def base_kind(path: str) -> str:
+    """``hf`` or ``run``; anything else is an error naming ``path``."""
+    where = f"train.init_from={path!r}"
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{where}: no such directory")
+    if not os.path.isdir(path):
+        raise ConfigError(f"{where} is a file; give a Hugging Face model directory or a run's workdir")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ConfigError(f"{where} has no config.json: neither a Hugging Face model directory nor a run's workdir")
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        return "run"
+    if any(os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
+        return "hf"
+    raise ConfigError(
+        f"{where}: no model.safetensors (or model.safetensors.index.json) and no checkpoints/: neither a "
+        "Hugging Face model directory with safetensors weights nor a run's workdir"
+    )
+
+
+def pretrained_model_config(path: str) -> ModelConfig:
+    """The ModelConfig of the base at ``path`` (read from its config.json; no weights loaded)."""
+    if base_kind(path) == "run":
+        base = workdir_config(path)
+        if base.train.lora is not None:
+            raise ConfigError(
+                f"train.init_from={path!r} is a LoRA run; export it with `transformer-jax export` (adapters "
+                "merged) and start from the exported directory"
+            )
+        return base.model
+    from transformer_jax.models.hf import config_from_hf, read_hf_config
+
+    try:
+        return config_from_hf(read_hf_config(path))
+    except ValueError as e:
+        raise ConfigError(f"train.init_from={path!r}: {e}") from e
+
+
+def with_init_from(cfg: Config, path: str, explicit: dict[str, str] | None = None) -> Config:
+    """``cfg`` starting from the base at ``path``: ``train.init_from`` set, the model replaced by the
+    pretrained one with the ``model.*`` keys of ``explicit`` (``--set`` overrides) applied, which
+    may change only `RUNTIME_FIELDS`. A tokenizer setting of ``cfg.data`` (non-default, or in
+    ``explicit``) is an error: the run uses the pretrained tokenizer."""
+    explicit = explicit or {}
+    path = os.path.abspath(path)
+    pretrained = pretrained_model_config(path)
+    model_sets = {k: v for k, v in explicit.items() if k.startswith("model.")}
+    model = apply_overrides(pretrained, [f"{k.removeprefix('model.')}={v}" for k, v in model_sets.items()])
+    for key in model_sets:
+        name = key.split(".")[1]
+        if name not in RUNTIME_FIELDS and getattr(model, name) != getattr(pretrained, name):
+            raise ConfigError(
+                f"--set {key}={model_sets[key]}: conflicts with the pretrained model "
+                f"(model.{name}={getattr(pretrained, name)!r} in {path}/config.json); with --init-from only "
+                f"{', '.join('model.' + f for f in RUNTIME_FIELDS)} may be set"
+            )
+    defaults = DataConfig()
+    for name in TOKENIZER_FIELDS:
+        value = getattr(cfg.data, name)
+        if f"data.{name}" in explicit or value != getattr(defaults, name):
+            raise ConfigError(
+                f"data.{name}={value!r} is not read with --init-from: the run uses the pretrained tokenizer of "
+                f"{path}; remove the setting"
+            )
+    if cfg.data.packing == "documents" and base_kind(path) == "hf":
+        raise ConfigError(
+            "data.packing='documents' frames documents with this package's BOS/EOS ids (1, 2), not the "
+            f"pretrained tokenizer's of {path}; use data.packing=stream"
+        )
+    train = dataclasses.replace(cfg.train, init_from=path)
+    return dataclasses.replace(cfg, model=model, train=train)
+
+
+def check_model(model: ModelConfig, path: str) -> None:
+    """``model`` must be the pretrained model of ``path`` up to `RUNTIME_FIELDS` (a config whose
+    ``train.init_from`` was set without `with_init_from`, e.g. by ``--set``, may not be)."""
+    pretrained = pretrained_model_config(path)
+    differ = [
+        f.name
+        for f in dataclasses.fields(ModelConfig)
+        if f.name not in RUNTIME_FIELDS and getattr(model, f.name) != getattr(pretrained, f.name)
+    ]
+    if differ:
+        name = differ[0]
+        raise ConfigError(
+            f"model.{name}={getattr(model, name)!r} differs from the pretrained model's {getattr(pretrained, name)!r} "
+            f"({path}){f' (and {len(differ) - 1} more fields)' if len(differ) > 1 else ''}: with train.init_from "
+            "the model config comes from it; use train --init-from DIR"
+        )
+
+
+def init_from_experiment(config: str | None, path: str, overrides: list[str] | None = None) -> Config:
+    """The config of ``train --init-from path [--config FILE] [--set ...]``: the experiment file's
+    config (default: ``Config()``) with the non-model ``overrides``, then `with_init_from` (the model
+    ``overrides`` applied to the pretrained model). Unread settings are errors, as for any run."""
+    sets = parse_overrides(overrides or [])
+    if sets.get("train.init_from", path) != path:
+        raise ConfigError(f"--set train.init_from={sets['train.init_from']} contradicts --init-from {path}")
+    sets["train.init_from"] = path  # before train.lora is validated
+    rest = [f"{k}={v}" for k, v in sets.items() if not k.startswith("model.")]
+    if config is None:
+        cfg = apply_overrides(Config(), rest)
+        configlib.check_reads(cfg, explicit=[k for k in sets if not k.startswith("model.")])
+    else:
+        cfg = load_experiment(config, rest)
+    cfg = with_init_from(cfg, path, sets)
+    configlib.check_reads(cfg.model, prefix="model.", explicit=sets, only_explicit=True)
+    return cfg
+
+
+# Fingerprints --------------------------------------------------------------------------------
+
+
+def _file_digest(path: str, size: int) -> str:
+    """SHA-256 of the whole file (small files) or of the size, the first and last MiB and
+    `_BLOCKS` MiB-blocks evenly spaced between (weight files: any retraining changes them all)."""
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= _WHOLE:
+            h.update(f.read())
+            return h.hexdigest()
+        for i in range(_BLOCKS + 2):
+            f.seek((size - _BLOCK) * i // (_BLOCKS + 1))
+            h.update(f.read(_BLOCK))
+    return h.hexdigest()
+
+
+def _weight_files(path: str, kind: str, step: int | None) -> tuple[str, list[str]]:
+    if kind == "run":
+        root = os.path.join(path, "checkpoints", str(step))
+        if not os.path.isdir(root):
+            raise ConfigError(f"the base checkpoint {root} (step {step}) no longer exists")
+        names = [
+            os.path.relpath(os.path.join(d, f), root)
+            for d, _, files in os.walk(os.path.join(root, "state"))
+            for f in files
+        ]
+        return root, sorted(names)
+    names = [f for f in os.listdir(path) if f.endswith(".safetensors") or f in ("config.json",)]
+    names += [f for f in ("model.safetensors.index.json",) if os.path.isfile(os.path.join(path, f))]
+    return path, sorted(set(names))
+
+
+def fingerprint(path: str, *, step: int | None = None) -> dict[str, Any]:
+    """``{"kind", "path", "step", "files": {name: {"size", "sha256"}}}`` of the base at ``path``
+    (a run's base is its checkpoint ``step``); see `_file_digest` for what is hashed."""
+    kind = base_kind(path)
+    root, names = _weight_files(path, kind, step)
+    files = {}
+    for name in names:
+        full = os.path.join(root, name)
+        size = os.path.getsize(full)
+        files[name] = {"size": size, "sha256": _file_digest(full, size)}
+    return {"kind": kind, "path": os.path.abspath(path), "step": step, "files": files}
+
+
+def check_fingerprint(saved: dict[str, Any], where: str) -> None:
+    """Raises ``ConfigError`` naming the files of the base that differ from ``saved`` (a
+    checkpoint's record of the base its adapters were trained on)."""
+    path = saved["path"]
+    try:
+        now = fingerprint(path, step=saved.get("step"))
+    except (FileNotFoundError, ConfigError) as e:
+        raise ConfigError(f"{where} holds LoRA adapters of the base {path}, which cannot be read now: {e}") from e
+    old, new = saved["files"], now["files"]
+    changes = [f"{n}: missing now" for n in old if n not in new]
+    changes += [f"{n}: new file" for n in new if n not in old]
+    for n in sorted(set(old) & set(new)):
+        if old[n]["size"] != new[n]["size"]:
+            changes.append(f"{n}: size {old[n]['size']} -> {new[n]['size']}")
+        elif old[n]["sha256"] != new[n]["sha256"]:
+            changes.append(f"{n}: content changed (same size)")
+    if changes:
+        raise ConfigError(
+            f"{where} holds LoRA adapters trained on the base {path}, which has changed since: "
+            + "; ".join(changes[:5])
+            + ("" if len(changes) <= 5 else f" (and {len(changes) - 5} more)")
+            + ". Restore that base (or start a new run from the new one)"
+        )
+
+
+# Loading ---------------------------------------------------------------------------------------
+
+
+def _restack(tree: Any, target: Any, where: str) -> Any:
+    """``tree`` laid out like ``target``: a loop stack ``{0: layer, 1: layer, ...}`` stacked into a
+    scanned one (leading ``layers`` axis), or a scanned one split into a loop stack."""
+    if not isinstance(target, dict) or not isinstance(tree, dict):
+        return tree
+    int_keys = lambda d: bool(d) and all(isinstance(k, int) for k in d)
+    if int_keys(tree) and not int_keys(target):
+        layers = [tree[i] for i in sorted(tree)]
+        return _restack(jax.tree.map(lambda *xs: jnp.stack(xs), *layers), target, where)
+    if int_keys(target) and not int_keys(tree):
+        n = len(target)
+        return {i: _restack(jax.tree.map(lambda x, i=i: x[i], tree), target[i], where) for i in range(n)}
+    return {k: _restack(v, target.get(k), where) for k, v in tree.items()}
+
+
+def fit_to(tree: Any, target: Any, where: str) -> Any:
+    """``tree`` (pure dict of arrays) in the layout, shapes and dtypes of ``target`` (pure dict of
+    ``ShapeDtypeStruct``s): scanned/unscanned stacks converted, dtypes cast; a missing, extra or
+    differently shaped parameter is a ``ConfigError`` listing them."""
+    tree = _restack(tree, target, where)
+    have = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    want = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
+    problems = [f"{p}: missing in the base" for p in want if p not in have]
+    problems += [f"{p}: not in the model" for p in have if p not in want]
+    problems += [
+        f"{p}: base {tuple(have[p].shape)} vs model {tuple(want[p].shape)}"
+        for p in want
+        if p in have and tuple(have[p].shape) != tuple(want[p].shape)
+    ]
+    if problems:
+        raise ConfigError(f"{where} does not fit the model ({len(problems)} parameters): " + "; ".join(problems[:8]))
+    return jax.tree.map(lambda x, t: x if x.dtype == t.dtype else x.astype(t.dtype), tree, target)
+
+
+def _read_run_checkpoint(path: str, step: int, mesh) -> tuple[Any, Any, Any]:
+    """(params, model_state, tokenizer) of checkpoint ``step`` of the run ``path``, read-only."""
+    base_cfg = workdir_config(path)
+    tx = make_optimizer(base_cfg.train.optim, base_cfg.train.steps).tx
+    target = abstract_state(base_cfg.model, tx, mesh=mesh)
+    options = ocp.CheckpointManagerOptions(create=False, enable_async_checkpointing=False)
+    handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+    with ocp.CheckpointManager(os.path.join(path, "checkpoints"), options=options, item_handlers=handlers) as mgr:
+        try:
+            restored = mgr.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+            )
+        except Exception as e:
+            raise CheckpointError(f"the base checkpoint {path}/checkpoints/{step} cannot be read: {e}") from e
+    state, meta = restored["state"], restored["meta"]
+    return state.params, state.model_state, tokenizer_from_json(meta["tokenizer"])
+
+
+def latest_step(path: str) -> int | None:
+    """The newest complete checkpoint of the run ``path`` (None for a Hugging Face directory)."""
+    if base_kind(path) != "run":
+        return None
+    options = ocp.CheckpointManagerOptions(create=False, enable_async_checkpointing=False)
+    with ocp.CheckpointManager(os.path.join(path, "checkpoints"), options=options) as mgr:
+        step = mgr.latest_step()
+    if step is None:
+        raise ConfigError(f"train.init_from={path!r}: the run has no checkpoint yet")
+    return step
+
+
+def load_base(base: dict[str, Any], model: ModelConfig, mesh) -> tuple[Any, Any, Any]:
+    """(params, model_state, tokenizer) of the base ``base`` (a `fingerprint`), as pure dicts laid
+    out for ``model`` (a loop or scanned stack, its param dtype) and placed on ``mesh``."""
+    path = base["path"]
+    if base["kind"] == "run":
+        params, rest, tokenizer = _read_run_checkpoint(path, base["step"], mesh)
+    else:
+        from transformer_jax.data.hf_tokenizer import HFTokenizer
+        from transformer_jax.models.hf import from_pretrained
+
+        _, pretrained = from_pretrained(path, dtype=model.param_dtype, mesh=mesh)
+        _, params, rest = split_model(pretrained)
+        params, rest = nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
+        tokenizer = HFTokenizer.from_pretrained(path)
+    _, params_abs, rest_abs = model_graph(model)
+    where = f"the base {path}"
+    params = fit_to(params, nnx.to_pure_dict(params_abs), where)
+    rest = fit_to(rest, nnx.to_pure_dict(rest_abs), where)
+    place = lambda tree, abstract: jax.device_put(tree, nnx.to_pure_dict(state_shardings(abstract, mesh)))
+    return place(params, params_abs), place(rest, rest_abs), tokenizer
+
+
+__all__ = [
+    "RUNTIME_FIELDS",
+    "TOKENIZER_FIELDS",
+    "base_kind",
+    "check_fingerprint",
+    "check_model",
+    "fingerprint",
+    "fit_to",
+    "init_from_experiment",
+    "latest_step",
+    "load_base",
+    "pretrained_model_config",
+    "with_init_from",
+]
