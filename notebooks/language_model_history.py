@@ -16,24 +16,32 @@
 # %% [markdown]
 # # From n-grams to Transformers on one split
 #
-# The notes tell language modelling as a sequence of fixes: n-gram counts are sparse and see a
-# fixed, short context; a fixed-window neural LM (Bengio et al. 2003) shares statistical strength
-# through embeddings but still sees a fixed window and has no weight sharing across positions; an
-# RNN reads any length with one set of weights but serially; the Transformer attends to the whole
-# context in parallel. **Claims checked here**, each at the same data and token budget:
+# The notes (`004_0c7acc088a14ef8a.txt`) tell language modelling as a sequence of fixes: n-gram
+# counts are sparse and see a fixed, short context; a fixed-window neural LM (Bengio et al. 2003)
+# shares statistical strength through embeddings but still sees a fixed window and has no weight
+# sharing across positions; an RNN reads any length with one set of weights but serially; the
+# Transformer attends to the whole context in parallel. **Claims checked here**:
 # 1. the neural fixed-window LM beats the count-based n-gram;
 # 2. the RNN (LSTM) beats the fixed-window LM;
-# 3. the Transformer beats the RNN at about the same parameter count;
+# 3. the Transformer beats the RNN at about the same parameter count, at equal steps (with a
+#    64-character context, and with a 256-character one where attention has more to attend to)
+#    and at equal wall-clock;
 # 4. the Transformer trains faster (tokens per second) than the RNN, since it is not sequential.
 #
-# Same corpus (character-level Shakespeare), tokenizer, 64-character validation rows and
-# perplexity for all; the neural models train 2000 steps of 12 x 64 characters with the same AdamW
-# recipe (peak learning rate 1e-3 for the Transformer, 3e-3 for the others) at ~0.8M parameters.
-# Every neural model runs several seeds (initialisation and data order; models paired by seed);
-# an n-gram is a deterministic count, fitted once and the same for every seed. Each verdict comes
-# from the 95% interval of the mean paired difference. Not yet fair (issue 19): the learning rates
-# are not swept per model, and the best n-gram order is picked on the split it is scored on.
-# `TRANSFORMER_JAX_SMOKE=1`: tiny sizes, 2 seeds.
+# **Like for like.** Same corpus (character-level Shakespeare), tokenizer and perplexity for all.
+# The corpus is split three ways: the last 10% of the training characters is a dev split
+# (`ablation.dev_split`), on which each neural model's peak learning rate is picked from a 3-point
+# log grid (`ablation.sweep_lr`) and the n-gram's order from 2 to 7; the validation split is the
+# test split, scored once per choice. The neural models train 2000 steps of 12 x 64 characters
+# with the same AdamW recipe at ~0.8M parameters, every one with several seeds (initialisation
+# and data order; models paired by seed); an n-gram is a deterministic count, fitted once and the
+# same for every seed. Equal wall-clock: each model's seconds per step is the median over its
+# seeds of each run's median training rate; the budget is the Transformer's 2000 steps, and the
+# fixed-window LM and the LSTM train as many steps as fit in it (same LR, the schedule stretched).
+# The context-256 setting reuses each model's LR and the characters per step (3 rows of 256). Each
+# verdict comes from the 95% interval of the mean paired difference. Every run's summary is kept
+# under `experiments/results/language_model_history/runs/` and reused by a later sitting.
+# `TRANSFORMER_JAX_SMOKE=1`: tiny sizes, 2 seeds, 2-point grids.
 
 # %%
 # On Colab: install your copy of transformer-jax first (it has no PyPI release). Name it in SOURCE:
@@ -57,6 +65,7 @@ if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax")
 # %%
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import matplotlib.pyplot as plt
@@ -67,32 +76,28 @@ from transformer_jax.models import BaselineConfig, baseline_model_config
 NOTEBOOK = "language_model_history"
 STEPS = ablation.pick(smoke=20, full=2000)
 SEEDS = ablation.seeds()
+ORDERS = ablation.pick(smoke=(2, 3), full=(2, 3, 4, 5, 6, 7))
+LONG = ablation.pick(smoke=128, full=256)
+WIN, LSTM, TF = "fixed-window (Bengio 2003)", "LSTM (2 layers)", "Transformer"
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
 # %%
 transformer = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
 V = transformer.model.vocab_size
-fast = dataclasses.replace(transformer.train, optim=dataclasses.replace(transformer.train.optim, lr=3e-3))
 
 
-def baseline(kind: str, settings: BaselineConfig, **model) -> object:
-    return dataclasses.replace(
-        transformer, model=baseline_model_config(kind, settings, vocab_size=V, **model), train=fast
-    )
+def baseline(kind: str, settings: BaselineConfig, **model) -> Any:
+    return dataclasses.replace(transformer, model=baseline_model_config(kind, settings, vocab_size=V, **model))
 
 
-small = ablation.smoke()
-configs = {
-    "3-gram (Kneser-Ney)": dataclasses.replace(
-        baseline("ngram", BaselineConfig(ngram_order=3, smoothing="kneser_ney")),
-        train=dataclasses.replace(fast, steps=1),
-    ),
-    "6-gram (Kneser-Ney)": dataclasses.replace(
-        baseline("ngram", BaselineConfig(ngram_order=6, smoothing="kneser_ney")),
-        train=dataclasses.replace(fast, steps=1),
-    ),
-    "fixed-window (Bengio 2003)": baseline(
+def ngram(order: int) -> Any:
+    cfg = baseline("ngram", BaselineConfig(ngram_order=order, smoothing="kneser_ney"))
+    return ablation.with_steps(cfg, 1)
+
+
+neural = {
+    WIN: baseline(
         "window_lm",
         BaselineConfig(window=ablation.pick(smoke=4, full=16), direct=False),
         d_model=ablation.pick(smoke=8, full=48),
@@ -102,7 +107,7 @@ configs = {
         dropout=0.0,
         init_std=1.0,
     ),
-    "LSTM (2 layers)": baseline(
+    LSTM: baseline(
         "rnn_lm",
         BaselineConfig(cell="lstm"),
         d_model=ablation.pick(smoke=16, full=222),
@@ -111,17 +116,69 @@ configs = {
         dropout=0.0,
         init_std=1.0,
     ),
-    "Transformer": transformer,
+    TF: transformer,
 }
+GRIDS = {
+    WIN: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(3e-3)),
+    LSTM: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(3e-3)),
+    TF: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3)),
+}
+
+# %% [markdown]
+# ## Choices on the dev split: the n-gram's order, each neural model's learning rate
+
+# %%
+dev_loss = {
+    order: ablation.run_arm(ablation.dev_split(ngram(order)), f"{order}-gram dev", 0, NOTEBOOK).final_val
+    for order in ORDERS
+}
+ORDER = min(dev_loss, key=lambda order: dev_loss[order])
+print("n-gram dev loss by order:", {k: round(v, 4) for k, v in dev_loss.items()}, "-> order", ORDER)
+sweeps = {name: ablation.sweep_lr(cfg, name, GRIDS[name], NOTEBOOK) for name, cfg in neural.items()}
+for name, sweep in sweeps.items():
+    edge = " (at the edge of the grid)" if sweep["at_edge"] else ""
+    print(f"{name:28s} lr {sweep['lr']:.3g}{edge}; dev loss by lr:", [round(v, 4) for v in sweep["dev_loss"]])
+configs = {f"{ORDER}-gram (Kneser-Ney, order chosen on dev)": ngram(ORDER)}
+configs.update({name: ablation.with_lr(cfg, sweeps[name]["lr"]) for name, cfg in neural.items()})
+
+# %% [markdown]
+# ## Equal steps, then equal wall-clock, then a 256-character context
+
+# %%
 curves = {}
 for name, cfg in configs.items():
     if "gram" in name:  # a count: the same for every seed
-        fit = ablation.train_curves(cfg, name.split()[0].lower(), NOTEBOOK)
+        fit = ablation.run_arm(cfg, name, 0, NOTEBOOK)
         curves.update({(name, seed): fit for seed in SEEDS})
     else:
         for seed in SEEDS:
-            run = f"{name.split()[0].lower()}_s{seed}"
-            curves[name, seed] = ablation.train_curves(ablation.with_seed(cfg, seed), run, NOTEBOOK)
+            curves[name, seed] = ablation.run_arm(cfg, name, seed, NOTEBOOK)
+
+tokens_per_step = transformer.train.batch_size * transformer.data.seq_len
+step_s = {n: ablation.step_seconds([curves[n, s] for s in SEEDS], tokens_per_step) for n in neural}
+budget_s = STEPS * step_s[TF]
+timed_steps = {
+    n: ablation.steps_for_seconds(budget_s, step_s[n], minimum=2 * configs[n].train.optim.warmup_steps)
+    for n in (WIN, LSTM)
+}
+print(
+    f"seconds per step { ({n: round(v, 4) for n, v in step_s.items()}) }; budget {budget_s:.1f}s -> steps {timed_steps}"
+)
+for n, steps in timed_steps.items():
+    name = f"{n}, equal wall-clock"
+    configs[name] = ablation.with_steps(configs[n], steps)
+    for seed in SEEDS:
+        curves[name, seed] = ablation.run_arm(configs[name], name, seed, NOTEBOOK)
+
+for n in (LSTM, TF):
+    name, cfg = f"{n}, context {LONG}", configs[n]
+    model = dataclasses.replace(cfg.model, max_len=LONG) if n == TF else cfg.model
+    same_chars = dataclasses.replace(cfg.train, batch_size=max(1, tokens_per_step // LONG))  # characters per step
+    configs[name] = dataclasses.replace(
+        cfg, model=model, data=dataclasses.replace(cfg.data, seq_len=LONG), train=same_chars
+    )
+    for seed in SEEDS:
+        curves[name, seed] = ablation.run_arm(configs[name], name, seed, NOTEBOOK)
 
 # %%
 arms = {}
@@ -132,71 +189,88 @@ for name in configs:
         per_seed[seed] = {
             "val perplexity": math.exp(c.final_val) if c.val_loss else s.get("val_perplexity"),
             "parameters": s.get("params"),
+            "steps": configs[name].train.steps,
             "train seconds": s.get("wall_s"),
             "tokens/s": s.get("tokens_per_s"),
         }
     arms[name] = ablation.arm_record(per_seed)
-    print(f"{name:28s}", {k: round(v, 3) for k, v in arms[name]["mean"].items()}, f"(mean of {arms[name]['n']})")
+    print(f"{name:40s}", {k: round(v, 3) for k, v in arms[name]["mean"].items()}, f"(mean of {arms[name]['n']})")
 
-fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
 names = list(arms)
 value = lambda n, key: ablation.seed_values(arms[n], key)
 axes[0].barh(names, [arms[n]["mean"]["val perplexity"] for n in names])
 for i, n in enumerate(names):
     axes[0].plot(value(n, "val perplexity"), [i] * len(SEEDS), "k.", ms=4)
-axes[0].set(xlabel="validation perplexity (per character; dots: seeds)", title="Quality")
-neural = [n for n in names if "gram" not in n]
-axes[1].barh(neural, [arms[n]["mean"].get("tokens/s", 0) for n in neural])
+axes[0].set(xlabel="test perplexity (per character; dots: seeds)", title="Quality")
+trained = [n for n in names if "gram" not in n]
+axes[1].barh(trained, [arms[n]["mean"].get("tokens/s", 0) for n in trained])
 axes[1].set(xlabel="training tokens / s (mean over seeds)", title="Speed")
-for n in neural:
-    axes[2].plot(curves[n, SEEDS[0]].steps, curves[n, SEEDS[0]].train_loss, label=n)
+for n in trained:
+    c = curves[n, SEEDS[0]]
+    axes[2].plot(c.steps, c.train_loss, label=n)
 axes[2].set(xlabel="step", ylabel="train loss (nats/char)", title=f"Learning curves (seed {SEEDS[0]})")
-axes[2].legend(fontsize=8)
+axes[2].legend(fontsize=7)
 plt.tight_layout()
 plt.show()
 
 # %% [markdown]
 # ## Verdict
 # Perplexity differences paired by seed (lower is better); tokens/s paired by seed, from runs on
-# one machine (the runs are not timed on a quiet machine, so the speed row is indicative).
+# one machine (the medians of each run's logged rates; run the notebook on a quiet machine for the
+# speed rows to mean what they say).
 
 # %%
 ppl = {n: ablation.seed_values(arms[n], "val perplexity") for n in arms}
-best_ngram = min((arms[n]["mean"]["val perplexity"], n) for n in arms if "gram" in n)[1]
+best_ngram = next(n for n in arms if "gram" in n)
 win, lstm, tf = "fixed-window (Bengio 2003)", "LSTM (2 layers)", "Transformer"
-timed = all(r.get("tokens/s") is not None for n in (tf, lstm) for r in arms[n]["seeds"])
+timed_name, long_name = (lambda n: f"{n}, equal wall-clock"), (lambda n: f"{n}, context {LONG}")
 params = {n: arms[n]["seeds"][0]["parameters"] for n in (tf, lstm)}
+
+
+def faster(a: str, b: str, setting: str):
+    timed = all(r.get("tokens/s") is not None for n in (a, b) for r in arms[n]["seeds"])
+    if not timed:
+        return ablation.Comparison.unmeasured("greater", f"a run logged no tokens/s ({setting})")
+    rate = lambda n: ablation.seed_values(arms[n], "tokens/s")
+    return ablation.paired(rate(a), rate(b), expect="greater")
+
+
+less = lambda a, b: ablation.paired(ppl[a], ppl[b], expect="less")
 claims = {
-    "A neural fixed-window LM beats the n-gram": (
-        f"perplexity window - {best_ngram}",
-        [ablation.paired(ppl[win], ppl[best_ngram], expect="less")],
-    ),
+    "A neural fixed-window LM beats the n-gram": (f"perplexity window - {best_ngram}", [less(win, best_ngram)]),
     "An RNN beats the fixed-window LM": (
-        "perplexity LSTM - window",
-        [ablation.paired(ppl[lstm], ppl[win], expect="less")],
+        "perplexity LSTM - window, at equal steps, then at equal wall-clock",
+        [less(lstm, win), less(timed_name(lstm), timed_name(win))],
     ),
     "The Transformer beats the RNN at about the same parameters and steps": (
-        f"perplexity Transformer ({params[tf]:,} params) - LSTM ({params[lstm]:,} params)",
-        [ablation.paired(ppl[tf], ppl[lstm], expect="less")],
+        f"perplexity Transformer ({params[tf]:,} params) - LSTM ({params[lstm]:,} params), context 64 then {LONG}",
+        [less(tf, lstm), less(long_name(tf), long_name(lstm))],
+    ),
+    "The Transformer beats the RNN at equal wall-clock": (
+        f"perplexity Transformer ({arms[tf]['seeds'][0]['steps']} steps) - LSTM "
+        f"({arms[timed_name(lstm)]['seeds'][0]['steps']} steps in the same measured time)",
+        [less(tf, timed_name(lstm))],
     ),
     "The Transformer trains faster than the RNN": (
-        "training tokens/s, Transformer - LSTM",
-        [
-            ablation.paired(
-                ablation.seed_values(arms[tf], "tokens/s"),
-                ablation.seed_values(arms[lstm], "tokens/s"),
-                expect="greater",
-            )
-            if timed
-            else ablation.Comparison.unmeasured("greater", "a run logged no tokens/s")
-        ],
+        f"training tokens/s, Transformer - LSTM, context 64 then {LONG}",
+        [faster(tf, lstm, "context 64"), faster(long_name(tf), long_name(lstm), f"context {LONG}")],
     ),
 }
 table = ablation.verdict_table([ablation.row(claim, what, *parts) for claim, (what, parts) in claims.items()])
 print(table)
 out = ablation.save_results(
     NOTEBOOK,
-    {"arms": arms, "curves": {f"{n} s{seed}": c for (n, seed), c in curves.items()}, "verdicts": table},
+    {
+        "arms": arms,
+        "ngram_dev_loss": dev_loss,
+        "ngram_order": ORDER,
+        "lr_sweeps": sweeps,
+        "seconds_per_step": step_s,
+        "wall_clock_budget_s": budget_s,
+        "curves": {f"{n} s{seed}": c for (n, seed), c in curves.items()},
+        "verdicts": table,
+    },
     figures={"comparison": fig},
     configs=configs,
     seeds=SEEDS,

@@ -17,23 +17,45 @@
 # # Post-LN, Pre-LN and DeepNorm: warmup, optimizers and depth
 #
 # **Claims** (Xiong et al. 2020 "On Layer Normalization in the Transformer Architecture", Liu et
-# al. 2020, Wang et al. 2022 "DeepNet", and the notes):
+# al. 2020, Wang et al. 2022 "DeepNet", and the notes, `000_20579b809c9e1b51.txt`):
 # 1. Post-LN without learning-rate warmup trains badly or diverges, more so as depth grows, and
 #    warmup rescues it.
 # 2. Pre-LN trains without warmup.
-# 3. Post-LN, when it trains, can end lower than Pre-LN at shallow depth.
+# 3. Post-LN, when it trains, can end lower than Pre-LN at shallow depth (each at its best LR).
 # 4. Adam is less hurt than SGD by Post-LN's vanishing gradients.
-# 5. DeepNorm (x * alpha + F(x), then the norm; scaled init) trains deep Post-LN stably.
-# 6. At initialisation, Post-LN's gradient shrinks towards the input (the notes: like 2^(-l/2)
-#    over the l layers above), Pre-LN's is roughly flat across layers.
+# 5. DeepNorm (Norm(alpha x + F(x)), Xavier init with gain beta) trains deep Post-LN stably: it
+#    rescues a depth and LR where Post-LN fails.
+# 6. At initialisation Post-LN's gradient shrinks towards the input: the notes assume x and F(x)
+#    independent with equal variance, so each sublayer's norm divides the stream by sqrt(2) and the
+#    identity path of x_t carries 2^(-l/2) after l more sublayers. Pre-LN's gradient stays flat.
 # 7. In Pre-LN each layer changes the residual stream less and less (||x_{l+1} - x_l|| / ||x_l||
 #    falls with l): deep Pre-LN models act "wider rather than deeper".
 #
-# Character-level Shakespeare with a small width (d_model 64) at depths 6, 18 and 48, every arm
-# with several seeds (initialisation and data order; arms paired by seed). Each verdict comes from
-# a 95% interval over seeds (90% for "no worse", against a margin fixed before the run). All arms
-# share one learning rate per optimizer (1e-3 Adam, 0.1 SGD): the warmup claims are about a fixed
-# LR. `TRANSFORMER_JAX_SMOKE=1`: tiny sizes, one depth, 2 seeds.
+# **The notes' regime.** Every model here uses Xavier init without any depth factor
+# (`model.init="xavier"`; DeepNorm adds DeepNet's beta on the value, output and FFN projections and
+# alpha on the residual, nothing else) and token embeddings of unit variance (scaled by sqrt(d) as
+# in Vaswani et al.), so x_0 has the unit variance the notes assume; the output head is a separate
+# Xavier matrix (tied to unit-variance embeddings, the strong identity path of DeepNorm made every
+# model start by predicting the current character, and DeepNorm stalled near 3.3 nats in a 150-step
+# trial). The notebook reports Var(F(x)) / Var(x) per sublayer at init. The gradient probe differentiates the loss with
+# respect to the hidden state x_l entering each layer (`ablation.probes.hidden_grad_norms`), not
+# the parameters. A layer holds two sublayers (attention, FFN), so the notes' 2^(-1/2) per
+# sublayer is a log2 slope of +1 per layer.
+#
+# **Like for like.** Character-level Shakespeare, d_model 64, 1000 steps of 12 x 64 characters,
+# training at 6 and 18 layers (a 48-layer run takes about 1.2 s a step on two busy cores, too long
+# for three seeds of every arm; the probes at init cover 6, 18 and 48), every arm with several seeds
+# (initialisation and data order; arms paired by seed), Adam without weight decay, SGD with
+# momentum 0.9 and no decay, no gradient clipping in any arm (a clip binds for one placement and
+# not the other). The warmup claims are about one fixed LR, so they are shown at two fixed LRs.
+# Post vs Pre, and Adam vs SGD, use each arm's LR picked from a 3-point log grid on a dev split
+# carved from the end of the training text (`ablation.sweep_lr`); the validation split is scored.
+# DeepNorm and Post-LN share the same warmup, at the smallest LR of a sweep where Post-LN (with
+# that warmup) fails on the dev split. The relative residual change is read from the trained
+# checkpoints. Each verdict comes from a 95% interval over seeds (90% for "no worse" and "equal",
+# against a margin fixed before the run). Every run's curve and summary is kept under
+# `experiments/results/norm_placement/runs/` and reused by a later sitting.
+# `TRANSFORMER_JAX_SMOKE=1`: tiny models, one training depth, 2 seeds, 2-point grids.
 
 # %%
 # On Colab: install your copy of transformer-jax first (it has no PyPI release). Name it in SOURCE:
@@ -56,23 +78,28 @@ if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax")
 
 # %%
 import dataclasses
-import itertools
 import math
 
 import jax
-import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
 from transformer_jax.models import build_model
-from transformer_jax.train.metrics import read_metrics
 
 NOTEBOOK = "norm_placement"
-STEPS = ablation.pick(smoke=10, full=1500)
+STEPS = ablation.pick(smoke=10, full=1000)
 SEEDS = ablation.seeds()
-DEPTHS = ablation.pick(smoke=(2,), full=(6, 18, 48))
+PROBE_SEEDS = ablation.seeds(full=8)
+PROBE_DEPTHS = ablation.pick(smoke=(3,), full=(6, 18, 48))
+SHALLOW, DEEP = ablation.pick(smoke=(2, 2), full=(6, 18))
 PLACEMENTS = ("post", "pre", "deepnorm")
+WARMUP = ablation.pick(smoke=3, full=100)
+WARMUP_LRS = ablation.pick(smoke=(1e-3,), full=(1e-3, 3e-3))
+ADAM_GRID = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3))
+SGD_GRID = ablation.pick(smoke=[0.1, 0.3], full=ablation.lr_grid(0.1))
+RESCUE_GRID = ablation.pick(smoke=[1e-3, 3e-3], full=[1e-3, 3e-3, 1e-2])
+FAIL_MARGIN = 0.5  # Post-LN "fails" when it diverges or ends within 0.5 nats of ln V (the uniform predictor)
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
@@ -85,196 +112,268 @@ base = dataclasses.replace(
         d_model=ablation.pick(smoke=32, full=64),
         n_heads=ablation.pick(smoke=2, full=4),
         d_ff=ablation.pick(smoke=64, full=256),
+        init="xavier",
+        scale_embeddings=True,
+        tie_embeddings=False,
         scan_layers=True,
     ),
 )
+ceiling = math.log(base.model.vocab_size)
 
 
-def variant(placement: str, depth: int, *, warmup: bool = True, optimizer: str = "adam", steps: int = STEPS):
+def variant(placement: str, depth: int, *, optimizer: str = "adam", lr: float = 1e-3, warmup: bool = True):
     model = dataclasses.replace(base.model, placement=placement, n_layers=depth)
-    lr = 1e-3 if optimizer == "adam" else 0.1
-    optim = dataclasses.replace(
-        base.train.optim,
-        optimizer=optimizer,
-        lr=lr,
-        weight_decay=0.0 if optimizer == "sgd" else base.train.optim.weight_decay,  # Adam never decays
-        warmup_steps=ablation.pick(smoke=3, full=200) if warmup else 0,
-        min_lr=lr / 10,
-        momentum=0.9,
-    )
-    return dataclasses.replace(base, model=model, train=dataclasses.replace(base.train, steps=steps, optim=optim))
+    cfg = ablation.with_lr(dataclasses.replace(base, model=model), lr)
+    sgd = {"weight_decay": 0.0, "momentum": 0.9} if optimizer == "sgd" else {}
+    return ablation.with_optim(cfg, optimizer=optimizer, warmup_steps=WARMUP if warmup else 0, grad_clip=None, **sgd)
 
+
+def arm(placement: str, depth: int, optimizer: str = "adam", warmup: bool = True) -> str:
+    return f"{placement} L{depth} {optimizer} {'warmup' if warmup else 'no warmup'}"
+
+
+def trained_change(curves) -> dict:
+    """||x_{l+1} - x_l|| / ||x_l|| per layer of the trained checkpoint, on validation rows."""
+    return {"relative_change": ablation.probes.trained_relative_change(curves.workdir)}
+
+
+def train(placement, depth, *, lr, optimizer="adam", warmup=True, measure=None) -> list:
+    """One run per seed (reused when this arm, seed and config already ran)."""
+    cfg = variant(placement, depth, optimizer=optimizer, lr=lr, warmup=warmup)
+    name = f"{arm(placement, depth, optimizer, warmup)} lr={lr:.3g}"
+    return [ablation.run_arm(cfg, name, seed, NOTEBOOK, measure=measure) for seed in SEEDS]
+
+
+final = lambda runs: [c.final_or(ceiling) for c in runs]
 
 # %% [markdown]
-# ## Gradient norms and residual updates at initialisation
-# One optimizer step of each model logs the gradient norm of every layer (the training metric
-# `grad_norm/layers`); a forward pass with `return_hidden=True` gives the residual stream
-# entering each layer. One initialisation per seed.
+# ## At initialisation: the gradient reaching each hidden state, and Var(F(x)) / Var(x)
+# Random token rows through freshly initialised models (one initialisation per probe seed), the
+# stack run one layer at a time so that the loss can be differentiated with respect to each x_l.
 
 # %%
-deep = max(DEPTHS)
-init_grads = {p: [] for p in PLACEMENTS}
-rel_change = {p: [] for p in PLACEMENTS}
+probe_tokens = jax.random.randint(
+    jax.random.key(0), ablation.pick(smoke=(4, 32), full=(8, 64)), 0, base.model.vocab_size
+)
+grad_norms, var_ratio = {}, {}
 for placement in PLACEMENTS:
-    for seed in SEEDS:
-        cfg = ablation.with_seed(variant(placement, deep, steps=1), seed)
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, log_every=1, eval_every=1))
-        curves = ablation.train_curves(cfg, f"init_{placement}_s{seed}", NOTEBOOK)
-        rec = next(r for r in read_metrics(curves.workdir) if "train/grad_norm/layers" in r)
-        init_grads[placement].append(np.asarray(rec["train/grad_norm/layers"]))
-        model = build_model(cfg.model, seed=seed)
-        tokens = jax.random.randint(jax.random.key(seed), (4, base.data.seq_len), 0, cfg.model.vocab_size)
-        _, aux = model(tokens, return_hidden=True)
-        h = aux["hidden"]  # [L + 1, B, T, D]: entering each layer, then leaving the last
-        rel_change[placement].append(
-            np.asarray(
-                jnp.mean(jnp.linalg.norm(h[1:] - h[:-1], axis=-1) / jnp.linalg.norm(h[:-1], axis=-1), axis=(1, 2))
+    for depth in PROBE_DEPTHS:
+        cfg = dataclasses.replace(base.model, placement=placement, n_layers=depth, scan_layers=False)
+        models = [build_model(cfg, seed=seed) for seed in PROBE_SEEDS]
+        grad_norms[placement, depth] = [ablation.probes.hidden_grad_norms(m, probe_tokens) for m in models]
+        var_ratio[placement, depth] = [ablation.probes.sublayer_variances(m, probe_tokens)["ratio"] for m in models]
+
+fig_init, axes = plt.subplots(1, len(PROBE_DEPTHS) + 1, figsize=(5 * (len(PROBE_DEPTHS) + 1), 4))
+for ax, depth in zip(axes, PROBE_DEPTHS):
+    for i, placement in enumerate(PLACEMENTS):
+        for j, g in enumerate(grad_norms[placement, depth]):
+            ax.plot(
+                np.arange(depth + 1), np.log2(g), "-", color=f"C{i}", alpha=0.5, label=placement if j == 0 else None
             )
+    ax.set(
+        xlabel="l (0: the embeddings, L: leaving the last layer)", ylabel="log2 ||dL/dx_l||", title=f"{depth} layers"
+    )
+    ax.legend(fontsize=8)
+for i, placement in enumerate(PLACEMENTS):
+    r = np.mean(var_ratio[placement, PROBE_DEPTHS[-1]], axis=0)
+    axes[-1].semilogy(np.arange(1, len(r) + 1), r[:, 0], "o-", ms=3, color=f"C{i}", label=f"{placement}, attention")
+    axes[-1].semilogy(np.arange(1, len(r) + 1), r[:, 1], "s--", ms=3, color=f"C{i}", label=f"{placement}, FFN")
+axes[-1].axhline(1.0, color="k", ls=":", label="the notes' Var(F) = Var(x)")
+axes[-1].set(xlabel="layer", ylabel="Var(F) / Var(x)", title=f"Sublayers at init, {PROBE_DEPTHS[-1]} layers")
+axes[-1].legend(fontsize=7)
+plt.show()
+
+# %% [markdown]
+# ## Warmup at fixed learning rates (Adam)
+# Post-LN and Pre-LN at the shallow and the deep depth, with and without warmup, at each fixed LR.
+# A run that diverges counts as the uniform predictor (ln V nats), so that it can be paired. The
+# deep runs at the first LR also record the relative residual change of their trained checkpoint.
+
+# %%
+warm = {}
+for lr in WARMUP_LRS:
+    for placement in ("post", "pre"):
+        for depth in sorted({SHALLOW, DEEP}):
+            for w in (True, False):
+                measure = trained_change if (depth == DEEP and w and lr == WARMUP_LRS[0]) else None
+                warm[placement, depth, w, lr] = train(placement, depth, lr=lr, warmup=w, measure=measure)
+warm_loss = {key: final(runs) for key, runs in warm.items()}
+for key, runs in warm.items():
+    diverged = sum(c.diverged for c in runs)
+    print(key, ablation.mean_text(warm_loss[key], 4), f"{diverged} diverged" if diverged else "")
+rel_change = {  # a diverged run has no trained checkpoint to probe
+    p: [
+        np.asarray(c.summary["measured"]["relative_change"])
+        for c in warm[p, DEEP, True, WARMUP_LRS[0]]
+        if not c.diverged
+    ]
+    for p in ("post", "pre")
+}
+
+# %% [markdown]
+# ## Each arm at its own learning rate: Post vs Pre (Adam), and Adam vs SGD
+# Sweeps on the dev split (seed 0), at the shallow depth with warmup; then every seed at the pick.
+
+# %%
+tuned, sweeps = {}, {}
+for placement in ("post", "pre"):
+    for optimizer, grid in (("adam", ADAM_GRID), ("sgd", SGD_GRID)):
+        sweep = ablation.sweep_lr(
+            variant(placement, SHALLOW, optimizer=optimizer), arm(placement, SHALLOW, optimizer), grid, NOTEBOOK
+        )
+        sweeps[placement, optimizer] = sweep
+        runs = train(placement, SHALLOW, lr=sweep["lr"], optimizer=optimizer)
+        tuned[placement, optimizer] = {"lr": sweep["lr"], "final": final(runs)}
+        edge = " (at the edge of the grid)" if sweep["at_edge"] else ""
+        print(
+            placement,
+            optimizer,
+            f"lr {sweep['lr']:.3g}{edge}:",
+            ablation.mean_text(tuned[placement, optimizer]["final"], 4),
         )
 
-layers = np.arange(1, deep + 1)
-fig_init, axes = plt.subplots(1, 2, figsize=(13, 4))
-for i, placement in enumerate(PLACEMENTS):
-    for j in range(len(SEEDS)):
-        label = placement if j == 0 else None
-        axes[0].semilogy(layers, init_grads[placement][j], "o-", ms=3, color=f"C{i}", alpha=0.7, label=label)
-        axes[1].plot(layers, rel_change[placement][j], "o-", ms=3, color=f"C{i}", alpha=0.7, label=label)
-post = init_grads["post"][0]
-axes[0].semilogy(layers, post[-1] * 2.0 ** (-(deep - layers) / 2), "k:", label="2^(-(L-l)/2) (notes, Post-LN)")
-axes[0].set(
-    xlabel="layer l (1 = next to the input)",
-    ylabel="gradient norm at init",
-    title=f"Per-layer gradient norm, {deep} layers (one line per seed)",
-)
-axes[1].set(xlabel="layer l", ylabel="||x_{l+1} - x_l|| / ||x_l||", title="Relative change of the residual stream")
+# %% [markdown]
+# ## DeepNorm against Post-LN where Post-LN fails, with the same warmup
+# Post-LN at the deep depth with warmup, on the dev split over a grid of LRs; the comparison runs
+# at the smallest LR where it fails (diverges or ends within 0.5 nats of ln V), else at the largest.
+
+# %%
+post_sweep = ablation.sweep_lr(variant("post", DEEP), arm("post", DEEP, "adam"), RESCUE_GRID, NOTEBOOK)
+fails = [not loss < ceiling - FAIL_MARGIN for loss in post_sweep["dev_loss"]]
+rescue_lr = post_sweep["grid"][fails.index(True)] if any(fails) else post_sweep["grid"][-1]
+rescue = {
+    "lr": rescue_lr,
+    "post_fails_in_sweep": any(fails),
+    "sweep": post_sweep,
+    "post": final(train("post", DEEP, lr=rescue_lr)),
+    "deepnorm": final(train("deepnorm", DEEP, lr=rescue_lr)),
+}
+print({k: v for k, v in rescue.items() if k != "sweep"})
+
+fig_train, axes = plt.subplots(1, 2, figsize=(12, 4))
+for i, placement in enumerate(("post", "pre")):
+    for w in (True, False):
+        for j, c in enumerate(warm[placement, DEEP, w, WARMUP_LRS[0]]):
+            label = f"{placement}{'' if w else ', no warmup'}" if j == 0 else None
+            axes[0].plot(c.steps, c.train_loss, ls="-" if w else "--", color=f"C{i}", alpha=0.6, label=label)
+axes[0].set(title=f"{DEEP} layers, Adam lr {WARMUP_LRS[0]:g} (one line per seed)", xlabel="step", ylabel="train loss")
+for placement in (p for p in ("post", "pre") if rel_change[p]):
+    r = np.mean(rel_change[placement], axis=0)
+    axes[1].loglog(np.arange(1, len(r) + 1), r, "o-", ms=3, label=f"{placement}, trained")
+axes[1].set(xlabel="layer l", ylabel="||x_{l+1} - x_l|| / ||x_l||", title="Relative change, trained checkpoints")
 for ax in axes:
     ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# ## Training: placement x depth x warmup (Adam), and SGD at the shallower depths
-# A run that diverges counts as the uniform predictor (ln V nats), so that it can be paired.
-
-# %%
-keys = [(p, d, w, "adam") for p, d, w in itertools.product(PLACEMENTS, DEPTHS, (True, False))]
-keys += [(p, d, True, "sgd") for p, d in itertools.product(("post", "pre"), DEPTHS[:2])]
-grid = {key: variant(key[0], key[1], warmup=key[2], optimizer=key[3]) for key in keys}
-runs = {
-    (*key, seed): ablation.train_curves(ablation.with_seed(cfg, seed), "_".join(map(str, (*key, f"s{seed}"))), NOTEBOOK)
-    for key, cfg in grid.items()
-    for seed in SEEDS
-}
-ceiling = math.log(base.model.vocab_size)
-
-
-def final(key) -> list[float]:
-    """Final validation loss of each seed (ln V for a diverged run)."""
-    return [runs[(*key, seed)].final_or(ceiling) for seed in SEEDS]
-
-
-for key in grid:
-    diverged = sum(runs[(*key, seed)].diverged for seed in SEEDS)
-    print(key, ablation.mean_text(final(key), 4), f"{diverged} diverged" if diverged else "")
-
-# %%
-fig_grid, axes = plt.subplots(1, len(DEPTHS), figsize=(5 * len(DEPTHS), 4), sharey=True, squeeze=False)
-axes = axes[0]
-for ax, depth in zip(axes, DEPTHS):
-    for i, (placement, warmup) in enumerate(itertools.product(PLACEMENTS, (True, False))):
-        for seed in SEEDS:
-            c = runs[(placement, depth, warmup, "adam", seed)]
-            label = f"{placement}{'' if warmup else ', no warmup'}" if seed == SEEDS[0] else None
-            ax.plot(c.steps, c.train_loss, ls="-" if warmup else "--", color=f"C{i}", alpha=0.7, label=label)
-    ax.set(title=f"{depth} layers, Adam (one line per seed)", xlabel="step", ylim=(1.0, 4.5))
-    ax.legend(fontsize=7)
-axes[0].set_ylabel("train loss (nats/char)")
-plt.show()
-
-# %% [markdown]
 # ## Verdict
-# Differences paired by seed. Margins and thresholds fixed before the run: Pre-LN "trains without
-# warmup" and DeepNorm "trains deep Post-LN stably" mean no worse by more than 0.05 and 0.02 nats
-# (DeepNorm against Post-LN at the same warmup), and DeepNorm ends 0.1 nats below ln V, the
-# uniform predictor's loss that a diverged run is given;
-# the Post-LN init slope of log2 gradient norm per layer equals the notes' 0.5 within +-0.25 and
-# Pre-LN's largest/smallest layer gradient is below 2; Pre-LN's relative change at the last layer
-# is below half the first's.
+# Differences paired by seed; margins fixed before the run. "Trains without warmup": no worse by
+# more than 0.05 nats. "Post-LN fails": diverged or within 0.5 nats of ln V; DeepNorm rescues it
+# when it ends lower than Post-LN and more than 0.5 nats below ln V. "Like 2^(-1/2) per sublayer":
+# a log2 slope of ||dL/dx_l|| per layer of 1 +- 0.5 (two sublayers per layer); "flat": a slope
+# within +-1/L (at most a factor 2 over the whole stack). "Var(F(x)) = Var(x)": the geometric mean
+# of the Post-LN ratios within a factor 2 of 1. The relative change "falls": a negative log-log
+# slope against the layer index (the notes' x_t = O(t) gives -1).
 
 # %%
-shallow, deepest = DEPTHS[0], DEPTHS[-1]
-diff = lambda a, b: np.subtract(final(a), final(b))
-gap_nowarm = {d: diff(("post", d, False, "adam"), ("post", d, True, "adam")) for d in DEPTHS}
-pre_gap = {d: diff(("pre", d, False, "adam"), ("pre", d, True, "adam")) for d in DEPTHS}
-sgd_hurt = {p: diff((p, shallow, True, "sgd"), (p, shallow, True, "adam")) for p in ("post", "pre")}
-slopes = [np.polyfit(layers, np.log2(g), 1)[0] for g in init_grads["post"]]
-pre_spread = [float(np.max(g) / np.min(g)) for g in init_grads["pre"]]
+diff = lambda a, b: np.subtract(a, b)
+gap = lambda p, d, lr: diff(warm_loss[p, d, False, lr], warm_loss[p, d, True, lr])
+slope = lambda ys, x: [ablation.linear_fit(x, y)[0] for y in ys]
+grad_slopes = {key: slope([np.log2(g) for g in gs], np.arange(key[1] + 1)) for key, gs in grad_norms.items()}
+log2_var = [float(np.mean(np.log2(r))) for r in var_ratio["post", PROBE_DEPTHS[-1]]]
+change_slopes = slope([np.log(r) for r in rel_change["pre"]], np.log(np.arange(1, DEEP + 1)))
+one_depth = ablation.Comparison.unmeasured("greater", "one training depth only")
 claims = {
     "Post-LN without warmup trains worse, more so with depth; warmup rescues it": (
-        f"loss(no warmup) - loss(warmup) at {deepest} layers; that gap minus the gap at {shallow}",
+        f"at fixed LRs {', '.join(f'{lr:g}' for lr in WARMUP_LRS)}: loss(no warmup) - loss(warmup) at {DEEP} "
+        f"layers, and that gap minus the gap at {SHALLOW}",
         [
-            ablation.paired(gap_nowarm[deepest], expect="greater"),
-            ablation.paired(gap_nowarm[deepest], gap_nowarm[shallow], expect="greater")
-            if deepest != shallow
-            else ablation.Comparison.unmeasured("greater", "one depth only"),
+            part
+            for lr in WARMUP_LRS
+            for part in (
+                ablation.paired(gap("post", DEEP, lr), expect="greater"),
+                ablation.paired(gap("post", DEEP, lr), gap("post", SHALLOW, lr), expect="greater")
+                if DEEP != SHALLOW
+                else one_depth,
+            )
         ],
     ),
     "Pre-LN trains without warmup": (
-        "loss(no warmup) - loss(warmup), " + ", ".join(f"{d} layers" for d in DEPTHS),
-        [ablation.paired(pre_gap[d], expect="not greater", margin=0.05) for d in DEPTHS],
+        "loss(no warmup) - loss(warmup), "
+        + ", ".join(f"{d} layers lr {lr:g}" for lr in WARMUP_LRS for d in sorted({SHALLOW, DEEP})),
+        [
+            ablation.paired(gap("pre", d, lr), expect="not greater", margin=0.05)
+            for lr in WARMUP_LRS
+            for d in sorted({SHALLOW, DEEP})
+        ],
     ),
-    "Post-LN (with warmup) can end lower than Pre-LN at shallow depth": (
-        f"{shallow} layers, loss post - pre",
-        [ablation.paired(final(("post", shallow, True, "adam")), final(("pre", shallow, True, "adam")), expect="less")],
+    "Post-LN can end lower than Pre-LN at shallow depth (each at its best LR)": (
+        f"{SHALLOW} layers, Adam, loss post (lr {tuned['post', 'adam']['lr']:.3g}) - pre "
+        f"(lr {tuned['pre', 'adam']['lr']:.3g})",
+        [ablation.paired(tuned["post", "adam"]["final"], tuned["pre", "adam"]["final"], expect="less")],
     ),
     "Adam is less hurt than SGD by Post-LN": (
-        f"at {shallow} layers, (loss SGD - loss Adam) for post minus the same for pre (one SGD LR for both)",
-        [ablation.paired(sgd_hurt["post"], sgd_hurt["pre"], expect="greater")],
-    ),
-    "DeepNorm trains deep Post-LN stably": (
-        f"{deepest} layers, loss deepnorm - post with warmup, then without (like for like); "
-        f"deepnorm's loss with and without warmup against the uniform predictor's ln V = {ceiling:.3f}",
+        f"{SHALLOW} layers, each optimizer at its own LR, no clipping: (loss SGD - loss Adam) for post "
+        "minus the same for pre",
         [
             ablation.paired(
-                final(("deepnorm", deepest, w, "adam")),
-                final(("post", deepest, w, "adam")),
-                expect="not greater",
-                margin=0.02,
+                diff(tuned["post", "sgd"]["final"], tuned["post", "adam"]["final"]),
+                diff(tuned["pre", "sgd"]["final"], tuned["pre", "adam"]["final"]),
+                expect="greater",
             )
-            for w in (True, False)
-        ]
-        + [
-            ablation.paired(final(("deepnorm", deepest, w, "adam")), expect="less", reference=ceiling - 0.1)
-            for w in (True, False)
         ],
     ),
-    "At init, Post-LN gradients shrink towards the input like 2^(-l/2); Pre-LN's are flat": (
-        "Post-LN log2 slope per layer (notes: +0.5 towards the output); Pre-LN max/min layer gradient norm",
+    "DeepNorm rescues deep Post-LN (same warmup)": (
+        f"{DEEP} layers, lr {rescue['lr']:.3g}, both with warmup: loss deepnorm - post; deepnorm's loss "
+        f"against ln V - {FAIL_MARGIN} = {ceiling - FAIL_MARGIN:.3f}",
         [
-            ablation.paired(slopes, expect="equal", reference=0.5, margin=0.25),
-            ablation.paired(pre_spread, expect="less", reference=2.0),
+            ablation.paired(rescue["deepnorm"], rescue["post"], expect="less"),
+            ablation.paired(rescue["deepnorm"], expect="less", reference=ceiling - FAIL_MARGIN),
+        ]
+        if rescue["post_fails_in_sweep"]
+        else [
+            ablation.Comparison.unmeasured(
+                "less", f"Post-LN with warmup did not fail at any LR up to {rescue['lr']:g}: nothing to rescue"
+            )
         ],
     ),
-    "Pre-LN's relative residual change falls with depth": (
-        f"pre: change at layer {deep} over the change at layer 1",
-        [ablation.paired([r[-1] / r[0] for r in rel_change["pre"]], expect="less", reference=0.5)],
+    "At init, Post-LN's gradient shrinks towards the input like 2^(-1/2) per sublayer; Pre-LN's is flat": (
+        "log2 ||dL/dx_l|| per layer (towards the output), post then pre, at "
+        + ", ".join(f"{d}" for d in PROBE_DEPTHS)
+        + " layers",
+        [ablation.paired(grad_slopes["post", d], expect="equal", reference=1.0, margin=0.5) for d in PROBE_DEPTHS]
+        + [ablation.paired(grad_slopes["pre", d], expect="equal", margin=1.0 / d) for d in PROBE_DEPTHS],
+    ),
+    "The notes' assumption at init: Var(F(x)) = Var(x) in Post-LN (Xavier)": (
+        f"mean log2 of Var(F) / Var(x) over the {2 * PROBE_DEPTHS[-1]} Post-LN sublayers",
+        [ablation.paired(log2_var, expect="equal", margin=1.0)],
+    ),
+    "Pre-LN's relative residual change falls with depth (trained)": (
+        f"log-log slope of ||x_(l+1) - x_l|| / ||x_l|| against l, {DEEP} layers, trained",
+        [ablation.paired(change_slopes, expect="less")],
     ),
 }
 table = ablation.verdict_table([ablation.row(claim, what, *parts) for claim, (what, parts) in claims.items()])
 print(table)
+runs_record = lambda runs_by_seed: ablation.arm_record({s: {"final_val": v} for s, v in zip(SEEDS, runs_by_seed)})
 out = ablation.save_results(
     NOTEBOOK,
     {
-        "init_grad_norms": {p: {"seeds": list(SEEDS), "values": v} for p, v in init_grads.items()},
-        "relative_change": {p: {"seeds": list(SEEDS), "values": v} for p, v in rel_change.items()},
-        "post_log2_slope": {"seeds": list(SEEDS), "values": slopes},
-        "arms": {
-            "/".join(map(str, k)): ablation.arm_record(dict(zip(SEEDS, ({"final_val": v} for v in final(k)))))
-            for k in grid
+        "init_grad_norms": {f"{p} L{d}": {"seeds": list(PROBE_SEEDS), "values": v} for (p, d), v in grad_norms.items()},
+        "init_grad_slopes": {f"{p} L{d}": v for (p, d), v in grad_slopes.items()},
+        "init_var_ratio": {f"{p} L{d}": {"seeds": list(PROBE_SEEDS), "values": v} for (p, d), v in var_ratio.items()},
+        "trained_relative_change": {p: {"seeds": list(SEEDS), "values": v} for p, v in rel_change.items()},
+        "warmup_arms": {
+            f"{p} L{d} {'warmup' if w else 'no warmup'} lr={lr:g}": runs_record(v)
+            for (p, d, w, lr), v in warm_loss.items()
         },
+        "tuned_arms": {f"{p} {o}": {"lr": t["lr"], **runs_record(t["final"])} for (p, o), t in tuned.items()},
+        "sweeps": {f"{p} {o}": s for (p, o), s in sweeps.items()},
+        "rescue": {**rescue, "post": runs_record(rescue["post"]), "deepnorm": runs_record(rescue["deepnorm"])},
         "verdicts": table,
     },
-    figures={"init": fig_init, "training": fig_grid},
-    configs={"/".join(map(str, k)): cfg for k, cfg in grid.items()},
+    figures={"init": fig_init, "training": fig_train},
+    configs={"base": base},
     seeds=SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
 )

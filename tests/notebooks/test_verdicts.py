@@ -191,6 +191,7 @@ def attention_scaling(probes=None, final=SCALING_FINAL):
         SEEDS=SEEDS,
         PROBE_SEEDS=SEEDS,
         curves={},
+        at_init={},
         fig_probe=None,
         fig_train=None,
         configs={},

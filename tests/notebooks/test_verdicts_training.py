@@ -10,82 +10,125 @@ import numpy as np
 from tests.notebooks.verdict_cells import FAILS, HOLDS, SEEDS, UNSURE, arm, jitter, notebook_verdicts
 from transformer_jax import ablation
 
-# norm_placement: final losses by (placement, depth, warmup, optimizer) and seed; init probes by seed.
+# norm_placement: final losses by arm and seed; init probes and trained residual changes by seed.
 SHALLOW, DEEP = 6, 48
+LRS = (1e-3, 3e-3)
 CEILING = math.log(65)
-NORM_FINAL = {
-    ("post", SHALLOW, True, "adam"): 1.50,
-    ("post", SHALLOW, False, "adam"): 1.60,
-    ("post", DEEP, True, "adam"): 1.45,
-    ("post", DEEP, False, "adam"): 2.40,
-    ("pre", SHALLOW, True, "adam"): 1.52,
-    ("pre", SHALLOW, False, "adam"): 1.53,
-    ("pre", DEEP, True, "adam"): 1.40,
-    ("pre", DEEP, False, "adam"): 1.42,
-    ("deepnorm", SHALLOW, True, "adam"): 1.50,
-    ("deepnorm", SHALLOW, False, "adam"): 1.51,
-    ("deepnorm", DEEP, True, "adam"): 1.41,
-    ("deepnorm", DEEP, False, "adam"): 1.43,
-    ("post", SHALLOW, True, "sgd"): 2.50,
-    ("pre", SHALLOW, True, "sgd"): 1.90,
+WARM_LOSS = {  # (placement, depth, warmup): loss, at both fixed LRs
+    ("post", SHALLOW, True): 1.50,
+    ("post", SHALLOW, False): 1.60,
+    ("post", DEEP, True): 1.45,
+    ("post", DEEP, False): 2.40,
+    ("pre", SHALLOW, True): 1.52,
+    ("pre", SHALLOW, False): 1.53,
+    ("pre", DEEP, True): 1.40,
+    ("pre", DEEP, False): 1.42,
 }
+TUNED = {("post", "adam"): 1.48, ("pre", "adam"): 1.52, ("post", "sgd"): 2.50, ("pre", "sgd"): 1.90}
 NORM_CLAIMS = (
     "Post-LN without warmup trains worse, more so with depth; warmup rescues it",
     "Pre-LN trains without warmup",
-    "Post-LN (with warmup) can end lower than Pre-LN at shallow depth",
+    "Post-LN can end lower than Pre-LN at shallow depth (each at its best LR)",
     "Adam is less hurt than SGD by Post-LN",
-    "DeepNorm trains deep Post-LN stably",
-    "At init, Post-LN gradients shrink towards the input like 2^(-l/2); Pre-LN's are flat",
-    "Pre-LN's relative residual change falls with depth",
+    "DeepNorm rescues deep Post-LN (same warmup)",
+    "At init, Post-LN's gradient shrinks towards the input like 2^(-1/2) per sublayer; Pre-LN's is flat",
+    "The notes' assumption at init: Var(F(x)) = Var(x) in Post-LN (Xavier)",
+    "Pre-LN's relative residual change falls with depth (trained)",
 )
 
 
-def norm_placement(changes=None, post_rate=0.5, pre_spread=1.5, pre_change=(0.5, 0.1)):
-    table = {**NORM_FINAL, **(changes or {})}
-    per_seed = {key: jitter(v, i) if v < CEILING else [CEILING] * 3 for i, (key, v) in enumerate(table.items())}
-    layers = np.arange(1, DEEP + 1)
-    init_grads = {
-        "post": [2.0 ** ((post_rate + e) * layers) for e in (0.0, 0.01, -0.01)],
-        "pre": [np.linspace(1.0, pre_spread + e, DEEP) for e in (0.0, 0.05, -0.05)],
+def norm_placement(
+    warm=None, tuned=None, rescue=None, post_rate=1.0, pre_rate=0.0, log2_var=-0.3, change_power=-1.0, lrs=LRS
+):
+    losses = {**WARM_LOSS, **(warm or {})}
+    warm_loss = {
+        (p, d, w, lr): jitter(v, i + j) for j, lr in enumerate(lrs) for i, ((p, d, w), v) in enumerate(losses.items())
     }
-    rel_change = {"pre": [np.asarray(pre_change) * (1 + e) for e in (0.0, 0.05, -0.05)]}
+    tuned_runs = {k: {"lr": 1e-3, "final": jitter(v, i)} for i, (k, v) in enumerate({**TUNED, **(tuned or {})}.items())}
+    rescue = {
+        "lr": 1e-2,
+        "post_fails_in_sweep": True,
+        "post": jitter(4.0),
+        "deepnorm": jitter(1.6, 1),
+        **(rescue or {}),
+    }
+    probe_depths, noise = (6, 48), (0.0, 0.01, -0.01)
+    grad_norms, var_ratio = {}, {}
+    for d in probe_depths:
+        l = np.arange(d + 1)
+        grad_norms["post", d] = [2.0 ** ((post_rate + e) * l) for e in noise]
+        grad_norms["pre", d] = [2.0 ** ((pre_rate + e / d) * l) for e in noise]
+        var_ratio["post", d] = [np.full((d, 2), 2.0 ** (log2_var + e)) for e in noise]
+    layers = np.arange(1, DEEP + 1)
+    rel_change = {"pre": [0.5 * layers ** (change_power + e) for e in noise], "post": [np.ones(DEEP)] * 3}
     v = notebook_verdicts(
         "norm_placement",
-        final=lambda key: per_seed[key],
-        DEPTHS=(SHALLOW, DEEP),
-        SEEDS=SEEDS,
-        layers=layers,
-        init_grads=init_grads,
+        warm_loss=warm_loss,
+        tuned=tuned_runs,
+        sweeps={},
+        rescue=rescue,
+        grad_norms=grad_norms,
+        var_ratio=var_ratio,
         rel_change=rel_change,
-        deep=DEEP,
+        WARMUP_LRS=lrs,
+        SHALLOW=SHALLOW,
+        DEEP=DEEP,
+        PROBE_DEPTHS=probe_depths,
+        SEEDS=SEEDS,
+        PROBE_SEEDS=SEEDS,
+        FAIL_MARGIN=0.5,
         ceiling=CEILING,
-        grid=dict.fromkeys(table),
+        base={},
         fig_init=None,
-        fig_grid=None,
+        fig_train=None,
     )
+    assert list(v) == list(NORM_CLAIMS)
     return [v[c] for c in NORM_CLAIMS]
 
 
 def test_norm_placement_verdicts():
-    assert norm_placement() == [HOLDS] * 7
-    assert norm_placement({("post", SHALLOW, False, "adam"): 2.60})[0] == FAILS  # gap 1.1 at 6 > 0.95 at 48
-    assert norm_placement({("pre", DEEP, False, "adam"): 1.50})[1] == FAILS  # gap 0.10 > the 0.05 margin
-    assert norm_placement({("pre", DEEP, False, "adam"): 1.445})[1] == UNSURE  # gap 0.045: the interval crosses 0.05
-    assert norm_placement({("post", SHALLOW, True, "adam"): 1.52})[2] == UNSURE  # a tie is no win
-    assert norm_placement({("post", SHALLOW, True, "adam"): 1.56})[2] == FAILS
-    assert norm_placement({("pre", SHALLOW, True, "sgd"): 2.60})[3] == FAILS
-    assert norm_placement({("deepnorm", DEEP, True, "adam"): 1.50})[4] == FAILS  # 0.05 worse than post, like for like
-    assert (
-        norm_placement({("deepnorm", DEEP, False, "adam"): 2.30})[4] == HOLDS
-    )  # still better than post without warmup
-    assert norm_placement({("post", DEEP, False, "adam"): math.inf})[0] == HOLDS  # a diverged run counts as ln V
-    assert norm_placement(post_rate=0.1)[5] == FAILS and norm_placement(pre_spread=3.0)[5] == FAILS
-    assert norm_placement(pre_change=(0.5, 0.3))[6] == FAILS
+    assert norm_placement() == [HOLDS] * 8
+    assert norm_placement({("post", SHALLOW, False): 2.60})[0] == FAILS  # gap 1.1 at 6 > 0.95 at 48
+    assert norm_placement({("post", DEEP, False): CEILING})[0] == HOLDS  # a diverged run counts as ln V
+    assert norm_placement({("pre", DEEP, False): 1.50})[1] == FAILS  # gap 0.10 > the 0.05 margin
+    assert norm_placement({("pre", DEEP, False): 1.445})[1] == UNSURE  # gap 0.045: the interval crosses 0.05
+    assert norm_placement(tuned={("post", "adam"): 1.52})[2] == UNSURE  # a tie is no win
+    assert norm_placement(tuned={("post", "adam"): 1.56})[2] == FAILS
+    assert norm_placement(tuned={("pre", "sgd"): 2.60})[3] == FAILS  # SGD hurts pre more than post
+    assert norm_placement(rescue={"deepnorm": jitter(4.1, 1)})[4] == FAILS  # no better than failing Post-LN
+    assert norm_placement(rescue={"deepnorm": jitter(3.9, 1)})[4] == FAILS  # better, but still near ln V
+    assert norm_placement(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
+    assert norm_placement(post_rate=0.1)[5] == FAILS and norm_placement(pre_rate=0.3)[5] == FAILS
+    assert norm_placement(post_rate=0.5)[5] == UNSURE  # on the edge of 1 +- 0.5
+    assert norm_placement(log2_var=-2.0)[6] == FAILS  # Var(F) a quarter of Var(x)
+    assert norm_placement(change_power=0.2)[7] == FAILS
 
 
-def test_norm_placement_diverged_deepnorm_does_not_train_stably():
-    diverged = {k: math.inf for k in NORM_FINAL if k[1] == DEEP and k[0] in ("post", "deepnorm")}
-    assert norm_placement(diverged)[4] == FAILS
+def test_norm_placement_at_one_training_depth_leaves_the_depth_growth_unmeasured():
+    v = notebook_verdicts(
+        "norm_placement",
+        warm_loss={
+            (p, 2, w, 1e-3): jitter(1.5 + (not w) * (p == "post") * 0.5) for p in ("post", "pre") for w in (1, 0)
+        },
+        tuned={(p, o): {"lr": 1e-3, "final": jitter(1.5)} for p in ("post", "pre") for o in ("adam", "sgd")},
+        sweeps={},
+        rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
+        grad_norms={(p, 3): [np.ones(4)] * 2 for p in ("post", "pre")},
+        var_ratio={("post", 3): [np.ones((3, 2))] * 2},
+        rel_change={"pre": [np.asarray([0.5, 0.3])] * 2, "post": [np.ones(2)] * 2},
+        WARMUP_LRS=(1e-3,),
+        SHALLOW=2,
+        DEEP=2,
+        PROBE_DEPTHS=(3,),
+        SEEDS=(0, 1),
+        PROBE_SEEDS=(0, 1),
+        FAIL_MARGIN=0.5,
+        ceiling=CEILING,
+        base={},
+        fig_init=None,
+        fig_train=None,
+    )
+    assert v[NORM_CLAIMS[0]] == UNSURE and v[NORM_CLAIMS[4]] == UNSURE
 
 
 # mixture_of_experts: final losses and max/mean expert loads by arm and seed.
@@ -206,19 +249,25 @@ def test_decoding_kv_cache_verdicts_use_the_slopes():
     assert decoding(fixed={64: -0.1, 128: 2.1, 256: 3.9, 512: 8.2, 1024: 16.0})[4] == UNSURE
 
 
-# language_model_history: perplexities and speeds of the five models, by seed.
+# language_model_history: perplexities and speeds of every arm, by seed.
 WIN, LSTM, TF = "fixed-window (Bengio 2003)", "LSTM (2 layers)", "Transformer"
+TIMED = lambda n: f"{n}, equal wall-clock"
+LONG = lambda n: f"{n}, context 256"
 LM_ROWS = {
-    "2-gram": {"val perplexity": 9.0, "tokens/s": None, "parameters": 0},
-    "3-gram": {"val perplexity": 8.0, "tokens/s": None, "parameters": 0},
+    "4-gram (Kneser-Ney, order chosen on dev)": {"val perplexity": 8.0, "tokens/s": None, "parameters": 0},
     WIN: {"val perplexity": 7.0, "tokens/s": 9000.0, "parameters": 100_000},
     LSTM: {"val perplexity": 6.0, "tokens/s": 1000.0, "parameters": 200_000},
     TF: {"val perplexity": 5.0, "tokens/s": 5000.0, "parameters": 200_000},
+    TIMED(WIN): {"val perplexity": 6.8, "tokens/s": 9000.0, "parameters": 100_000},
+    TIMED(LSTM): {"val perplexity": 6.5, "tokens/s": 1000.0, "parameters": 200_000},
+    LONG(LSTM): {"val perplexity": 5.9, "tokens/s": 900.0, "parameters": 200_000},
+    LONG(TF): {"val perplexity": 4.6, "tokens/s": 4000.0, "parameters": 200_000},
 }
 LM_CLAIMS = (
     "A neural fixed-window LM beats the n-gram",
     "An RNN beats the fixed-window LM",
     "The Transformer beats the RNN at about the same parameters and steps",
+    "The Transformer beats the RNN at equal wall-clock",
     "The Transformer trains faster than the RNN",
 )
 
@@ -230,19 +279,39 @@ def lm_history(changes=None):
         counted = "gram" in name  # a count: the same every seed
         ppl = [row["val perplexity"]] * 3 if counted else jitter(row["val perplexity"], i, 0.02)
         tps = [None] * 3 if row["tokens/s"] is None else jitter(row["tokens/s"], i, 20.0)
-        arms[name] = arm(**{"val perplexity": ppl, "tokens/s": tps, "parameters": [row["parameters"]] * 3})
-    v = notebook_verdicts("language_model_history", arms=arms, curves={}, fig=None, configs={}, SEEDS=SEEDS)
+        steps = [2000 if name != TIMED(LSTM) else 400] * 3
+        arms[name] = arm(
+            **{"val perplexity": ppl, "tokens/s": tps, "parameters": [row["parameters"]] * 3, "steps": steps}
+        )
+    v = notebook_verdicts(
+        "language_model_history",
+        arms=arms,
+        LONG=256,
+        curves={},
+        fig=None,
+        configs={},
+        SEEDS=SEEDS,
+        dev_loss={},
+        ORDER=4,
+        sweeps={},
+        step_s={},
+        budget_s=1.0,
+    )
+    assert list(v) == list(LM_CLAIMS)
     return [v[c] for c in LM_CLAIMS]
 
 
 def test_language_model_history_verdicts():
-    assert lm_history() == [HOLDS, HOLDS, HOLDS, HOLDS]
-    # the window must beat the *best* n-gram: a 2-gram below it turns the first claim
-    assert lm_history({"2-gram": {"val perplexity": 6.9}})[0] == FAILS
-    assert lm_history({TF: {"val perplexity": 6.1}}) == [HOLDS, HOLDS, FAILS, HOLDS]
+    assert lm_history() == [HOLDS] * 5
+    assert lm_history({WIN: {"val perplexity": 8.1}})[0] == FAILS  # worse than the n-gram chosen on dev
     assert lm_history({LSTM: {"val perplexity": 7.0}})[1] == UNSURE  # a tie is no win
-    assert lm_history({TF: {"tokens/s": 900.0}})[3] == FAILS
+    assert lm_history({TIMED(LSTM): {"val perplexity": 7.0}})[1] == FAILS  # loses at equal wall-clock
+    assert lm_history({TF: {"val perplexity": 6.6}})[2:4] == [FAILS, FAILS]
+    assert lm_history({LONG(TF): {"val perplexity": 6.0}})[2] == FAILS  # the long context turns it
+    assert lm_history({TIMED(LSTM): {"val perplexity": 4.9}})[3] == FAILS
+    assert lm_history({TF: {"tokens/s": 900.0}})[4] == FAILS
 
 
 def test_language_model_history_without_a_speed_is_inconclusive():
-    assert lm_history({LSTM: {"tokens/s": None}})[3] == UNSURE
+    assert lm_history({LSTM: {"tokens/s": None}})[4] == UNSURE
+    assert lm_history({LONG(LSTM): {"tokens/s": None}})[4] == UNSURE

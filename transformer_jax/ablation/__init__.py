@@ -17,9 +17,13 @@ as it is in CI::
 The protocol (`stats`, `protocol`): every arm runs >= 3 seeds (2 in SMOKE), arms are paired by
 seed, a claim is judged by the 95% interval of the mean paired difference (t), or of a paired
 bootstrap over test items for decoding methods on one model; "no worse" / "does not change"
-claims by two one-sided tests against a margin stated before the run.
+claims by two one-sided tests against a margin stated before the run. An arm's learning rate
+comes from a sweep scored on a dev split carved from the training text (`tuning`); every run
+leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
+(`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes.
 """
 
+from transformer_jax.ablation import probes
 from transformer_jax.ablation.paths import (
     REUSE_ENV,
     SMOKE_ENV,
@@ -69,12 +73,23 @@ from transformer_jax.ablation.stats import (
     t_interval,
     t_quantile,
 )
+from transformer_jax.ablation.store import RETRAIN_ENV, config_hash, load_run, run_arm, run_key, runs_store, save_run
+from transformer_jax.ablation.tuning import (
+    dev_split,
+    step_seconds,
+    steps_for_seconds,
+    sweep_lr,
+    with_lr,
+    with_optim,
+    with_steps,
+)
 
 __all__ = [
     "GALLERY_END",
     "GALLERY_START",
     "PREDATES",
     "PROTOCOL",
+    "RETRAIN_ENV",
     "REUSE_ENV",
     "SMOKE_ENV",
     "START_COMMIT",
@@ -88,11 +103,14 @@ __all__ = [
     "combine",
     "committed_note",
     "config_dict",
+    "config_hash",
     "decide",
+    "dev_split",
     "eval_loss",
     "gallery_markdown",
     "git_commit",
     "linear_fit",
+    "load_run",
     "loglog_slope",
     "lr_grid",
     "mean_text",
@@ -100,21 +118,32 @@ __all__ = [
     "paired_bootstrap",
     "pick",
     "pick_lr",
+    "probes",
     "read_curves",
     "repo_root",
     "results_dir",
     "row",
+    "run_arm",
+    "run_key",
     "runs_dir",
+    "runs_store",
     "save_results",
+    "save_run",
     "seed_values",
     "seeds",
     "shakespeare_config",
     "smoke",
+    "step_seconds",
+    "steps_for_seconds",
+    "sweep_lr",
     "t_interval",
     "t_quantile",
     "train_curves",
     "update_readme_gallery",
     "verdict",
     "verdict_table",
+    "with_lr",
+    "with_optim",
     "with_seed",
+    "with_steps",
 ]

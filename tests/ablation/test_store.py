@@ -1,0 +1,147 @@
+"""Run summaries (``ablation.store``) and tuning helpers (``ablation.tuning``): keys, round trips,
+reuse, the dev split carved from the training text, the learning-rate sweep and time budgets."""
+
+import dataclasses
+import json
+import math
+import pathlib
+
+import pytest
+
+from transformer_jax import ablation
+from transformer_jax.ablation import paths, runs, store, tuning
+
+
+@pytest.fixture
+def smoke(monkeypatch, tmp_path):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    monkeypatch.setattr(paths, "_SMOKE_DIR", tmp_path / "results")
+    monkeypatch.setenv("TRANSFORMER_JAX_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv(store.RETRAIN_ENV, raising=False)
+    return tmp_path
+
+
+def cfg(lr=1e-3):
+    return tuning.with_lr(ablation.shakespeare_config("store_test", steps=3), lr)
+
+
+def test_config_hash_follows_the_numbers_not_the_name(tmp_path):
+    base = cfg()
+    assert store.config_hash(base) == store.config_hash(dataclasses.replace(base, name="other"))
+    assert store.config_hash(base) == store.config_hash(
+        dataclasses.replace(base, model=dataclasses.replace(base.model, vocab_size=99))
+    )
+    assert store.config_hash(base) != store.config_hash(cfg(3e-3))
+    assert store.config_hash(base) != store.config_hash(ablation.with_seed(base, 1))
+    # local text files stand for their contents: the same text anywhere gives the same hash
+    texts = {}
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        texts[name] = tmp_path / name / "t.txt"
+        texts[name].write_text("to be or not to be" if name != "c" else "something else")
+    on = lambda p: dataclasses.replace(base, data=dataclasses.replace(base.data, dataset="text", path=str(p)))
+    assert store.config_hash(on(texts["a"])) == store.config_hash(on(texts["b"]))
+    assert store.config_hash(on(texts["a"])) != store.config_hash(on(texts["c"]))
+    key = store.run_key("post, 6 layers / no warmup", 2, base)
+    assert key == f"post_6_layers_no_warmup__s2__{store.config_hash(base)}"
+
+
+def fake_curves(val=(1.5, 1.2), train=(2.0, 1.9), **summary):
+    return runs.Curves("x", [1, 2], list(train), [1, 2], list(val), {"tokens_per_s": 100.0, **summary}, "/tmp/x")
+
+
+def test_smoke_summaries_go_to_a_temporary_folder_and_read_back(smoke):
+    path = store.save_run(
+        "nb", "arm", 1, cfg(), fake_curves(train=(2.0, math.nan)), measured={"rel": [0.5, float("nan")]}
+    )
+    assert path.parent == smoke / "results" / "nb" / "runs" and ablation.repo_root() not in path.parents
+    record = json.loads(path.read_text())  # strict JSON: no NaN
+    assert record["curves"]["train_loss"] == [2.0, None] and record["measured"] == {"rel": [0.5, None]}
+    assert record["arm"] == "arm" and record["seed"] == 1 and record["config"]["train"]["optim"]["lr"] == 1e-3
+    back = store.load_run("nb", "arm", 1, cfg())
+    assert back is not None and back.val_loss == [1.5, 1.2] and math.isnan(back.train_loss[1])
+    assert back.summary["measured"] == {"rel": [0.5, None]} and path.name in back.summary["reused_from"]
+    assert store.load_run("nb", "arm", 2, cfg()) is None and store.load_run("nb", "arm", 1, cfg(3e-3)) is None
+
+
+def test_full_summaries_go_under_experiments_results(monkeypatch, tmp_path):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")
+    monkeypatch.setattr(paths, "repo_root", lambda: tmp_path)
+    assert store.runs_store("nb") == tmp_path / "experiments" / "results" / "nb" / "runs"
+
+
+def test_run_arm_trains_once_then_reuses_and_measures(smoke, monkeypatch):
+    trained = []
+
+    def train_curves(c, name, notebook):
+        trained.append((c.train.seed, c.data.seed, name, notebook))
+        return fake_curves(val=(1.5, 1.0 + c.train.seed))
+
+    monkeypatch.setattr(runs, "train_curves", train_curves)
+    measured = []
+    measure = lambda c: measured.append(c.workdir) or {"seen": c.final_val}
+    first = ablation.run_arm(cfg(), "pre", 3, "nb", measure=measure)
+    assert trained == [(3, 3, store.run_key("pre", 3, ablation.with_seed(cfg(), 3)), "nb")]
+    assert first.summary["measured"] == {"seen": 4.0} and measured == ["/tmp/x"]
+    again = ablation.run_arm(cfg(), "pre", 3, "nb", measure=measure)
+    assert len(trained) == 1 and len(measured) == 1 and again.final_val == 4.0
+    assert again.summary["measured"] == {"seen": 4.0} and "reused_from" in again.summary
+    assert "pre s3" in runs._REUSED
+    ablation.run_arm(cfg(), "post", 3, "nb")  # saved without a measurement ...
+    ablation.run_arm(cfg(), "post", 3, "nb", measure=measure)  # ... so trained again to measure it
+    assert len(trained) == 3 and len(measured) == 2
+    monkeypatch.setenv(store.RETRAIN_ENV, "1")
+    ablation.run_arm(cfg(), "pre", 3, "nb")
+    assert len(trained) == 4
+
+
+def test_run_arm_does_not_measure_a_diverged_run(smoke, monkeypatch):
+    monkeypatch.setattr(runs, "train_curves", lambda c, name, nb: fake_curves(val=(math.nan,) * 2, halted=True))
+    c = ablation.run_arm(cfg(), "post", 0, "nb", measure=lambda c: pytest.fail("measured a diverged run"))
+    assert c.diverged and c.summary["measured"] is None
+
+
+def test_dev_split_carves_the_end_of_the_training_text(smoke, tmp_path):
+    text = "".join(f"line {i}: the quick brown fox\n" for i in range(400))
+    (tmp_path / "corpus.txt").write_text(text)
+    base = cfg()
+    base = dataclasses.replace(
+        base, data=dataclasses.replace(base.data, dataset="text", path=str(tmp_path / "corpus.txt"))
+    )
+    dev = tuning.dev_split(base, 0.1)
+    train_text = text[: int(len(text) * 0.9)]  # the corpus's own 90/10 split
+    cut = int(len(train_text) * 0.9)
+    assert (dev.data.dataset, dev.model, dev.train) == ("text", base.model, base.train)
+    read = lambda p: pathlib.Path(p).read_text()
+    assert read(dev.data.path) == train_text[:cut] and read(dev.data.val_path) == train_text[cut:]
+    assert tuning.dev_split(base, 0.1).data == dev.data  # written once, same files
+    with pytest.raises(ValueError, match="fraction"):
+        tuning.dev_split(base, 1.0)
+
+
+def test_sweep_lr_scores_each_rate_on_the_dev_split(smoke, monkeypatch):
+    seen = []
+
+    def run_arm(c, arm, seed, notebook):
+        seen.append((arm, seed, c.data.dataset, c.train.optim.lr, c.train.optim.min_lr))
+        loss = {1e-3: 1.4, 3e-3: 1.3, 1e-2: math.nan}[c.train.optim.lr]
+        return fake_curves(val=(2.0, loss), halted=math.isnan(loss))
+
+    monkeypatch.setattr(tuning, "run_arm", run_arm)
+    monkeypatch.setattr(
+        tuning,
+        "dev_split",
+        lambda c, f: dataclasses.replace(c, data=dataclasses.replace(c.data, dataset="text", path="x")),
+    )
+    rec = tuning.sweep_lr(cfg(), "post", [1e-3, 3e-3, 1e-2], "nb", seeds=(0, 1))
+    assert rec["lr"] == 3e-3 and rec["dev_loss"] == [1.4, 1.3, math.inf] and not rec["at_edge"]
+    assert rec["arm"] == "post" and rec["seeds"] == [0, 1] and len(seen) == 6
+    assert seen[0] == ("post lr=0.001 dev", 0, "text", 1e-3, 1e-4)
+
+
+def test_time_budgets():
+    timed = [fake_curves(tokens_per_s=r) for r in (1000.0, 800.0, 1200.0)]
+    assert tuning.step_seconds(timed, 768) == pytest.approx(0.768)
+    assert tuning.steps_for_seconds(100.0, 0.768) == 130 and tuning.steps_for_seconds(0.1, 1.0) == 1
+    with pytest.raises(ValueError, match="tokens_per_s"):
+        tuning.step_seconds([fake_curves(tokens_per_s=None)], 768)

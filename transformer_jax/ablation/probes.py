@@ -1,0 +1,208 @@
+"""Probes of a ``DecoderLM`` at initialisation or from a trained run (norm_placement, attention_scaling).
+
+- `hidden_grad_norms`: ||dL/dx_l|| with respect to the residual stream x_l entering each layer
+  (and leaving the last), not the parameters: the loss is differentiated with respect to an
+  additive zero tensor d_l in ``x_l + d_l``, injected before each block.
+- `sublayer_variances`: Var(x) of the residual stream entering each sublayer (attention, FFN) and
+  Var(F) of what the sublayer adds to it (F(x) for post-LN / DeepNorm, F(Norm(x)) for pre-LN): the
+  notes' Post-LN derivation assumes Var(F(x)) = Var(x).
+- `relative_change`: ||x_{l+1} - x_l|| / ||x_l|| per layer, from ``aux["hidden"]``;
+  `trained_relative_change` reads it from a run's last checkpoint on validation rows.
+- `attention_logits`: the first layer's q, k and unscaled q.k at init (is the softmax saturated?).
+
+The probes run the model's own modules (embedding, position encoding, blocks, output head) in
+the order ``DecoderLM.__call__`` does, one block at a time: the stack must not be scanned
+(``model.scan_layers=False``), without MoE, cache, segments or dropout. A test checks that the
+logits equal the model's own.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from transformer_jax.models.common import output_logits
+from transformer_jax.nn.block import Block, BlockInputs
+from transformer_jax.nn.mlp import FeedForward
+from transformer_jax.ops.masks import AttentionMask
+
+
+def _blocks(model: Any) -> list[Block]:
+    cfg = model.cfg
+    if cfg.kind != "decoder_lm":
+        raise ValueError(f"the probes take a DecoderLM (model.kind='decoder_lm'), got model.kind={cfg.kind!r}")
+    if cfg.scan_layers:
+        raise ValueError("the probes run one block at a time: build the model with model.scan_layers=False")
+    if cfg.moe is not None:
+        raise ValueError("the probes do not support MoE layers (model.moe must be None)")
+    return list(model.layers.layers)
+
+
+def _start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array, "B T D"], BlockInputs]:
+    """x_0 (token embeddings plus positions) and the block inputs, as ``DecoderLM.__call__`` builds them."""
+    B, T = tokens_BT.shape
+    positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    x_BTD = model.positions.embed(model.embed(tokens_BT), positions_BT)
+    mask = AttentionMask(causal=model.cfg.causal)
+    bias = model.positions.attention_bias(positions_BT, positions_BT)
+    return x_BTD, BlockInputs(mask=mask, positions=positions_BT, bias=bias)
+
+
+def _logits(model: Any, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+    return output_logits(x_BTD, model.final_norm, model.lm_head, model.embed, model.cfg.final_softcap)
+
+
+def perturbed_logits(
+    model: Any, tokens_BT: Int[Array, "B T"], deltas_LBTD: Float[Array, "L1 B T D"] | None = None
+) -> tuple[Float[Array, "B T V"], Float[Array, "L1 B T D"]]:
+    """(logits, hidden): the forward pass with ``deltas[l]`` added to the residual stream entering
+    layer l (l = 0..L-1) and ``deltas[L]`` to the one leaving the last layer; ``hidden[l]`` is the
+    stream there (after adding). With no deltas, the logits and ``aux["hidden"]`` of the model."""
+    blocks = _blocks(model)
+    x_BTD, inputs = _start(model, tokens_BT)
+    hidden = []
+    for l, block in enumerate([*blocks, None]):
+        if deltas_LBTD is not None:
+            x_BTD = x_BTD + deltas_LBTD[l]
+        hidden.append(x_BTD)
+        if block is not None:
+            x_BTD = block(x_BTD, inputs)[0]
+    return _logits(model, x_BTD), jnp.stack(hidden)
+
+
+def next_token_loss(logits_BTV: Float[Array, "B T V"], tokens_BT: Int[Array, "B T"]) -> Array:
+    """Mean cross-entropy of predicting ``tokens[:, t + 1]`` from position t."""
+    return optax.softmax_cross_entropy_with_integer_labels(logits_BTV[:, :-1], tokens_BT[:, 1:]).mean()
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _loss_and_hidden_grads(graphdef, state, tokens_BT):
+    model = nnx.merge(graphdef, state)
+    B, T = tokens_BT.shape
+    zeros = jnp.zeros((len(model.layers.layers) + 1, B, T, model.cfg.d_model), model.cfg.compute_dtype)
+    loss_fn = lambda d: next_token_loss(perturbed_logits(model, tokens_BT, d)[0], tokens_BT)
+    return jax.value_and_grad(loss_fn)(zeros)
+
+
+def hidden_grads(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[float, Float[Array, "L1 B T D"]]:
+    """(loss, dL/dx_l for l = 0..L): the gradient of `next_token_loss` with respect to the
+    residual stream entering each layer and leaving the last, i.e. with respect to zero deltas of
+    `perturbed_logits` (jitted once per model structure: other seeds reuse the compilation)."""
+    _blocks(model)
+    graphdef, state = nnx.split(model)
+    loss, g = _loss_and_hidden_grads(graphdef, state, jnp.asarray(tokens_BT))
+    return float(loss), g
+
+
+def hidden_grad_norms(model: Any, tokens_BT: Int[Array, "B T"]) -> np.ndarray:
+    """[L + 1] Frobenius norms ||dL/dx_l|| over the batch (`hidden_grads`), l = 0 at the input."""
+    _, g = hidden_grads(model, tokens_BT)
+    return np.asarray(jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32)), axis=(1, 2, 3))))
+
+
+def sublayer_trace(model: Any, tokens_BT: Int[Array, "B T"]) -> list[dict[str, Array]]:
+    """Per sublayer (attention, then FFN, of each layer in order): ``x`` the residual stream
+    entering it, ``h`` what F reads (x for post-LN and DeepNorm, Norm(x) for pre-LN), ``f`` what
+    it adds (F(h), through the sublayer norm for sandwich) and ``out`` the stream after it. Each
+    block is applied through its placement rule exactly as ``Block.__call__`` does for a dense
+    self-attention layer without dropout."""
+    blocks = _blocks(model)
+    x_BTD, inputs = _start(model, tokens_BT)
+    trace: list[dict[str, Array]] = []
+    for block in blocks:
+        if block.cross_attn is not None:
+            raise ValueError("the sublayer trace covers self-attention and FFN layers only")
+
+        def attn(h, block=block):
+            return block.self_attn(h, mask=inputs.mask, positions_BT=inputs.positions, bias=inputs.bias)[0]
+
+        subs = (
+            (attn, block.self_attn_norm, block.self_attn_post_norm),
+            (cast(FeedForward, block.ffn), block.ffn_norm, block.ffn_post_norm),
+        )
+        for fn, norm, post_norm in subs:
+            seen: dict[str, Array] = {}
+
+            def recorded(h: Array, fn: Callable[[Array], Array] = fn, post_norm=post_norm, seen=seen) -> Array:
+                y = fn(h) if post_norm is None else post_norm(fn(h))
+                seen.update(h=h, f=y)
+                return y
+
+            out = block.placement.apply(x_BTD, recorded, norm, block.cfg.alpha)
+            trace.append({"x": x_BTD, **seen, "out": out})
+            x_BTD = out
+    return trace
+
+
+def sublayer_variances(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, np.ndarray]:
+    """``{"x": [L, 2], "f": [L, 2], "ratio": [L, 2]}``: Var(x) entering each sublayer, Var(F)
+    of its branch, and Var(F) / Var(x) (variances over batch, positions and features; columns:
+    attention, FFN)."""
+    trace = sublayer_trace(model, tokens_BT)
+    var_x = np.asarray([float(jnp.var(t["x"])) for t in trace]).reshape(-1, 2)
+    var_f = np.asarray([float(jnp.var(t["f"])) for t in trace]).reshape(-1, 2)
+    return {"x": var_x, "f": var_f, "ratio": var_f / var_x}
+
+
+def relative_change(hidden_LBTD: Float[Array, "L1 B T D"] | np.ndarray) -> np.ndarray:
+    """[L] the mean over rows and positions of ||x_{l+1} - x_l|| / ||x_l|| (``aux["hidden"]``)."""
+    h = jnp.asarray(hidden_LBTD, jnp.float32)
+    ratio = jnp.linalg.norm(h[1:] - h[:-1], axis=-1) / jnp.linalg.norm(h[:-1], axis=-1)
+    return np.asarray(jnp.mean(ratio, axis=(1, 2)))
+
+
+def trained_relative_change(workdir: str, max_batches: int = 1) -> np.ndarray:
+    """`relative_change` of the last checkpoint of the training run in ``workdir``, on its first
+    ``max_batches`` validation batches (averaged); scanned or not."""
+    from transformer_jax.train.experiment import workdir_config
+    from transformer_jax.train.run import setup
+
+    run, _ = setup(workdir_config(workdir), workdir)
+    run.checkpoints.close()
+    if run.restored_step is None:
+        raise FileNotFoundError(f"{workdir} holds no checkpoint to probe")
+    model = nnx.merge(run.graphdef, run.state.params, run.state.model_state)
+    changes = [
+        relative_change(model(jnp.asarray(b["inputs"]), return_hidden=True)[1]["hidden"])
+        for b in run.data.eval_batches("val", max_batches)
+    ]
+    return np.mean(changes, axis=0)
+
+
+def attention_logits(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, float]:
+    """The first layer's self-attention at this state, over causal pairs: the variance of q and k
+    entries, the std of the unscaled logits q.k (sqrt(d_k) when q and k have independent unit-variance
+    entries) and of the logits times the model's scale, and the mean largest softmax weight of a
+    row (rows t >= 1; uniform: 1 / (t + 1)). Attention biases and soft caps are left out."""
+    block = _blocks(model)[0]
+    x_BTD, inputs = _start(model, tokens_BT)
+    seen: dict[str, Array] = {}
+    block.placement.apply(x_BTD, lambda h: seen.setdefault("h", h) * 0, block.self_attn_norm, block.cfg.alpha)
+    attn = block.self_attn
+    q_BTHD, k_BTKD = attn.q(seen["h"]), attn.k(seen["h"])
+    if attn.q_norm is not None and attn.k_norm is not None:
+        q_BTHD, k_BTKD = attn.q_norm(q_BTHD), attn.k_norm(k_BTKD)
+    if attn.rope is not None:
+        q_BTHD, k_BTKD = attn.rope(q_BTHD, inputs.positions), attn.rope(k_BTKD, inputs.positions)
+    k_BTHD = jnp.repeat(k_BTKD, q_BTHD.shape[2] // k_BTKD.shape[2], axis=2)
+    logits_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BTHD)
+    scale = attn.spec.scale if attn.spec.scale is not None else q_BTHD.shape[-1] ** -0.5
+    T = tokens_BT.shape[1]
+    causal_TS = jnp.tril(jnp.ones((T, T), bool))
+    weights = jax.nn.softmax(jnp.where(causal_TS, scale * logits_BHTS, -jnp.inf), axis=-1)
+    std = float(jnp.std(logits_BHTS, where=jnp.broadcast_to(causal_TS, logits_BHTS.shape)))
+    return {
+        "q_var": float(jnp.var(q_BTHD)),
+        "k_var": float(jnp.var(k_BTHD)),
+        "logit_std_unscaled": std,
+        "logit_std": float(scale) * std,
+        "max_weight": float(jnp.mean(jnp.max(weights, axis=-1)[..., 1:])),
+    }

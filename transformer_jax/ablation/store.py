@@ -1,0 +1,169 @@
+"""Run summaries kept with the results, so a later sitting reuses finished runs on any machine.
+
+Every run of a notebook (`run_arm`) leaves a small JSON file in ``runs_store(notebook)``:
+``experiments/results/<notebook>/runs/`` in FULL mode (committed with the results), a temporary
+folder in SMOKE mode. The file is named by the arm, the seed and a hash of the run's config
+(`config_hash`), and holds the loss curves, the training summary, whatever ``measure`` read from
+the trained checkpoint, the config itself, the commit and the date. `run_arm` reads a matching
+file back instead of training again; ``TRANSFORMER_JAX_RETRAIN=1`` trains every run afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import pathlib
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from transformer_jax.ablation import runs
+from transformer_jax.ablation.paths import START_COMMIT, _flag, results_dir, smoke
+from transformer_jax.core import configlib
+
+RETRAIN_ENV = "TRANSFORMER_JAX_RETRAIN"
+RUNS_SUBDIR = "runs"
+
+
+def runs_store(notebook: str) -> pathlib.Path:
+    """``results_dir(notebook)/runs``: committed in FULL mode, temporary in SMOKE mode."""
+    path = results_dir(notebook) / RUNS_SUBDIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _file_digest(path: str) -> str:
+    p = pathlib.Path(path)
+    return "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else path
+
+
+def hashed_config(cfg: Any) -> dict[str, Any]:
+    """The parts of ``cfg`` that decide a run's numbers: everything but ``name`` and the model's
+    ``vocab_size`` (training sets it from the data); local text files (``data.path``,
+    ``data.val_path``) stand for their contents, so the hash is the same on every machine."""
+    d = json.loads(json.dumps(configlib.to_dict(cfg), default=str))
+    d.pop("name", None)
+    d.get("model", {}).pop("vocab_size", None)
+    data = d.get("data", {})
+    for key in ("path", "val_path"):
+        if isinstance(data.get(key), str):
+            data[key] = ",".join(_file_digest(p) for p in data[key].split(","))
+    return d
+
+
+def config_hash(cfg: Any) -> str:
+    """12 hex digits of the SHA-256 of `hashed_config` (sorted keys)."""
+    text = json.dumps(hashed_config(cfg), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def slug(text: str) -> str:
+    """``text`` as a file-name part: letters, digits, ``.``, ``-`` and ``=`` kept, the rest ``_``."""
+    return re.sub(r"[^A-Za-z0-9.=-]+", "_", text).strip("_") or "run"
+
+
+def run_key(arm: str, seed: int, cfg: Any) -> str:
+    """``<arm>__s<seed>__<config hash>``: the file name (without ``.json``) of a run summary."""
+    return f"{slug(arm)}__s{int(seed)}__{config_hash(cfg)}"
+
+
+def _nan_to_none(values: list[float]) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in values]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with arrays as (nested) lists, numpy scalars as Python numbers and non-finite
+    floats as None (strict JSON)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _none_to_nan(values: list[Any]) -> list[float]:
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def save_run(notebook: str, arm: str, seed: int, cfg: Any, curves: runs.Curves, measured: Any = None) -> pathlib.Path:
+    """Writes the summary of one finished run (see the module docstring); returns its path."""
+    path = runs_store(notebook) / f"{run_key(arm, seed, cfg)}.json"
+    record = {
+        "arm": arm,
+        "seed": int(seed),
+        "config_hash": config_hash(cfg),
+        "mode": "smoke" if smoke() else "full",
+        "git_commit": START_COMMIT,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "curves": {
+            "steps": curves.steps,
+            "train_loss": _nan_to_none(curves.train_loss),
+            "val_steps": curves.val_steps,
+            "val_loss": _nan_to_none(curves.val_loss),
+        },
+        "summary": jsonable({k: v for k, v in curves.summary.items() if k not in ("measured", "reused_from")}),
+        "measured": jsonable(measured),
+        "config": configlib.to_dict(cfg),
+    }
+    path.write_text(json.dumps(record, indent=1, default=str, allow_nan=False) + "\n")
+    return path
+
+
+def load_run(notebook: str, arm: str, seed: int, cfg: Any) -> runs.Curves | None:
+    """The `runs.Curves` of a saved run of exactly this arm, seed and config, else None; its
+    ``summary`` holds ``measured`` and ``reused_from`` (the file, commit and date)."""
+    path = runs_store(notebook) / f"{run_key(arm, seed, cfg)}.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    c = record["curves"]
+    summary = {
+        **record.get("summary", {}),
+        "measured": record.get("measured"),
+        "reused_from": f"{path.name} (trained {record.get('date')}, commit {record.get('git_commit')})",
+    }
+    return runs.Curves(
+        f"{arm} s{seed}",
+        list(c["steps"]),
+        _none_to_nan(c["train_loss"]),
+        list(c["val_steps"]),
+        _none_to_nan(c["val_loss"]),
+        summary,
+        "",
+    )
+
+
+def run_arm(
+    cfg: Any,
+    arm: str,
+    seed: int,
+    notebook: str,
+    *,
+    measure: Callable[[runs.Curves], Any] | None = None,
+) -> runs.Curves:
+    """One seed of one arm: ``cfg`` with ``seed`` (`protocol.with_seed`) trained by
+    `runs.train_curves`, its summary saved (`save_run`), or read back (`load_run`) when this
+    arm, seed and config already ran (and holds ``measure``'s numbers when one is given) and
+    ``TRANSFORMER_JAX_RETRAIN`` is not set. ``measure``
+    (called with the finished run's `runs.Curves`, whose ``workdir`` holds the last checkpoint;
+    not called for a diverged run) returns JSON-ready numbers read from the trained model,
+    saved with the run and returned in ``summary["measured"]``."""
+    from transformer_jax.ablation.protocol import with_seed
+
+    cfg = with_seed(cfg, seed)
+    done = None if _flag(RETRAIN_ENV) else load_run(notebook, arm, seed, cfg)
+    if done is not None and (measure is None or done.diverged or done.summary["measured"] is not None):
+        runs._REUSED[f"{arm} s{seed}"] = done.summary["reused_from"]
+        return done
+    curves = runs.train_curves(cfg, run_key(arm, seed, cfg), notebook)
+    measured = None if measure is None or curves.diverged else measure(curves)
+    save_run(notebook, arm, seed, cfg, curves, measured)
+    curves.summary["measured"] = jsonable(measured)
+    return curves

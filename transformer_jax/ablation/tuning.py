@@ -1,0 +1,114 @@
+"""Tuning an arm without touching the scored split, and budgets of equal wall-clock.
+
+- `dev_split`: a config that trains on the first 90% of the training split's characters and
+  validates on the last 10% (the dev split), so the validation split stays the test set.
+- `sweep_lr`: an arm's learning rate from a small log grid, each run scored on the dev split
+  (`protocol.pick_lr`).
+- `step_seconds` / `steps_for_seconds`: measured seconds per training step (the median over
+  repeated runs of each run's median rate) and the steps a model gets in a wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from transformer_jax.ablation.paths import runs_dir
+from transformer_jax.ablation.protocol import pick_lr
+from transformer_jax.ablation.runs import Curves
+from transformer_jax.ablation.store import run_arm
+
+
+def dev_split(cfg: Any, fraction: float = 0.1) -> Any:
+    """``cfg`` training on the first ``1 - fraction`` of the characters of its training split and
+    validating on the rest (``data.dataset="text"`` over two files written once under
+    `paths.runs_dir`, named by the text's hash). The tokenizer is fitted on the shorter training
+    text, as for any ``text`` corpus."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction={fraction}: the dev split is a fraction of the training text, in (0, 1)")
+    text = _training_text(cfg.data)
+    cut = int(len(text) * (1.0 - fraction))
+    if cut < 1 or cut >= len(text):
+        raise ValueError(f"the training split has {len(text)} characters: too few to carve a dev split of {fraction}")
+    digest = hashlib.sha256(f"{fraction}\0{text}".encode()).hexdigest()[:16]
+    folder = runs_dir("dev_splits") / digest
+    files = {"train": folder / "train.txt", "dev": folder / "dev.txt"}
+    if not all(f.is_file() for f in files.values()):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, part in (("train", text[:cut]), ("dev", text[cut:])):
+            tmp = files[name].with_suffix(".tmp")
+            tmp.write_text(part, encoding="utf-8")
+            tmp.replace(files[name])
+    data = dataclasses.replace(cfg.data, dataset="text", path=str(files["train"]), val_path=str(files["dev"]))
+    return dataclasses.replace(cfg, data=data)
+
+
+@functools.lru_cache(maxsize=4)
+def _training_text(data: Any) -> str:
+    from transformer_jax.data.sources import load_corpus
+
+    return load_corpus(data).text("train")
+
+
+def with_optim(cfg: Any, **fields: Any) -> Any:
+    """``cfg`` with ``train.optim`` fields replaced."""
+    optim = dataclasses.replace(cfg.train.optim, **fields)
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, optim=optim))
+
+
+def with_lr(cfg: Any, lr: float) -> Any:
+    """``cfg`` with peak learning rate ``lr`` and the schedule's floor ``min_lr = lr / 10``."""
+    return with_optim(cfg, lr=float(lr), min_lr=float(lr) / 10)
+
+
+def with_steps(cfg: Any, steps: int) -> Any:
+    """``cfg`` trained ``steps`` steps (evaluated and checkpointed at the end as well)."""
+    train = cfg.train
+    fields: dict[str, Any] = {"steps": int(steps), "checkpoint_every": int(steps)}
+    if train.eval_every > steps:
+        fields["eval_every"] = int(steps)
+    return dataclasses.replace(cfg, train=dataclasses.replace(train, **fields))
+
+
+def sweep_lr(
+    cfg: Any,
+    arm: str,
+    grid: Sequence[float],
+    notebook: str,
+    *,
+    seeds: Sequence[int] = (0,),
+    fraction: float = 0.1,
+) -> dict[str, Any]:
+    """Trains ``cfg`` at each learning rate of ``grid`` (`with_lr`) on the dev split
+    (`dev_split`), each seed of ``seeds`` through `store.run_arm` (arm ``"<arm> lr=<lr> dev"``),
+    and returns `protocol.pick_lr`'s record of the final dev losses (a diverged run counts as
+    +inf), with ``arm`` and ``seeds``."""
+    dev = dev_split(cfg, fraction)
+    losses: dict[float, list[float]] = {}
+    for lr in grid:
+        runs = [run_arm(with_lr(dev, lr), f"{arm} lr={lr:.3g} dev", s, notebook) for s in seeds]
+        losses[float(lr)] = [math.inf if c.diverged else c.final_val for c in runs]
+    return {"arm": arm, "seeds": [int(s) for s in seeds], **pick_lr(losses)}
+
+
+def step_seconds(runs: Sequence[Curves], tokens_per_step: int) -> float:
+    """Seconds per training step: ``tokens_per_step`` over the median of the runs' training
+    rates (``summary["tokens_per_s"]``, itself each run's median over its logged windows)."""
+    logged = [r.summary.get("tokens_per_s") for r in runs]
+    rates = [float(v) for v in logged if isinstance(v, int | float) and v > 0]
+    if not logged or len(rates) != len(logged):
+        raise ValueError(f"every run needs a positive summary['tokens_per_s'] to be timed, got {logged}")
+    return tokens_per_step / float(np.median(rates))
+
+
+def steps_for_seconds(budget_s: float, seconds_per_step: float, *, minimum: int = 1) -> int:
+    """The whole number of steps that fit in ``budget_s`` seconds (at least ``minimum``)."""
+    if not budget_s > 0 or not seconds_per_step > 0:
+        raise ValueError(f"budget_s={budget_s} and seconds_per_step={seconds_per_step} must be positive")
+    return max(int(minimum), round(budget_s / seconds_per_step))
