@@ -34,6 +34,7 @@ from transformer_jax.ops.pallas_attention import (
     splash_attention,
     splash_problems,
 )
+from transformer_jax.ops.softcap import check_cap
 from transformer_jax.ops.softcap import softcap as _softcap
 
 # impl(q, k, v, *, mask, bias, scale, block_size, softcap) -> out
@@ -71,7 +72,7 @@ def attention(
         mask.validate(T, k_BSKD.shape[1], B, H)
     kind_fn = ATTENTION_KINDS.get(kind)
     ATTENTION_IMPLS.get(impl)
-    _softcap(jnp.zeros(()), softcap)  # validates the cap
+    check_cap(softcap)
     return kind_fn(
         q_BTHD,
         k_BSKD,

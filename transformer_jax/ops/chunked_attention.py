@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from transformer_jax.ops.masks import AttentionMask, _as_2d, _as_4d, _slice_last
+from transformer_jax.ops.softcap import check_cap, softcap_grad
 from transformer_jax.ops.softcap import softcap as _softcap
-from transformer_jax.ops.softcap import softcap_grad
 
 
 def chunked_attention(
@@ -45,7 +45,7 @@ def chunked_attention(
     _check_qkv(q_BTHD, k_BSKD, v_BSKD)
     D = q_BTHD.shape[-1]
     scale = float(1.0 / D**0.5 if scale is None else scale)
-    _softcap(jnp.zeros(()), softcap)  # validates the cap
+    check_cap(softcap)
     softcap = None if softcap is None else float(softcap)
     return _chunked_attention(
         q_BTHD, k_BSKD, v_BSKD, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap

@@ -29,6 +29,7 @@ from transformer_jax.core.registry import Registry
 from transformer_jax.ops.kv_cache import KVCache, cached_attention
 from transformer_jax.ops.masks import AttentionMask
 from transformer_jax.ops.pallas_decode import flash_decode_attention
+from transformer_jax.ops.softcap import check_cap
 from transformer_jax.ops.softcap import softcap as _softcap
 
 DECODE_IMPLS: Registry[Callable[..., Array]] = Registry("decode attention implementation")
@@ -50,7 +51,7 @@ def decode_attention(
     ``softcap``: Gemma 2's cap * tanh(logits / cap) on the scaled logits (None: off)."""
     if mask is not None:
         mask.validate(q_BTHD.shape[1], cache.max_len, q_BTHD.shape[0], q_BTHD.shape[2])
-    _softcap(jnp.zeros(()), softcap)  # validates the cap
+    check_cap(softcap)
     return DECODE_IMPLS.get(impl)(
         q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap
     )

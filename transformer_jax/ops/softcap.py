@@ -10,12 +10,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 
+def check_cap(cap: float | None) -> None:
+    """Raises unless ``cap`` is None or positive."""
+    if cap is not None and not cap > 0:
+        raise ValueError(f"softcap cap={cap} must be positive (or None for no capping)")
+
+
 def softcap(x: Float[Array, "..."], cap: float | None) -> Float[Array, "..."]:
     """``cap * tanh(x / cap)``, or ``x`` when ``cap`` is None."""
+    check_cap(cap)
     if cap is None:
         return x
-    if not cap > 0:
-        raise ValueError(f"softcap cap={cap} must be positive (or None for no capping)")
     return cap * jnp.tanh(x / cap)
 
 
