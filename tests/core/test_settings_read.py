@@ -18,7 +18,7 @@ from transformer_jax.train.experiment import load_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "tests", "train", "tiny_experiment.py")
-SCRIPTS = {"soak_interruptions.py"}  # experiments/ files that are scripts, not configs
+SCRIPTS = {"soak_interruptions.py", "speedrun_sweep.py"}  # experiments/ files that are scripts, not configs
 
 
 def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
