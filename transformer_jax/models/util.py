@@ -6,6 +6,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from transformer_jax.core.tracing import cheap_tracer_errors
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.kinds import MODELS
 
@@ -16,8 +17,10 @@ def build_model(cfg: ModelConfig, *, seed: int = 0) -> nnx.Module:
 
 
 def abstract_model(cfg: ModelConfig) -> nnx.Module:
-    """The model with ``jax.ShapeDtypeStruct`` leaves: shapes without allocating memory."""
-    return nnx.eval_shape(lambda: build_model(cfg))
+    """The model with ``jax.ShapeDtypeStruct`` leaves: shapes without allocating memory (traced
+    in time linear in its size, see `core.tracing`)."""
+    with cheap_tracer_errors():
+        return nnx.eval_shape(lambda: build_model(cfg))
 
 
 def count_params(model_or_cfg) -> int:

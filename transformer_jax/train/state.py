@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from transformer_jax.core.tracing import cheap_tracer_errors
 from transformer_jax.models import ModelConfig, build_model
 from transformer_jax.models.lora import LoraConfig, apply_lora
 from transformer_jax.parallel import state_shardings
@@ -46,7 +47,8 @@ def build_trained_model(cfg: ModelConfig, lora: LoraConfig | None = None, *, see
 
 def model_graph(cfg: ModelConfig, lora: LoraConfig | None = None):
     """(graphdef, abstract params State, abstract model_state State): shapes only, nothing allocated."""
-    return split_model(nnx.eval_shape(lambda: build_trained_model(cfg, lora)))
+    with cheap_tracer_errors():
+        return split_model(nnx.eval_shape(lambda: build_trained_model(cfg, lora)))
 
 
 def _shardings(abstract: nnx.State, mesh) -> Any:
@@ -66,7 +68,8 @@ def init_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, seed: int,
         _, params, rest = split_model(build_model(cfg, seed=seed))
         return nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
 
-    params, model_state = jax.jit(make, out_shardings=(_shardings(params_abs, mesh), _shardings(rest_abs, mesh)))()
+    with cheap_tracer_errors():
+        params, model_state = jax.jit(make, out_shardings=(_shardings(params_abs, mesh), _shardings(rest_abs, mesh)))()
     return _fresh(params, model_state, tx, mesh)
 
 
