@@ -5,6 +5,7 @@ import json
 import math
 import pathlib
 import struct
+import time
 import types
 
 import jax
@@ -37,6 +38,7 @@ def _read_events(tb_dir: pathlib.Path) -> list[tuple[int, str, float]]:
 
 
 def test_write_then_read_back(tmp_path):
+    before = time.time()
     with MetricsWriter(tmp_path) as writer:
         writer.write(1, {"loss": jnp.float32(2.5), "lr": np.float64(1e-3), "tokens": np.int64(4096)})
         writer.write(2, {"loss": 2.0, "layer_rms": jnp.array([1.0, 2.0, 3.0]), "eval": {"loss": 3.0}})
@@ -46,6 +48,8 @@ def test_write_then_read_back(tmp_path):
     for line in lines:  # strict JSON: no bare NaN/Infinity
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     records = read_metrics(tmp_path)
+    stamps = [r.pop("time") for r in records]
+    assert before <= stamps[0] <= stamps[1] <= stamps[2] <= time.time()
     assert records[0] == {"step": 1, "loss": 2.5, "lr": 1e-3, "tokens": 4096}
     assert isinstance(records[0]["tokens"], int)
     assert records[1] == {"step": 2, "loss": 2.0, "layer_rms": [1.0, 2.0, 3.0], "eval/loss": 3.0}
@@ -84,12 +88,14 @@ def test_bad_values_and_truncated_line(tmp_path):
     with MetricsWriter(tmp_path) as writer:
         with pytest.raises(ValueError, match="'step'"):
             writer.write(1, {"step": 3})
+        with pytest.raises(ValueError, match="'time'"):
+            writer.write(1, {"time": 3.0})
         with pytest.raises(TypeError, match="metric 'obj'"):
             writer.write(1, {"obj": object()})
         writer.write(1, {"loss": 1.0})
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 2, "lo')  # a crash mid-write
-    assert read_metrics(tmp_path) == [{"step": 1, "loss": 1.0}]
+    assert [{k: v for k, v in r.items() if k != "time"} for r in read_metrics(tmp_path)] == [{"step": 1, "loss": 1.0}]
 
 
 def test_progress_bar_prints_lines_when_not_a_tty():

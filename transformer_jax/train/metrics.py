@@ -1,7 +1,8 @@
 """Metric logging: JSON lines plus TensorBoard event files, and a tqdm progress bar.
 
 ``workdir/metrics.jsonl`` holds one JSON object per `MetricsWriter.write` call,
-``{"step": 100, "loss": 2.31, "grad_norm": 0.8, "layer_rms": [1.0, 1.1]}``. The output is
+``{"step": 100, "time": 1796245310.2, "loss": 2.31, "grad_norm": 0.8, "layer_rms": [1.0, 1.1]}``,
+``time`` being the Unix time of the write (so curves can be drawn against wall-clock). The output is
 strict JSON: non-finite floats are written as the strings ``"nan"``, ``"inf"``, ``"-inf"``, and
 `read_metrics` turns them back into floats. ``workdir/tb/`` holds the same scalars as TensorBoard
 event files (tensorboardX; no TensorFlow); a vector ``v`` becomes the scalars ``v/0``, ``v/1``...
@@ -16,6 +17,7 @@ import os
 import pathlib
 import re
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,12 +134,14 @@ class MetricsWriter:
         flat = _flatten(metrics)
         if "step" in flat:
             raise ValueError("metrics must not contain a 'step' key; pass the step as `step`")
-        record = {"step": int(step)}
+        if "time" in flat:
+            raise ValueError("metrics must not contain a 'time' key: the writer stamps each record with it")
+        record: dict[str, Any] = {"step": int(step), "time": time.time()}
         record.update({name: _to_python(name, value) for name, value in flat.items()})
         self._file.write(json.dumps(_encode_record(record), allow_nan=False) + "\n")
         self._file.flush()
         for name, value in record.items():
-            if name != "step":
+            if name not in ("step", "time"):
                 for tag, scalar in _scalars(name, value):
                     self._tb.add_scalar(tag, scalar, global_step=record["step"])
 
