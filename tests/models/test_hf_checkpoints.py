@@ -160,6 +160,27 @@ def test_loads_straight_onto_a_mesh(llama_dir):
     np.testing.assert_allclose(np.asarray(sharded(x)[0]), np.asarray(single(x)[0]), atol=1e-4, rtol=0)
 
 
+def test_scanned_stack_loads_and_saves_like_the_per_layer_model(llama_dir, tmp_path):
+    """scan_layers=True: each layer's tensor lands at its index of the stacked variable, logits match
+    transformers, the stack goes straight onto a mesh, and it saves the same files as per-layer."""
+    hf, path = llama_dir
+    _, loop = from_pretrained(path)
+    cfg, scanned = from_pretrained(path, scan_layers=True)
+    dotted = lambda model: {".".join(map(str, k)): v for k, v in _params(model).items()}
+    stacked, per_layer = dotted(scanned), dotted(loop)
+    assert cfg.scan_layers and stacked["layers.layers.self_attn.q.kernel"].shape[0] == cfg.n_layers > 1
+    for name in ("self_attn.q.kernel", "ffn.w_out.kernel", "self_attn_norm.scale"):
+        for i in range(cfg.n_layers):
+            np.testing.assert_array_equal(stacked[f"layers.layers.{name}"][i], per_layer[f"layers.layers.{i}.{name}"])
+    x = tokens((2, SEQ))
+    np.testing.assert_allclose(np.asarray(scanned(x)[0]), hf_logits(hf, x), atol=1e-4, rtol=0)
+    mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+    _, sharded = from_pretrained(path, mesh=mesh, rules=LOGICAL_RULES, scan_layers=True)
+    np.testing.assert_allclose(np.asarray(sharded(x)[0]), np.asarray(scanned(x)[0]), atol=1e-4, rtol=0)
+    a, b = _tensors(save_pretrained(scanned, tmp_path / "scanned")), _tensors(save_pretrained(loop, tmp_path / "loop"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def test_other_checkpoint_layouts_load_the_same(llama_dir, tmp_path):
     _, path = llama_dir
     base = json.loads((path / "config.json").read_text())

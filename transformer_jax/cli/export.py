@@ -38,17 +38,14 @@ def export_run(
 ) -> dict:
     """Writes the latest (``best``, ``restore_step``) checkpoint of the run ``workdir`` to ``out``
     with ``models.hf.save_pretrained`` (LoRA merged); returns what was written."""
-    import dataclasses
 
     import jax
     from flax import nnx
 
     from transformer_jax.models.hf import PretrainedTokenizer, save_pretrained
     from transformer_jax.models.lora import has_lora, merge_lora
-    from transformer_jax.models.util import abstract_model
     from transformer_jax.train.entry import entry_point
     from transformer_jax.train.experiment import workdir_config
-    from transformer_jax.train.pretrained import fit_to
     from transformer_jax.train.run import setup
 
     check_workdir(workdir, create=False)
@@ -72,15 +69,6 @@ def export_run(
     merged = has_lora(model)
     if merged:
         model = merge_lora(model)
-    model_cfg = run.cfg.model
-    if model_cfg.scan_layers:
-        model_cfg = dataclasses.replace(model_cfg, scan_layers=False)
-        graphdef, params_abs, rest_abs = nnx.split(abstract_model(model_cfg), nnx.Param, ...)
-        _, params, rest = nnx.split(model, nnx.Param, ...)
-        where = f"the scanned stack of {workdir}"
-        params = fit_to(nnx.to_pure_dict(params), nnx.to_pure_dict(params_abs), where)
-        rest = fit_to(nnx.to_pure_dict(rest), nnx.to_pure_dict(rest_abs), where)
-        model = nnx.merge(graphdef, params, rest)
     path = save_pretrained(model, out, tokenizer=tok if tokenizer else None, dtype=dtype)
     return {
         "out": str(path),

@@ -32,6 +32,7 @@ from transformer_jax.core.sharding import Rules, logical_to_spec
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.configs import config_from_hf, family_of
 from transformer_jax.models.hf.safetensors_io import CheckpointReader, aligned_empty
+from transformer_jax.models.hf.scanned import LayerStacks, layer_slots, per_layer_shapes
 from transformer_jax.models.hf.spec import FAMILIES, Family, Link, TensorMismatch
 from transformer_jax.models.util import abstract_model
 
@@ -168,8 +169,6 @@ def load_params(
     flight are bounded to 1/4 of the checkpoint (at least one link), so host memory stays near
     the parameters' own size.
     """
-    if model_cfg.scan_layers:
-        raise ValueError("from_pretrained builds per-layer parameters: use scan_layers=False")
     names = reader.names()
     links = family.links(model_cfg, names)
     check_tensors(family, links, names)
@@ -191,13 +190,19 @@ def load_params(
         refill()
         graphdef, state = nnx.split(abstract_model(model_cfg))
         flat = {_path(path): var for path, var in nnx.to_flat_state(state)}
-        check_params(family, links, flat)
+        slots = layer_slots(flat, model_cfg.n_layers)
+        targets = per_layer_shapes(flat, slots)
+        check_params(family, links, targets)
+        stacks = LayerStacks(flat, slots)
         for i, link in enumerate(links):
             shapes, arrays = pending.popleft().result()
             inflight -= cost[i]
             refill()
-            for name, array in zip(link.ours, _checked(link, shapes, arrays, flat)):
-                flat[name] = flat[name].replace(place(_adoptable(array, flat[name].dtype), flat[name]))
+            for name, array in zip(link.ours, _checked(link, shapes, arrays, targets)):
+                done = stacks.put(name, array) if name in slots else (name, _adoptable(array, flat[name].dtype))
+                if done is not None:
+                    key, value = done
+                    flat[key] = flat[key].replace(place(value, flat[key]))
             del arrays
     return nnx.merge(graphdef, nnx.from_flat_state([(tuple(_split(k)), v) for k, v in flat.items()]))
 
@@ -240,9 +245,14 @@ def load_state_dict(model: nnx.Module, sd: Mapping[str, np.ndarray], family: str
     fam = FAMILIES.get(family)
     cfg = model.cfg  # type: ignore[attr-defined]
     flat = {_path(path): var for path, var in nnx.to_flat_state(nnx.state(model))}
+    slots = layer_slots(flat, cfg.n_layers)
+    targets = per_layer_shapes(flat, slots)
     names = set(sd)
     links = fam.links(cfg, names)
-    check_coverage(fam, links, names, flat)
+    check_coverage(fam, links, names, targets)
+    stacks = LayerStacks(flat, slots)
     for link in links:
-        for name, array in zip(link.ours, convert(link, [np.asarray(sd[n]) for n in link.hf], flat)):
-            flat[name][...] = jax.numpy.asarray(array, flat[name].dtype)
+        for name, array in zip(link.ours, convert(link, [np.asarray(sd[n]) for n in link.hf], targets)):
+            done = stacks.put(name, array) if name in slots else (name, array)
+            if done is not None:
+                flat[done[0]][...] = jax.numpy.asarray(done[1], flat[done[0]].dtype)

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import jax
 import numpy as np
 from flax import nnx
 
@@ -21,6 +20,7 @@ from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.models.hf.configs import config_to_hf
 from transformer_jax.models.hf.load import CONFIG_FILE, _path, check_coverage
 from transformer_jax.models.hf.safetensors_io import INDEX_FILE, SINGLE_FILE, write_safetensors
+from transformer_jax.models.hf.scanned import host_getter, layer_slots, per_layer_shapes
 from transformer_jax.models.hf.spec import Link
 
 
@@ -49,7 +49,7 @@ def save_pretrained(
     dtype: str | None = None,
     max_shard_bytes: int = 5 * 2**30,
 ) -> Path:
-    """Writes ``model`` (a DecoderLM with per-layer parameters) to the directory ``path`` in
+    """Writes ``model`` (a DecoderLM, per-layer or with a scanned stack) to the directory ``path`` in
     Hugging Face layout and returns it.
 
     ``family``: the ``model_type`` to write (default: the first family that expresses the config
@@ -58,8 +58,6 @@ def save_pretrained(
     ``tokenizer``: also write its ``tokenizer.json`` / ``tokenizer_config.json``.
     """
     cfg = model.cfg  # type: ignore[attr-defined]
-    if cfg.scan_layers:
-        raise ValueError("save_pretrained writes per-layer tensors: save a model built with scan_layers=False")
     if tokenizer is not None and not isinstance(tokenizer, PretrainedTokenizer):
         raise TypeError(
             f"tokenizer={type(tokenizer).__name__} cannot write Hugging Face files; only a tokenizer with "
@@ -71,11 +69,13 @@ def save_pretrained(
         check_choice("dtype", dtype, DTYPES)
         cast, hf_config["dtype"] = np.dtype(DTYPES.get(dtype)), dtype
     flat = {_path(p): v for p, v in nnx.to_flat_state(nnx.state(model))}
+    slots = layer_slots(flat, cfg.n_layers)
     links = fam.links(cfg, None)
-    check_coverage(fam, links, {n for link in links for n in link.hf}, flat)
+    check_coverage(fam, links, {n for link in links for n in link.hf}, per_layer_shapes(flat, slots))
+    get = host_getter(flat, slots)
 
     def tensors(link: Link) -> tuple[np.ndarray, ...]:
-        ours = [np.asarray(jax.device_get(flat[p][...])) for p in link.ours]
+        ours = [get(p) for p in link.ours]
         return tuple(
             np.ascontiguousarray(a) for a in link.to_hf(*(a if cast is None else a.astype(cast) for a in ours))
         )
