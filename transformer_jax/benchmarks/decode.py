@@ -1,8 +1,9 @@
 """``bench decode``: KV-cached decoding speed, against recomputation and against PyTorch.
 
-1. Per-token time of cached greedy decoding at positions 64 .. 1024 (the difference of two
-   generation lengths after the same prompt, so the prefill cancels), with the cache sized to the
-   position and with one fixed buffer as long as the last position, next to the time of one full
+1. Per-token time of cached greedy decoding at positions 64 / 512 / 2,048 (the difference of 16
+   and 64 new tokens after the same prompt, so the prefill cancels), with the cache sized to the
+   position (p + 64 slots: 128 at position 64) and with one fixed buffer of 2,048 + 64 slots at
+   every position (``fixed_over_sized``: what the unwritten slots cost), next to the time of one full
    forward pass over the same prefix (what decoding without a cache costs per token), and the
    log-log slopes of each against the position (the exponent of cost ~ p^s: the notes expect at
    most 1 with the cache sized to the position, one more for recomputation).
@@ -143,13 +144,13 @@ def bench_model(cfg: ModelConfig | None = None, max_len: int = 2048) -> ModelCon
 
 
 def bench_decode(
-    cfg=None, workdir: str | None = None, *, new_tokens: int = 256, pairs: int = 3, positions=(64, 128, 256, 512, 1024)
+    cfg=None, workdir: str | None = None, *, new_tokens: int = 256, pairs: int = 3, positions=(64, 512, 2048)
 ) -> dict:
     """The figures of the module docstring. ``cfg``: an experiment Config whose decoder-only model
     is measured (default / other kinds: ``nanogpt_char``); ``workdir`` is unused."""
     del workdir
     model = build_model(bench_model(None if cfg is None else cfg.model, max_len=2 * max(positions) + 256))
-    times = per_token_times(model, positions)
+    times = per_token_times(model, positions, k=(16, 64))
     sized, fixed, recompute = times["cached_sized_ms"], times["cached_fixed_ms"], times["recompute_ms"]
     runs = {b: _gen(model, b, 1, new_tokens) for b in (1, 8)}
     ours, theirs = {1: [], 8: []}, {1: [], 8: []}
@@ -169,6 +170,7 @@ def bench_decode(
         "per_token_ms_cached_fixed_buffer": fixed,
         "per_token_ms_recompute": recompute,
         "loglog_slope": loglog_slopes(times),
+        "fixed_over_sized": {p: fixed[p] / sized[p] for p in positions},
         "cached_sized_ratio_last_over_first": sized[positions[-1]] / sized[positions[0]],
         "cached_fixed_buffer_ratio_last_over_first": fixed[positions[-1]] / fixed[positions[0]],
         "recompute_ratio_last_over_first": recompute[positions[-1]] / recompute[positions[0]],
