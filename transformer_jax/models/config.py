@@ -20,7 +20,7 @@ from transformer_jax.nn.stack import REMAT_POLICIES
 from transformer_jax.ops import activations, norms, residual
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
-from transformer_jax.ops.decode_attention import DECODE_IMPLS
+from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, DECODE_IMPLS
 
 _BIAS_POSITIONS = ("relative_bias", "alibi")
 
@@ -84,7 +84,7 @@ class ModelConfig:
     final_softcap: float | None = None
     qk_norm: bool = False
     decode_impl: str = "auto"  # attention over the KV cache (ops.decode_attention.DECODE_IMPLS)
-    decode_block_size: int = 256
+    decode_block_size: int = DECODE_BLOCK_SIZE
     causal: bool = True  # decoder self-attention mask (False only for ablations)
     init: str = "normal"
     init_std: float = 0.02

@@ -14,7 +14,7 @@ from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
-from transformer_jax.ops.decode_attention import decode_attention
+from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, decode_attention
 from transformer_jax.ops.kv_cache import KVCache, kv_cache_of, update_kv_cache
 from transformer_jax.ops.masks import AttentionMask
 
@@ -44,7 +44,7 @@ class AttentionSpec:
     block_size: int = 512
     scale: float | None = None
     decode_impl: str = "auto"
-    decode_block_size: int = 256
+    decode_block_size: int = DECODE_BLOCK_SIZE
     softcap: float | None = None
     qk_norm: str | None = None
     qk_norm_eps: float = 1e-6

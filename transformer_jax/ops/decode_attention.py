@@ -34,6 +34,10 @@ from transformer_jax.ops.softcap import softcap as _softcap
 
 DECODE_IMPLS: Registry[Callable[..., Array]] = Registry("decode attention implementation")
 _NEG = float(jnp.finfo(jnp.float32).min)
+# slots per block of ``blocked``: 128 keeps a step early in a long buffer within 1.01-1.06x of a
+# buffer sized to it on CPU (256: 1.40x at position 64; `bench decode`, fixed_over_sized)
+DECODE_BLOCK_SIZE = 128
+_BS = DECODE_BLOCK_SIZE
 
 
 def decode_attention(
@@ -44,7 +48,7 @@ def decode_attention(
     bias_BHTS: Float[Array, "B|1 H|1 T S"] | None = None,
     scale: float | None = None,
     impl: str = "auto",
-    block_size: int = 256,
+    block_size: int = DECODE_BLOCK_SIZE,
     softcap: float | None = None,
 ) -> Float[Array, "B T H D"]:
     """Attention over the written, visible cache slots run by DECODE_IMPLS[impl]; H = K * G (GQA);
@@ -58,7 +62,7 @@ def decode_attention(
 
 
 @DECODE_IMPLS.register("dense")
-def dense_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
+def dense_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
     """All S slots read, unwritten and invisible ones masked (``kv_cache.cached_attention``)."""
     T, S = q_BTHD.shape[1], cache.max_len
     written_11TS = jnp.broadcast_to(jnp.arange(S) < cache.index, (1, 1, T, S))
@@ -82,7 +86,7 @@ def _first_slot(mask: AttentionMask | None, S: int) -> Array:
 
 
 @DECODE_IMPLS.register("blocked", reads=("decode_block_size",))
-def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
+def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
     """Online softmax over blocks [lo, ceil(index / n)) of n = min(block_size, S) slots; the last
     block is shifted to end at S (its slots before the block boundary are skipped, not re-read).
     A cache of at most one block is read whole, as by ``dense`` (the loop would only add its cost)."""
@@ -144,7 +148,7 @@ def pallas_decode_problems(
 
 
 @DECODE_IMPLS.register("pallas_gpu")
-def pallas_gpu_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
+def pallas_gpu_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
     """``ops.pallas_decode.flash_decode_attention`` (GPU); per-row key range from the query positions."""
     problems = pallas_decode_problems(mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap)
     if problems:
@@ -177,7 +181,7 @@ def resolve_decode_impl(
 
 
 @DECODE_IMPLS.register("auto", reads=("decode_block_size",))
-def auto_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=256, softcap=None):
+def auto_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
     """DECODE_IMPLS[resolve_decode_impl(jax.default_backend(), ...)]."""
     name = resolve_decode_impl(
         jax.default_backend(), mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap
