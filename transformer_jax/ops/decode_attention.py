@@ -34,8 +34,7 @@ from transformer_jax.ops.softcap import softcap as _softcap
 
 DECODE_IMPLS: Registry[Callable[..., Array]] = Registry("decode attention implementation")
 _NEG = float(jnp.finfo(jnp.float32).min)
-# slots per block of ``blocked``: 128 keeps a step early in a long buffer within 1.01-1.06x of a
-# buffer sized to it on CPU (256: 1.40x at position 64; `bench decode`, fixed_over_sized)
+# slots per block of ``blocked``, chosen by `bench decode`'s fixed_over_sized (figures: CHANGELOG)
 DECODE_BLOCK_SIZE = 128
 _BS = DECODE_BLOCK_SIZE
 
