@@ -127,16 +127,19 @@ plt.show()
 # the unscaled arm sets `model.attention_scale=1.0`. The claim's own setting: every weight starts
 # with std 1/sqrt(d_model) (`model.init_std`), so q and k have unit-variance entries at init
 # (their input is normalised) and the unscaled logits q.k start with std ~sqrt(d_k), where the
-# softmax saturates; the probe below reads them from each model at init. Both arms share the
-# recipe's fixed learning rate (1e-3, AdamW, warmup); a run that diverges counts as the uniform
-# predictor, ln V nats. Every run's summary is kept under `experiments/results/attention_scaling/runs/`.
+# softmax saturates; the probe below reads them from each model at init. Each arm's learning rate
+# is the best of three (1/3, 1 and 3 x 1e-3, AdamW with warmup) on a dev split carved from the end
+# of the training text (one seed, `ablation.sweep_lr`), so the unscaled arm is not judged at a rate
+# chosen for the scaled one; a run that diverges counts as the uniform predictor, ln V nats. Every
+# run's summary is kept under `experiments/results/attention_scaling/runs/`.
 
 # %%
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
 ceiling = math.log(base.model.vocab_size)
 HEADS = base.model.n_heads
 HEAD_DIMS = ablation.pick(smoke=[8, 32], full=[16, 64])
-configs, curves, final, at_init = {}, {}, {}, {}
+GRID = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3))
+configs, curves, final, at_init, sweeps = {}, {}, {}, {}, {}
 tokens = jax.random.randint(jax.random.key(0), (8, base.data.seq_len), 0, base.model.vocab_size)
 for d_k in HEAD_DIMS:
     for scaled in (True, False):
@@ -148,12 +151,16 @@ for d_k in HEAD_DIMS:
             init_std=base.model.d_model**-0.5,
             attention_scale=None if scaled else 1.0,
         )
-        configs[name] = dataclasses.replace(base, model=model)
+        sweeps[name] = ablation.sweep_lr(dataclasses.replace(base, model=model), name, GRID, NOTEBOOK)
+        configs[name] = ablation.with_lr(dataclasses.replace(base, model=model), sweeps[name]["lr"])
         probe_model = build_model(dataclasses.replace(model, scan_layers=False), seed=0)
         at_init[name] = ablation.probes.attention_logits(probe_model, tokens)
         for seed in SEEDS:
             curves[f"{name} s{seed}"] = ablation.run_arm(configs[name], name, seed, NOTEBOOK)
         final[name] = [curves[f"{name} s{seed}"].final_or(ceiling) for seed in SEEDS]
+for name, sweep in sweeps.items():
+    edge = " (at the edge of the grid)" if sweep["at_edge"] else ""
+    print(f"{name:18s} lr {sweep['lr']:.3g}{edge}; dev loss by lr:", [round(v, 4) for v in sweep["dev_loss"]])
 print(f"{HEADS} heads; first layer at init (seed 0):")
 for name, stats in at_init.items():
     print(f"  {name:18s}", {k: round(v, 3) for k, v in stats.items()})
@@ -250,6 +257,7 @@ out = ablation.save_results(
             for name, values in final.items()
         },
         "curves": curves,
+        "lr_sweeps": sweeps,
         "first_layer_at_init": at_init,
         "verdicts": table,
     },

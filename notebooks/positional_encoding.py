@@ -126,18 +126,31 @@ print("largest spread of the score along a diagonal, over the score's std, by se
 
 # %% [markdown]
 # ## 3. Training at context 64, evaluating at 64, 128 and 256
-# The learned table has `max_len` = 256 rows so that longer evaluation is possible at all.
+# The learned table has `max_len` = 256 rows so that longer evaluation is possible at all. Each
+# encoding's learning rate is the best of three (1/3, 1 and 3 x 1e-3) on a dev split carved from
+# the end of the training text (one seed, `ablation.sweep_lr`); the validation split is scored.
+
 
 # %%
-configs, curves, eval_loss = {}, {}, {}
+def losses_by_length(c: ablation.Curves) -> dict[str, float]:
+    """Validation loss of the trained run at each evaluation context (kept with the run's summary)."""
+    return {str(n): ablation.eval_loss(c.workdir, [f"data.seq_len={n}"]) for n in EVAL_LENS}
+
+
+GRID = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3))
+configs, curves, eval_loss, sweeps = {}, {}, {}, {}
 for position in ENCODINGS:
-    configs[position] = dataclasses.replace(base, model=dataclasses.replace(base.model, position=position))
+    untuned = dataclasses.replace(base, model=dataclasses.replace(base.model, position=position))
+    sweeps[position] = ablation.sweep_lr(untuned, position, GRID, NOTEBOOK)
+    edge = " (at the edge of the grid)" if sweeps[position]["at_edge"] else ""
+    print(f"{position}: lr {sweeps[position]['lr']:.3g}{edge}; dev loss by lr", sweeps[position]["dev_loss"])
+    configs[position] = ablation.with_lr(untuned, sweeps[position]["lr"])
     eval_loss[position] = {n: [] for n in EVAL_LENS}
     for seed in SEEDS:
-        c = ablation.train_curves(ablation.with_seed(configs[position], seed), f"{position}_s{seed}", NOTEBOOK)
+        c = ablation.run_arm(configs[position], position, seed, NOTEBOOK, measure=losses_by_length)
         curves[f"{position} s{seed}"] = c
         for n in EVAL_LENS:
-            eval_loss[position][n].append(ablation.eval_loss(c.workdir, [f"data.seq_len={n}"]))
+            eval_loss[position][n].append((c.summary["measured"] or {}).get(str(n), float("nan")))
     print(position, {n: ablation.mean_text(v) for n, v in eval_loss[position].items()})
 
 fig_len, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -221,6 +234,7 @@ out = ablation.save_results(
             for p in ENCODINGS
         },
         "curves": curves,
+        "lr_sweeps": sweeps,
         "verdicts": table,
     },
     figures={"rope_scores": fig_rope, "length": fig_len},

@@ -99,32 +99,55 @@ def test_curves_diverged(train, val, summary, diverged):
 # The notebooks' verdict cells (run by verdict_cells.notebook_verdicts; the training-heavy
 # notebooks are in test_verdicts_training.py) ------------------------------------------------
 
-# causal_mask: the masked and the unmasked-trained model, three seeds each.
+# causal_mask: the masked and the unmasked-trained model at two learning rates, three seeds each.
 MASK_CLAIMS = (
     "Without the mask the training loss collapses (the model copies the visible next token)",
     "... but evaluation with the mask fails",
     "... and so does generation",
 )
 TRAIN, MASKED_VAL, CHARS = "final train loss", "val loss with the mask", "real-word character share of a sample"
+MASK_LRS = (1e-3, 3e-3)
 
 
-def causal_mask(unmasked=None, masked=None):
+def mask_arm_name(masked: bool, lr: float) -> str:
+    return f"{'masked' if masked else 'unmasked'}, lr {lr:g}"
+
+
+def causal_mask(unmasked=None, masked=None, *, at=1e-3, lrs=MASK_LRS, seeds=SEEDS):
+    """The verdicts at learning rate ``at`` (where ``unmasked``/``masked`` override the base
+    numbers) and at every other rate of ``lrs`` (base numbers, which hold)."""
+    n = len(seeds)
     base_m = {TRAIN: jitter(1.6, 0, 0.02), MASKED_VAL: jitter(1.7, 1, 0.02), CHARS: jitter(0.8, 2, 0.02)}
     base_u = {TRAIN: jitter(0.2, 1, 0.02), MASKED_VAL: jitter(3.5, 2, 0.05), CHARS: jitter(0.3, 0, 0.03)}
     extra = {"val loss as trained": [1.0] * 3, "real-word share of a sample": [0.5] * 3}
-    arms = {
-        "masked": arm(**{**base_m, **extra, **(masked or {})}),
-        "unmasked": arm(**{**base_u, **extra, **(unmasked or {})}),
-    }
+    first = lambda record: {k: v[:n] for k, v in record.items()}
+    arms = {}
+    for lr in lrs:
+        arms[mask_arm_name(True, lr)] = arm(**first({**base_m, **extra, **((masked or {}) if lr == at else {})}))
+        arms[mask_arm_name(False, lr)] = arm(**first({**base_u, **extra, **((unmasked or {}) if lr == at else {})}))
     v = notebook_verdicts(
-        "causal_mask", arms=arms, samples={}, curves={}, fig_loss=None, fig_bar=None, configs={}, SEEDS=SEEDS
+        "causal_mask",
+        arms=arms,
+        samples={},
+        curves={},
+        fig_loss=None,
+        fig_bar=None,
+        configs={},
+        SEEDS=seeds,
+        LRS=lrs,
+        arm_name=mask_arm_name,
     )
-    return [v[c] for c in MASK_CLAIMS]
+    assert len(v) == len(MASK_CLAIMS) * len(lrs)
+    others = [v[f"{c} (lr {lr:g})"] for lr in lrs if lr != at for c in MASK_CLAIMS]
+    assert n < 2 or others == [HOLDS] * len(others), "a change at one learning rate moved another's verdict"
+    return [v[f"{c} (lr {at:g})"] for c in MASK_CLAIMS]
 
 
 def test_causal_mask_verdicts():
     assert causal_mask() == [HOLDS, HOLDS, HOLDS]
+    assert causal_mask(at=3e-3) == [HOLDS, HOLDS, HOLDS]
     assert causal_mask({TRAIN: jitter(0.9, 1, 0.02)})[0] == FAILS  # above half the masked 1.6
+    assert causal_mask({TRAIN: jitter(0.9, 1, 0.02)}, at=3e-3)[0] == FAILS  # each rate is judged apart
     assert causal_mask({TRAIN: [0.7, 0.9, 0.8]})[0] == UNSURE  # -0.1, +0.09, +0.01 around 0.8
     assert causal_mask({MASKED_VAL: jitter(2.0, 1, 0.01)})[1] == FAILS  # worse by 0.3 < 0.5
     assert causal_mask({MASKED_VAL: [2.1, 2.2, 2.15]})[1] == UNSURE  # 0.45 +- 0.10 straddles 0.5
@@ -132,22 +155,8 @@ def test_causal_mask_verdicts():
 
 
 def test_causal_mask_one_seed_is_never_a_verdict():
-    one = lambda record: {k: v[:1] for k, v in record.items()}
-    masked = one(
-        {TRAIN: [1.6], MASKED_VAL: [1.7], CHARS: [0.8], "val loss as trained": [1], "real-word share of a sample": [0]}
-    )
-    unmasked = {
-        TRAIN: [0.2],
-        MASKED_VAL: [3.5],
-        CHARS: [0.3],
-        "val loss as trained": [1],
-        "real-word share of a sample": [0],
-    }
-    arms = {"masked": arm(**masked), "unmasked": arm(**unmasked)}
-    v = notebook_verdicts(
-        "causal_mask", arms=arms, samples={}, curves={}, fig_loss=None, fig_bar=None, configs={}, SEEDS=(0,)
-    )
-    assert set(v.values()) == {UNSURE}
+    assert causal_mask(seeds=(0,)) == [UNSURE] * 3
+    assert causal_mask(seeds=(0,), at=3e-3) == [UNSURE] * 3
 
 
 # attention_scaling: probe draws by seed and d_k, final losses by arm and seed.
@@ -191,6 +200,7 @@ def attention_scaling(probes=None, final=SCALING_FINAL):
         SEEDS=SEEDS,
         PROBE_SEEDS=SEEDS,
         curves={},
+        sweeps={},
         at_init={},
         fig_probe=None,
         fig_train=None,
@@ -253,6 +263,7 @@ def positional_encoding(growth=GROWTH, equivariance=EQUIVARIANCE, rope_spread=(1
         equivariance=equivariance,
         rope_spread=list(rope_spread),
         curves={},
+        sweeps={},
         fig_rope=None,
         fig_len=None,
         configs={},

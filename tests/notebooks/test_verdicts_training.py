@@ -151,6 +151,7 @@ def moe(final=None, loads=None):
         max_over_mean=loads,
         loads={},
         curves={},
+        sweeps={},
         fig_loss=None,
         fig_load=None,
         configs={},
