@@ -12,7 +12,7 @@ import pytest
 from transformer_jax.ops import activations, moe_buffer, moe_dispatch, routing
 
 T, D, F, E, K = 24, 8, 16, 4, 2
-IMPLS = ("dense", "ragged", "padded")
+IMPLS = ("dense", "ragged", "padded", "grouped")
 
 
 def _weights(activation="swiglu", bias=True, seed=0):

@@ -24,7 +24,7 @@ T, D, F, E, K = 32, 8, 16, 4, 2
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 # expert_parallel runs the capacity case only (per-group drops): its dropless SwiGLU case is
 # compared with the single-device dispatches (checked here) in tests/parallel/test_expert_parallel.py.
-IMPLS = ("naive", "dense", "ragged", "padded", "expert_parallel")
+IMPLS = ("naive", "dense", "ragged", "padded", "grouped", "expert_parallel")
 INVALID = (3, 17, 30)  # padding tokens: no output, no capacity
 # Expert parallelism on mesh (data=2, expert=4): 8 chunks of T / 8 = 4 consecutive tokens, each
 # a GShard group with its own capacity.

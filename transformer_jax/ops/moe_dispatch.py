@@ -16,6 +16,9 @@ to float32 rounding; they differ in layout and speed:
 - ``padded``: grouped by expert into an [E, C, D] buffer (C about the mean load) run as batched
   einsums, the excess of busier experts in one-expert tiles: plain GEMMs with little padding,
   the fast dropless layout on CPU, where ``ragged_dot`` is slow;
+- ``grouped``: rows grouped by expert as for ``ragged``, each expert's FFN on a window from a
+  static ladder of sizes about 1.25x apart (``ops.moe_grouped``): 2-D GEMMs, padding under a
+  quarter of each group however skewed the load;
 - ``megablox``: ``ragged`` with the TPU Pallas grouped-matmul kernel (``ops.moe_megablox``);
 - ``expert_parallel`` (``ops.moe_expert_parallel``): experts sharded over the ``expert``
   mesh axis, tokens exchanged with ``all_to_all``.
@@ -45,6 +48,7 @@ from transformer_jax.ops.moe_buffer import (
     padded_ffn,
 )
 from transformer_jax.ops.moe_expert_parallel import expert_parallel_dispatch
+from transformer_jax.ops.moe_grouped import grouped_ffn
 from transformer_jax.ops.moe_megablox import megablox_ragged_dot
 
 # Implementations ------------------------------------------------------------------------------
@@ -139,6 +143,20 @@ def ragged_dispatch(
     return combine_from_slots(y_RD, dest_TK, src_R, weights_TK * slots.keep_TK), slots.keep_TK
 
 
+def grouped_dispatch(
+    x_TD, experts_TK, weights_TK, w: ExpertWeights, *, activation, capacity_factor=None, valid_T=None, drop_order="rank"
+):
+    """Rows grouped by expert (as ``ragged``), each expert's FFN on a window from a static ladder
+    of sizes (``moe_grouped.grouped_ffn``): exact-size GEMMs up to a 1.25x padding per group."""
+    T, K = experts_TK.shape
+    E = w.n_experts
+    slots, cap = _slots(experts_TK, weights_TK, E, capacity_factor, valid_T, drop_order)
+    dest_TK, sizes_E = _grouped_dest(slots, experts_TK, E)
+    x_RD, src_R = gather_to_slots(x_TD, dest_TK, T * K)
+    y_RD = grouped_ffn(activation, max_rows=T if cap is None else min(T, cap))(x_RD, sizes_E, w)
+    return combine_from_slots(y_RD, dest_TK, src_R, weights_TK * slots.keep_TK), slots.keep_TK
+
+
 def megablox_dispatch(
     x_TD,
     experts_TK,
@@ -211,6 +229,7 @@ DISPATCHES.register("naive", naive_dispatch)
 DISPATCHES.register("dense", dense_dispatch)
 DISPATCHES.register("ragged", ragged_dispatch)
 DISPATCHES.register("padded", padded_dispatch)
+DISPATCHES.register("grouped", grouped_dispatch)
 DISPATCHES.register("megablox", megablox_dispatch)
 DISPATCHES.register("expert_parallel", expert_parallel_dispatch)
 
