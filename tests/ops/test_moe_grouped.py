@@ -1,6 +1,8 @@
 """``ops.moe_grouped``: expert FFNs on windows from a ladder of sizes, against a numpy loop over
 rows, with groups whose windows reach into later experts' rows (and are written in another order)."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,8 +46,8 @@ def _np_rows(x, n_E, w, activation):
 def test_window_ladder_is_static_and_covers_every_group():
     sizes = window_sizes(768, smallest=48)
     assert sizes[0] == 0 and sizes[1] == 48 and sizes[-1] >= 768
-    assert all(b % 8 == 0 and b > a for a, b in zip(sizes, sizes[1:]))
-    assert all(b <= 1.25 * a + 8 for a, b in zip(sizes[1:], sizes[2:]))  # padding under a quarter (+8)
+    assert all(b % 8 == 0 and b > a for a, b in itertools.pairwise(sizes))
+    assert all(b <= 1.25 * a + 8 for a, b in itertools.pairwise(sizes[1:]))  # padding under a quarter (+8)
     with pytest.raises(ValueError, match="ratio"):
         window_sizes(10, ratio=1.0)
 

@@ -17,12 +17,13 @@ outside the group a zero cotangent, so only owned rows reach the weight gradient
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Int
 
 from transformer_jax.ops.activations import FfnSpec
 from transformer_jax.ops.moe_buffer import ExpertWeights, ffn_spec
@@ -47,7 +48,7 @@ def window_sizes(max_rows: int, smallest: int = 8, ratio: float = WINDOW_RATIO) 
 
 def _overhang(sizes: tuple[int, ...]) -> int:
     """Rows a window can reach past the last group: under the largest gap of the ladder."""
-    return max(b - a for a, b in zip(sizes, sizes[1:]))
+    return max(b - a for a, b in itertools.pairwise(sizes))
 
 
 def _windows(n_E: Int[Array, " E"], sizes: tuple[int, ...]):
@@ -89,8 +90,9 @@ def _owned(b, n):
     return (jnp.arange(b) < n)[:, None]
 
 
-def _at(a, e):
-    return None if a is None else jax.lax.dynamic_index_in_dim(a, e, 0, keepdims=False)
+def _at(a, e) -> Array:
+    """Expert e's slice of a stacked weight (never called for an absent bias or gate)."""
+    return jax.lax.dynamic_index_in_dim(a, e, 0, keepdims=False)
 
 
 def _mm(a, b, contract=(1, 0)):
