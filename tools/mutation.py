@@ -26,13 +26,11 @@ by every test).
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import datetime as dt
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +38,8 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
+
+import mutation_report  # tools/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTMUT_VERSION = "3.8.1"
@@ -246,76 +246,6 @@ def _check_preload(scratch: Path, env: dict[str, str], modules: list[str]) -> No
     subprocess.run([sys.executable, "-c", code], cwd=scratch, env=env, check=True)
 
 
-def _function_spans(source: str) -> dict[str, tuple[int, int]]:
-    """'f' / 'Class.f' -> (first line incl. decorators and comments right above, def line)."""
-    lines = source.splitlines()
-    spans = {}
-
-    def add(node: ast.FunctionDef | ast.AsyncFunctionDef, prefix: str) -> None:
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        while first > 1 and lines[first - 2].strip().startswith("#"):
-            first -= 1
-        spans[prefix + node.name] = (first, node.lineno)
-
-    tree = ast.parse(source)
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            add(node, "")
-        elif isinstance(node, ast.ClassDef):
-            for child in node.body:
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    add(child, node.name + ".")
-    return spans
-
-
-def _not_mutated(source: str, mutated: set[str]) -> list[str]:
-    """Decorated functions, which mutmut leaves alone (their decorators run at import time)."""
-    out = []
-    for node in ast.parse(source).body:
-        children = [(node, "")] if not isinstance(node, ast.ClassDef) else [(c, node.name + ".") for c in node.body]
-        for child, prefix in children:
-            is_function = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
-            if is_function and child.decorator_list and prefix + child.name not in mutated:
-                out.append(prefix + child.name)
-    return out
-
-
-def _function_of(mutant_name: str) -> str:
-    """transformer_jax.ops.masks.xǁAttentionMaskǁvalidate__mutmut_3 -> AttentionMask.validate."""
-    key = mutant_name.rpartition(".")[2].partition("__mutmut_")[0]
-    if key.startswith("x_"):
-        return key[2:]
-    _, cls, fn = key.split("ǁ")
-    return f"{cls}.{fn}"
-
-
-def _line_of(diff: str, source_lines: list[str], first_line: int) -> int:
-    """File line of the first removed line of a function-level diff whose line 1 is `first_line`."""
-    old = 0
-    for line in diff.splitlines():
-        m = re.match(r"@@ -(\d+)", line)
-        if m:
-            old = int(m.group(1))
-            continue
-        if line.startswith(("---", "+++")) or not old:
-            continue
-        if line.startswith("-"):
-            guess = first_line + old - 1
-            text = line[1:].strip()
-            hits = [i + 1 for i, s in enumerate(source_lines) if s.strip() == text]
-            return min(hits, key=lambda n: abs(n - guess)) if hits else guess
-        if not line.startswith("+"):
-            old += 1
-    return first_line
-
-
-def _changed_text(diff: str) -> tuple[str, str]:
-    """(removed, added) lines of a diff, each stripped and joined by newlines."""
-    rem = [x[1:].strip() for x in diff.splitlines() if x.startswith("-") and not x.startswith("---")]
-    add = [x[1:].strip() for x in diff.splitlines() if x.startswith("+") and not x.startswith("+++")]
-    return "\n".join(rem), "\n".join(add)
-
-
 def _load_equivalents() -> list[dict]:
     if not EQUIVALENTS_FILE.is_file():
         return []
@@ -377,12 +307,12 @@ def _run_module(
         ).stdout
     )
     source_lines = source.splitlines()
-    spans = _function_spans(source)
+    spans = mutation_report.function_spans(source)
     used = set()
     for m in undetected:
-        m.function, m.diff = _function_of(m.name), diffs[m.name]
-        m.line = _line_of(m.diff, source_lines, spans.get(m.function, (1, 1))[0])
-        removed, added = _changed_text(m.diff)
+        m.function, m.diff = mutation_report.function_of(m.name), diffs[m.name]
+        m.line = mutation_report.line_of(m.diff, source_lines, spans.get(m.function, (1, 1))[0])
+        removed, added = mutation_report.changed_text(m.diff)
         for i, e in enumerate(equivalents):
             same_place = (e["module"], e["function"]) == (module, m.function)
             if same_place and e["mutant"].strip() == added and e.get("original", removed).strip() == removed:
@@ -416,82 +346,9 @@ def _run_module(
         "score_adjusted": round(detected / (total - n_equiv), 4) if total > n_equiv else None,
         "mutants": [dataclasses.asdict(m) for m in sorted(undetected, key=lambda m: (m.line, m.name))],
         "stale_equivalents": stale,
-        "not_mutated": _not_mutated(source, {_function_of(n) for n in statuses}),
+        "not_mutated": mutation_report.not_mutated(source, {mutation_report.function_of(n) for n in statuses}),
         "statuses": statuses,
     }
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _markdown(report: dict) -> str:
-    mods = report["modules"]
-    out = [
-        "# Mutation testing of transformer_jax/ops",
-        "",
-        f"Tool: mutmut {report['mutmut']}. Command: `{report['command']}` (last run; each module below "
-        "gives its own commit and date). Generated by `tools/mutation.py`; not part of CI.",
-        "",
-        "mutmut mutates the bodies of undecorated functions and methods only: decorated functions "
-        "(listed per module) and module-level code such as registry entries are not mutated.",
-        "",
-        "Score = detected / mutants, detected = killed + timeout. The adjusted score leaves the mutants "
-        "listed as equivalent (`tools/mutation_equivalents.toml`, reasons below) out of the denominator; "
-        "the raw score counts them as survivors.",
-        "",
-        "| module | tests | mutants | killed | timeout | survived | equivalent | raw score | adjusted score "
-        "| full-run time |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, r in mods.items():
-        c = r["counts"]
-        out.append(
-            f"| {name} | {', '.join(Path(t).name for t in r['tests'])} | {r['total']} | {c.get('killed', 0)} "
-            f"| {c.get('timeout', 0)} | {r['survived']} | {r['equivalent']} | {_pct(r['score_raw'])} "
-            f"| {_pct(r['score_adjusted'])} | {r['full_run_runtime_s']:.0f} s |"
-        )
-    total = sum(r["total"] for r in mods.values())
-    det = sum(r["detected"] for r in mods.values())
-    eq = sum(r["equivalent"] for r in mods.values())
-    runtime = sum(r["full_run_runtime_s"] for r in mods.values())
-    out.append(
-        f"| **all** | | {total} | | | {total - det} | {eq} | {_pct(det / total if total else None)} "
-        f"| {_pct(det / (total - eq) if total > eq else None)} | {runtime:.0f} s |"
-    )
-    for name, r in mods.items():
-        out += ["", f"## {name}", ""]
-        how = (
-            f"a full run ({r['runtime_s']:.0f} s)"
-            if r["rechecked"] is None
-            else f"a recheck of the {r['rechecked']} survivors of an earlier full run of the same source "
-            f"({r['runtime_s']:.0f} s; the full run took {r['full_run_runtime_s']:.0f} s)"
-        )
-        out.append(
-            f"`{r['file']}` at {r['commit'] or '?'}{' (uncommitted changes)' if r['dirty'] else ''}, {r['date']}, "
-            f"{how}; statuses: {', '.join(f'{k} {v}' for k, v in r['counts'].items())}."
-        )
-        alive = [m for m in r["mutants"] if m["equivalent"] is None]
-        equiv = [m for m in r["mutants"] if m["equivalent"] is not None]
-        if equiv:
-            out += ["", "Equivalent (excluded from the adjusted score):", ""]
-            out += [f"- `{r['file']}:{m['line']}` `{m['function']}`: {m['equivalent']}" for m in equiv]
-        if r.get("not_mutated"):
-            skipped = ", ".join(f"`{f}`" for f in r["not_mutated"])
-            out += ["", f"Not mutated (decorated, which mutmut skips): {skipped}."]
-        if r["stale_equivalents"]:
-            out += ["", "Listed as equivalent but matched no surviving mutant (killed now, or the code moved):", ""]
-            out += [f"- `{e['function']}`: `{e['mutant']}`" for e in r["stale_equivalents"]]
-        out += ["", f"Surviving mutants: {len(alive) or 'none'}"]
-        for m in alive:
-            out += ["", f"### `{r['file']}:{m['line']}` `{m['function']}` ({m['status']}, `{m['name']}`)", ""]
-            out += ["```diff", m["diff"], "```"]
-        if equiv:
-            out += ["", "<details><summary>diffs of the equivalent mutants</summary>"]
-            for m in equiv:
-                out += ["", f"`{r['file']}:{m['line']}` (`{m['name']}`)", "", "```diff", m["diff"], "```"]
-            out += ["", "</details>"]
-    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -530,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
             }
             args.out.mkdir(parents=True, exist_ok=True)  # written after each module, so a failure keeps the rest
             json_path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
-            (args.out / "report.md").write_text(_markdown(report))
+            (args.out / "report.md").write_text(mutation_report.markdown(report))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
