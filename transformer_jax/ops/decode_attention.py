@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from transformer_jax.core.registry import Registry
-from transformer_jax.ops.kv_cache import KVCache, cached_attention
+from transformer_jax.ops.kv_cache import KVCache, cached_attention, weighted_values
 from transformer_jax.ops.masks import AttentionMask
 from transformer_jax.ops.pallas_decode import flash_decode_attention
 from transformer_jax.ops.softcap import check_cap
@@ -113,7 +113,7 @@ def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=N
         m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
         p = jnp.where(visible, jnp.exp(s - m_new), 0.0)
         correction = jnp.exp(m - m_new)
-        pv = jnp.einsum("bkgtn,bkdn->bkgtd", p.astype(q_BTHD.dtype), v_BKDn).astype(jnp.float32)
+        pv = weighted_values(p.astype(q_BTHD.dtype), v_BKDn).astype(jnp.float32)
         return m_new, l * correction + jnp.sum(p, axis=-1, keepdims=True), acc * correction + pv
 
     shape = (B, K, H // K, T)

@@ -64,6 +64,19 @@ def update_kv_cache(cache: KVCache, k_BTKD: Float[Array, "B T K D"], v_BTKD: Flo
     return KVCache(k_BKDS=k, v_BKDS=v, index=cache.index + k_BTKD.shape[1])
 
 
+def weighted_values(p_BKGTS: Float[Array, "B K G T S"], v_BKDS: Float[Array, "B K D S"]) -> Float[Array, "B K G T D"]:
+    """``out[b, k, g, t] = sum_s p[b, k, g, t, s] v[b, k, :, s]``. For a few queries (G T <= D) it is
+    stated as V P^T, both operands contracting their minor axis, so that XLA:CPU transposes the
+    small P rather than copying V's [D, S] transposed (see docs/performance.md)."""
+    B, K, G, T, S = p_BKGTS.shape
+    D = v_BKDS.shape[2]
+    if G * T > D:
+        return jnp.einsum("bkgts,bkds->bkgtd", p_BKGTS, v_BKDS)
+    dims = (((2,), (2,)), ((0,), (0,)))
+    out = jax.lax.dot_general(v_BKDS.reshape(B * K, D, S), p_BKGTS.reshape(B * K, G * T, S), dims)
+    return jnp.swapaxes(out, 1, 2).reshape(B, K, G, T, D)
+
+
 def cached_attention(
     q_BTHD: Float[Array, "B T H D"],
     cache: KVCache,
@@ -97,5 +110,5 @@ def cached_attention(
     p = jax.nn.softmax(logits, axis=-1)
     if mask_BHTS is not None:
         p = jnp.where(jnp.any(mask, axis=-1, keepdims=True), p, 0.0)
-    out_BKGTD = jnp.einsum("bkgts,bkds->bkgtd", p.astype(q_BTHD.dtype), cache.v_BKDS.astype(q_BTHD.dtype))
+    out_BKGTD = weighted_values(p.astype(q_BTHD.dtype), cache.v_BKDS.astype(q_BTHD.dtype))
     return jnp.moveaxis(out_BKGTD, 3, 1).reshape(B, T, H, D)
