@@ -5,6 +5,8 @@ import dataclasses
 import json
 import math
 import pathlib
+import shutil
+import subprocess
 
 import pytest
 
@@ -145,3 +147,14 @@ def test_time_budgets():
     assert tuning.steps_for_seconds(100.0, 0.768) == 130 and tuning.steps_for_seconds(0.1, 1.0) == 1
     with pytest.raises(ValueError, match="tokens_per_s"):
         tuning.step_seconds([fake_curves(tokens_per_s=None)], 768)
+
+
+def test_committed_run_summaries_are_not_ignored_by_git():
+    """The FULL run summaries live in ``experiments/results/<notebook>/runs/``, which the repository's
+    catch-all ``runs/`` (training folders) must not swallow: ``git add`` would skip them silently."""
+    root = paths.repo_root()
+    git = shutil.which("git")
+    assert git is not None and (root / ".git").exists(), "the test runs in a git checkout, as CI's clean clone"
+    check = lambda rel: subprocess.run([git, "check-ignore", "--no-index", "-q", rel], cwd=root).returncode == 0
+    assert not check("experiments/results/causal_mask/runs/masked__s0__0123456789ab.json")
+    assert check("runs/mt/checkpoints")  # the training folders stay ignored
