@@ -175,7 +175,7 @@ def _tokens_of(src_EC, K, T):
     return jnp.where(src_EC < T * K, src_EC // K, T)
 
 
-def experts_forward(spec, w, x_ECD):
+def _experts_forward(spec, w, x_ECD):
     h = jnp.einsum("ecd,edf->ecf", x_ECD, w.w_in_EDF)
     if w.b_in_EF is not None:
         h = h + w.b_in_EF[:, None, :]
@@ -187,7 +187,7 @@ def experts_forward(spec, w, x_ECD):
     return y, h, g
 
 
-def experts_backward(spec, w, x, h, g, d_y, acc):
+def _experts_backward(spec, w, x, h, g, d_y, acc):
     """Adds the weight gradients of one buffer to ``acc``; returns d_x [E, C, D]."""
     if spec.gated:
         act_g, act_vjp = jax.vjp(spec.activation, g)
@@ -209,11 +209,11 @@ def experts_backward(spec, w, x, h, g, d_y, acc):
     return d_x
 
 
-def one_expert(w: ExpertWeights, e) -> ExpertWeights:
+def _one_expert(w: ExpertWeights, e) -> ExpertWeights:
     return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, e, 0, keepdims=True), w)
 
 
-def add_at(acc_E, e, part_1):
+def _add_at(acc_E, e, part_1):
     """``acc[e] += part[0]`` as a dynamic slice update (no scatter)."""
     old = jax.lax.dynamic_index_in_dim(acc_E, e, 0, keepdims=True)
     return jax.lax.dynamic_update_index_in_dim(acc_E, old + part_1, e, 0)
@@ -254,13 +254,13 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
         E, D = w.n_experts, x.shape[-1]
         table, dest0_A, tiles = setup(experts, position, keep, E)
         rows = lambda src: _take(x, _tokens_of(src, K, T).ravel()).reshape(src.shape + (D,))
-        y0, h0, g0 = experts_forward(spec, w, rows(table[:, :first]))
+        y0, h0, g0 = _experts_forward(spec, w, rows(table[:, :first]))
         y_AD = _take(y0.reshape(E * first, D), dest0_A)
         if tiles is not None:
 
             def body(i, buf):
                 src = tile_src(table, tiles, i)
-                y = experts_forward(spec, one_expert(w, tiles.expert_J[i]), rows(src))[0]
+                y = _experts_forward(spec, _one_expert(w, tiles.expert_J[i]), rows(src))[0]
                 return jax.lax.dynamic_update_slice_in_dim(buf, y[0], i * tile_rows, axis=0)
 
             buf = _loop_if_needed(tiles.n, body, lambda: jnp.zeros((tiles.expert_J.size * tile_rows, D), x.dtype))
@@ -288,18 +288,18 @@ def padded_ffn(first: int, tile: int | None, n_positions: int, activation: str |
         d_y_AD = (g_TD[:, None, :] * wk[..., None]).reshape(T * K, D)
         acc = {k: jnp.zeros_like(v) for k, v in dataclasses.asdict(w).items() if v is not None}
         src0 = table[:, :first]
-        d_x0 = experts_backward(spec, w, x_rows(src0), h0, g0, rows(d_y_AD, src0), acc)
+        d_x0 = _experts_backward(spec, w, x_rows(src0), h0, g0, rows(d_y_AD, src0), acc)
         d_x_AD = _take(d_x0.reshape(E * first, D), dest0_A)
         if tiles is not None:
 
             def body(i, carry):
                 acc, buf = carry
                 src, e = tile_src(table, tiles, i), tiles.expert_J[i]
-                w_e, x_1CD = one_expert(w, e), x_rows(src)
-                _, h, g = experts_forward(spec, w_e, x_1CD)
+                w_e, x_1CD = _one_expert(w, e), x_rows(src)
+                _, h, g = _experts_forward(spec, w_e, x_1CD)
                 part = {k: jnp.zeros_like(v[:1]) for k, v in acc.items()}
-                d_x = experts_backward(spec, w_e, x_1CD, h, g, rows(d_y_AD, src), part)
-                acc = {k: add_at(v, e, part[k]) for k, v in acc.items()}
+                d_x = _experts_backward(spec, w_e, x_1CD, h, g, rows(d_y_AD, src), part)
+                acc = {k: _add_at(v, e, part[k]) for k, v in acc.items()}
                 return acc, jax.lax.dynamic_update_slice_in_dim(buf, d_x[0], i * tile_rows, axis=0)
 
             zeros = lambda: (
