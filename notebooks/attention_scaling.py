@@ -128,10 +128,11 @@ plt.show()
 # with std 1/sqrt(d_model) (`model.init_std`), so q and k have unit-variance entries at init
 # (their input is normalised) and the unscaled logits q.k start with std ~sqrt(d_k), where the
 # softmax saturates; the probe below reads them from each model at init. Each arm's learning rate
-# is the best of three (1/3, 1 and 3 x 1e-3, AdamW with warmup) on a dev split carved from the end
-# of the training text (one seed, `ablation.sweep_lr`), so the unscaled arm is not judged at a rate
-# chosen for the scaled one; a run that diverges counts as the uniform predictor, ln V nats. Every
-# run's summary is kept under `experiments/results/attention_scaling/runs/`.
+# is the best of 1/3, 1 and 3 x 1e-3 (AdamW with warmup; the grid grows by 3x past an edge that
+# wins, up to twice) on a dev split carved from the end of the training text (one seed,
+# `ablation.sweep_lr`), so the unscaled arm is not judged at a rate chosen for the scaled one; a
+# run that diverges counts as the uniform predictor, ln V nats. Every run's summary is kept under
+# `experiments/results/attention_scaling/runs/`.
 
 # %%
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)

@@ -141,6 +141,47 @@ def test_sweep_lr_scores_each_rate_on_the_dev_split(smoke, monkeypatch):
     assert seen[0] == ("post lr=0.001 dev", 0, "text", 1e-3, 1e-4)
 
 
+GRID = [1e-3, 3e-3, 9e-3]
+
+
+@pytest.mark.parametrize(
+    "best, extend, tried, pick, at_edge",
+    [
+        (1e-3 / 3, 2, [1e-3 / 9, 1e-3 / 3, *GRID], 1e-3 / 3, False),  # down one step: edge again, then bracketed
+        (2.7e-2, 2, [*GRID, 2.7e-2, 8.1e-2], 2.7e-2, False),  # up two steps, then bracketed
+        (1.0, 2, [*GRID, 2.7e-2, 8.1e-2], 8.1e-2, True),  # still at the edge after 2 steps
+        (1.0, 0, GRID, 9e-3, True),  # extend=0: the plain grid
+        (3e-3, 2, GRID, 3e-3, False),  # bracketed from the start: nothing added
+    ],
+)
+def test_sweep_lr_grows_the_grid_past_an_edge(smoke, monkeypatch, best, extend, tried, pick, at_edge):
+    """Dev loss (log10 lr - log10 best)^2 + 1: the sweep extends the grid by the grid's own ratio
+    while its best rate is an outermost one."""
+    seen = []
+
+    def run_arm(c, arm, seed, notebook):
+        lr = c.train.optim.lr
+        seen.append(lr)
+        return fake_curves(val=(2.0, (math.log10(lr) - math.log10(best)) ** 2 + 1.0))
+
+    monkeypatch.setattr(tuning, "run_arm", run_arm)
+    monkeypatch.setattr(tuning, "dev_split", lambda c, f: c)
+    rec = tuning.sweep_lr(cfg(), "a", GRID, "nb", extend=extend)
+    assert sorted(seen) == pytest.approx(sorted(tried)) and rec["grid"] == pytest.approx(sorted(tried))
+    assert rec["lr"] == pytest.approx(pick) and rec["at_edge"] == at_edge
+
+
+def test_sweep_lr_extends_by_default_in_full_mode_only(smoke, monkeypatch):
+    """SMOKE mode (the ``smoke`` fixture) only checks that a notebook runs: no extension by default;
+    FULL mode extends up to twice."""
+    seen = []
+    monkeypatch.setattr(tuning, "run_arm", lambda c, *a: seen.append(c) or fake_curves(val=(2.0, -c.train.optim.lr)))
+    monkeypatch.setattr(tuning, "dev_split", lambda c, f: c)
+    assert len(seen) == 0 and tuning.sweep_lr(cfg(), "a", GRID, "nb")["at_edge"] and len(seen) == 3
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")
+    assert tuning.sweep_lr(cfg(), "b", GRID, "nb")["lr"] == pytest.approx(8.1e-2) and len(seen) == 3 + 5
+
+
 def test_time_budgets():
     timed = [fake_curves(tokens_per_s=r) for r in (1000.0, 800.0, 1200.0)]
     assert tuning.step_seconds(timed, 768) == pytest.approx(0.768)

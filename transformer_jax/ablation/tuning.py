@@ -3,7 +3,7 @@
 - `dev_split`: a config that trains on the first 90% of the training split's characters and
   validates on the last 10% (the dev split), so the validation split stays the test set.
 - `sweep_lr`: an arm's learning rate from a small log grid, each run scored on the dev split
-  (`protocol.pick_lr`).
+  (`protocol.pick_lr`), the grid grown past its edge while the best rate sits there.
 - `step_seconds` / `steps_for_seconds`: measured seconds per training step (the median over
   repeated runs of each run's median rate) and the steps a model gets in a wall-clock budget.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer_jax.ablation.paths import runs_dir
+from transformer_jax.ablation.paths import pick, runs_dir
 from transformer_jax.ablation.protocol import pick_lr
 from transformer_jax.ablation.runs import Curves
 from transformer_jax.ablation.store import run_arm
@@ -84,16 +84,31 @@ def sweep_lr(
     *,
     seeds: Sequence[int] = (0,),
     fraction: float = 0.1,
+    extend: int | None = None,
 ) -> dict[str, Any]:
     """Trains ``cfg`` at each learning rate of ``grid`` (`with_lr`) on the dev split
     (`dev_split`), each seed of ``seeds`` through `store.run_arm` (arm ``"<arm> lr=<lr> dev"``),
     and returns `protocol.pick_lr`'s record of the final dev losses (a diverged run counts as
-    +inf), with ``arm`` and ``seeds``."""
+    +inf), with ``arm`` and ``seeds``. While the best rate is the grid's smallest or largest, the
+    grid grows one step past it (the ratio of its two outermost rates on that side), at most
+    ``extend`` times (default 2 in FULL mode, 0 in SMOKE mode, which only checks that a notebook
+    runs): a pick left at the edge after that keeps ``at_edge`` True."""
+    steps: int = pick(smoke=0, full=2) if extend is None else extend
     dev = dev_split(cfg, fraction)
     losses: dict[float, list[float]] = {}
-    for lr in grid:
+
+    def score(lr: float) -> None:
         runs = [run_arm(with_lr(dev, lr), f"{arm} lr={lr:.3g} dev", s, notebook) for s in seeds]
         losses[float(lr)] = [math.inf if c.diverged else c.final_val for c in runs]
+
+    for lr in grid:
+        score(lr)
+    for _ in range(steps):
+        best, rates = pick_lr(losses), sorted(losses)
+        if not best["at_edge"]:
+            break
+        up = best["lr"] == rates[-1]
+        score(rates[-1] * rates[-1] / rates[-2] if up else rates[0] * rates[0] / rates[1])
     return {"arm": arm, "seeds": [int(s) for s in seeds], **pick_lr(losses)}
 
 
