@@ -6,7 +6,8 @@ Where the dropless MoE train step's extra time goes: ``nn.moe.MoE`` (8 GELU expe
 (medians of ``--rounds`` rounds of ``--calls`` calls). The load skew is set through the
 auxiliary-loss-free bias (``bias[e] = skew * (2 e / (E - 1) - 1)``, not updated): at
 initialisation the router's logits are small, so the bias decides the load. Also times the
-GEMM shapes one overflow tile and the first round run (``--gemms``)::
+GEMM shapes one overflow tile and the first round run (``--gemms``); ``--dispatch padded grouped``
+times each implementation at each skew::
 
     python -m transformer_jax.benchmarks.moe_layer --skews 0 0.0125 0.025 --gemms
 
@@ -84,12 +85,13 @@ def main():
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--gemms", action="store_true", help="also time the tile / first-round GEMM shapes")
+    p.add_argument("--dispatch", nargs="+", default=["auto"], help="MoE dispatch implementations to time")
     a = p.parse_args()
     D, F, E, K = a.d_model, a.d_expert, 8, 2
     x = jnp.asarray(np.random.default_rng(0).normal(size=(a.batch, a.seq, D)), jnp.float32)
     fns = {"dense": value_and_grad_fn(FeedForward(D, K * F, kind="gelu", rngs=nnx.Rngs(0)), lambda m, x: (m(x), {}))}
     load = {}
-    for skew in a.skews:
+    for skew, dispatch in ((s, d) for s in a.skews for d in a.dispatch):
         spec = MoESpec(
             n_experts=E,
             top_k=K,
@@ -98,11 +100,12 @@ def main():
             balance_loss="switch",
             balance_coef=0.01,
             bias_update_rate=1e-3,
+            dispatch=dispatch,
         )
         moe = MoE(D, spec, rngs=nnx.Rngs(1))
         assert moe.bias is not None  # bias_update_rate > 0
         moe.bias[...] = jnp.asarray(skew * np.linspace(-1.0, 1.0, E), jnp.float32)
-        name = f"moe skew {skew:g}"
+        name = f"moe skew {skew:g}" + ("" if a.dispatch == ["auto"] else f" {dispatch}")
         load[name] = float(moe(x)[1]["metrics"]["moe_load_max_over_mean"])
         fns[name] = value_and_grad_fn(moe, lambda m, x: m(x, train=False))
     fns = {k: (f, (params, x)) for k, (f, params) in fns.items()}
