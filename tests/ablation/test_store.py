@@ -180,6 +180,8 @@ def test_sweep_lr_extends_by_default_in_full_mode_only(smoke, monkeypatch):
     assert len(seen) == 0 and tuning.sweep_lr(cfg(), "a", GRID, "nb")["at_edge"] and len(seen) == 3
     monkeypatch.setenv(ablation.SMOKE_ENV, "0")
     assert tuning.sweep_lr(cfg(), "b", GRID, "nb")["lr"] == pytest.approx(8.1e-2) and len(seen) == 3 + 5
+    with pytest.raises(ValueError, match="extend=-1"):
+        tuning.sweep_lr(cfg(), "c", GRID, "nb", extend=-1)
 
 
 def test_time_budgets():

@@ -94,6 +94,8 @@ def sweep_lr(
     ``extend`` times (default 2 in FULL mode, 0 in SMOKE mode, which only checks that a notebook
     runs): a pick left at the edge after that keeps ``at_edge`` True."""
     steps: int = pick(smoke=0, full=2) if extend is None else extend
+    if steps < 0:
+        raise ValueError(f"extend={extend}: the number of grid extensions must be >= 0")
     dev = dev_split(cfg, fraction)
     losses: dict[float, list[float]] = {}
 
