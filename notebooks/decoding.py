@@ -25,8 +25,9 @@
 #    power faster, O(n^3) in total.
 #
 # FULL mode uses the Multi30k De->En model of `experiments/multi30k_de_en.py`: the run in
-# `TRANSFORMER_JAX_MT_RUN` (default `runs/mt`), trained first if it does not exist (about two
-# hours on two CPU cores). SMOKE mode trains a tiny model on a synthetic reversal task.
+# `TRANSFORMER_JAX_MT_RUN` (default `runs/mt`), trained first (about two hours on two CPU cores),
+# resumed from its last checkpoint if it was stopped part way. SMOKE mode trains a tiny model on a
+# synthetic reversal task.
 #
 # The strategies are compared on one trained model, so each interval comes from a paired
 # bootstrap over the validation sentences (2,000 resamplings, fixed seed; Koehn 2004): 95% for a
@@ -98,8 +99,8 @@ if ablation.smoke():
     train(cfg, str(workdir))
 else:
     workdir = pathlib.Path(os.environ.get("TRANSFORMER_JAX_MT_RUN", ablation.repo_root() / "runs" / "mt"))
-    if not (workdir / "checkpoints").is_dir():
-        train(load_experiment(str(ablation.repo_root() / "experiments" / "multi30k_de_en.py")), str(workdir))
+    # resumes a run stopped part way; a finished run restores and returns without a step
+    train(load_experiment(str(ablation.repo_root() / "experiments" / "multi30k_de_en.py")), str(workdir))
 run, _ = setup(workdir_config(str(workdir)), str(workdir), best=not ablation.smoke())
 run.checkpoints.close()
 params = (run.state.params, run.state.model_state)

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,6 +72,19 @@ def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path, uninterrupted):
     assert straight["step"] == resumed["step"] == 6
     _assert_same_state(straight_dir, tmp_path / "b")
     assert straight["val_loss"] == resumed["val_loss"]
+
+
+def test_training_a_finished_run_again_takes_no_step_and_rewrites_nothing(tmp_path, uninterrupted):
+    """What notebooks rely on to resume a run stopped part way: `train` on a finished workdir."""
+    straight, straight_dir = uninterrupted
+    workdir = tmp_path / "again"
+    shutil.copytree(straight_dir, workdir)
+    ckpts = workdir / "checkpoints"
+    before = {p: p.stat().st_mtime_ns for p in ckpts.rglob("*") if p.is_file()}
+    again, proc = _train(workdir, "train.steps=6")
+    assert again["step"] == 6 and "resuming at step 6" in proc.stdout
+    assert {p: p.stat().st_mtime_ns for p in ckpts.rglob("*") if p.is_file()} == before
+    _assert_same_state(straight_dir, workdir)
 
 
 # The training command, stopped for good (sleeping, to be SIGKILLed) right after step PAUSE_AT_STEP
