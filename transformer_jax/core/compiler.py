@@ -5,25 +5,17 @@ They go to that one program only (``jax.jit(compiler_options=...)``), never to t
 project that imports our modules keeps its own XLA settings.
 
 CPU: YNNPACK dot fusions off (``xla_cpu_experimental_ynn_fusion_type=""``), so dots run on XLA's
-own CPU GEMMs. YNNPACK pays a fixed cost per call that small and batched GEMMs feel. jax 0.10.2,
-2 CPU cores, before -> after:
-
-- a batched expert GEMM [8, 192, 128] x [8, 128, 256], forward and backward, A/B in one process:
-  11.4 -> 7.2 ms (a 2-D GEMM of the same FLOPs: 7.2 -> 7.0 ms);
-- ``experiments/bench/compare_torch.py``, ratios to torch_gpt.py: train ``small`` 0.67x before,
-  0.83x / 0.89x after (two runs); ``medium`` 0.61x -> 0.79x / 0.88x; greedy decoding at batch 8
-  1.60x -> 4.1x / 1.9x (batch 1: 5.5x -> 7.7x / 5.8x);
-- ``bench moe`` (E=8, top-2), alternating processes: MoE step 145 / 143 -> 117 / 134 ms.
-
-A flag named in ``XLA_FLAGS`` is left to it.
+own CPU GEMMs: YNNPACK pays a fixed cost per call that small and batched GEMMs feel. A flag named
+in ``XLA_FLAGS`` is left to it.
 
 Buffer donation (``donate_argnums``) is kept on accelerators, where it halves the train state's
-memory, and dropped on CPU (`donates`), where it made the MoE train step slower: the compiled step
-then begins by copying donated parameters, the expert weights among them (read inside the MoE tile
-loops). Train step of ``experiments/shakespeare_char_moe.py`` after 300 steps, the four variants
-alternating in one process (9 rounds of 10 steps, medians): MoE 87.6 ms donated, 70.6 ms not; the
-dense model 54.7 / 56.6 ms (no difference). On CPU the old and the new train state are thus both
-alive during a step. ``TRANSFORMER_JAX_DONATE=1`` (or ``0``) forces donation on (off) everywhere.
+memory, and dropped on CPU (`donates`), where the compiled step began by copying donated
+parameters that it reads inside control flow (the MoE tile loops) and so ran slower. On CPU the
+old and the new train state are thus both alive during a step. ``TRANSFORMER_JAX_DONATE=1`` (or
+``0``) forces donation on (off) everywhere.
+
+The measurements behind both choices are in docs/performance.md ("What made it faster",
+"Mixture-of-Experts step cost").
 
 ``TRANSFORMER_JAX_XLA_DEFAULTS=0`` turns all of this off: `jit` is then plain ``jax.jit``.
 """
