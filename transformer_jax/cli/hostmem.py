@@ -4,7 +4,7 @@ XLA:CPU allocates one temporary buffer per execution of a jitted program and fre
 A train step's buffer is large: 40 MB for torch_gpt.py's ``small`` config, 547 MB for ``medium``.
 glibc serves such blocks with a fresh ``mmap`` and gives them back with ``munmap``, so every step
 faults its temporaries in again, one 4 KiB page at a time: 9,900 page faults per ``small`` step and
-138,000 per ``medium`` step, 30 ms and 430 ms of kernel time (2-core VM, ``getrusage``).
+138,000 per ``medium`` step.
 
 Two settings stop this:
 
@@ -15,10 +15,7 @@ Two settings stop this:
   start): blocks larger than a per-thread heap (64 MB) are still mapped per step, but now with
   transparent huge pages, 512 times fewer faults.
 
-Measured on the 2-core VM, ``bench train`` step, separate processes alternating, ms (none /
-tuned): ``small`` 71.5 / 54.6, 72.6 / 60.9, 83.7 / 60.9 (both settings); 71.5 / 64.5, 72.6 /
-46.5, 83.7 / 57.0 (`tune_malloc` alone); ``medium`` 1693 / 1623, 1643 / 1312 (both); 1462 and
-1389 ms with huge pages alone.
+Measured in docs/performance.md ("What made it faster").
 
 The cost: freed memory stays with the process (its resident size does not shrink after a peak).
 ``TRANSFORMER_JAX_MALLOC=0`` turns both off. Other C libraries and platforms are left alone.

@@ -6,9 +6,8 @@ the two products directly on the row-major [N, In] / [N, Out] operands::
 
     dx = dy W^T  (contract Out),        dW = x^T dy  (contract the N rows)
 
-Measured on 2 CPU cores (torch_gpt.py's configs, train step A/B in one process): 95 -> 86 ms
-(``small``), 2.36 -> 2.14 s (``medium``). Being a ``custom_vjp``, it has no forward-mode rule:
-differentiate models in reverse mode (``grad``, ``vjp``, ``jacrev``).
+About 10% off the CPU train step (docs/performance.md). Being a ``custom_vjp``, it has no
+forward-mode rule: differentiate models in reverse mode (``grad``, ``vjp``, ``jacrev``).
 """
 
 from __future__ import annotations
