@@ -88,12 +88,11 @@ def _first_slot(mask: AttentionMask | None, S: int) -> Array:
 def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
     """Online softmax over blocks [lo, ceil(index / n)) of n = min(block_size, S) slots; the last
     block is shifted to end at S (its slots before the block boundary are skipped, not re-read).
-    A cache of at most one block is read whole, as by ``dense`` (the loop would only add its cost)."""
+    A cache of at most one block is read whole, still inside the loop: read directly in the step
+    that writes it, XLA:CPU copied the whole cache every step (see docs/performance.md)."""
     B, T, H, D = q_BTHD.shape
     K, S = cache.k_BKDS.shape[1], cache.max_len
-    if block_size >= S:
-        return dense_decode(q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, softcap=softcap)
-    n = block_size
+    n = min(block_size, S)
     scale = float(D**-0.5) if scale is None else scale
     q_BKGTD = jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
 
