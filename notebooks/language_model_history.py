@@ -155,6 +155,7 @@ for name, cfg in configs.items():
             curves[name, seed] = ablation.run_arm(cfg, name, seed, NOTEBOOK)
 
 tokens_per_step = transformer.train.batch_size * transformer.data.seq_len
+ablation.same_machine([curves[n, s] for n in neural for s in SEEDS])  # speeds compare within one machine
 step_s = {n: ablation.step_seconds([curves[n, s] for s in SEEDS], tokens_per_step) for n in neural}
 budget_s = STEPS * step_s[TF]
 timed_steps = {
@@ -181,6 +182,8 @@ for n in (LSTM, TF):
         curves[name, seed] = ablation.run_arm(configs[name], name, seed, NOTEBOOK)
 
 # %%
+timing_machine = ablation.same_machine([curves[n, s] for n in configs if "gram" not in n for s in SEEDS])
+print("every neural run trained on", timing_machine)
 arms = {}
 for name in configs:
     per_seed = {}
@@ -217,8 +220,10 @@ plt.show()
 # %% [markdown]
 # ## Verdict
 # Perplexity differences paired by seed (lower is better); tokens/s paired by seed, from runs on
-# one machine (the medians of each run's logged rates; run the notebook on a quiet machine for the
-# speed rows to mean what they say).
+# one machine (the medians of each run's logged rates; `ablation.same_machine` stops the notebook
+# when the timed runs trained on different hosts or CPU sets, e.g. one reused from another machine
+# or a sitting pinned to one core; run the notebook alone on a quiet machine for the speed rows to
+# mean what they say).
 
 # %%
 ppl = {n: ablation.seed_values(arms[n], "val perplexity") for n in arms}
@@ -268,6 +273,7 @@ out = ablation.save_results(
         "lr_sweeps": sweeps,
         "seconds_per_step": step_s,
         "wall_clock_budget_s": budget_s,
+        "timing_machine": timing_machine,
         "curves": {f"{n} s{seed}": c for (n, seed), c in curves.items()},
         "verdicts": table,
     },

@@ -201,3 +201,26 @@ def test_committed_run_summaries_are_not_ignored_by_git():
     check = lambda rel: subprocess.run([git, "check-ignore", "--no-index", "-q", rel], cwd=root).returncode == 0
     assert not check("experiments/results/causal_mask/runs/masked__s0__0123456789ab.json")
     assert check("runs/mt/checkpoints")  # the training folders stay ignored
+
+
+def test_speeds_compare_only_within_one_machine(smoke):
+    here = store.machine()
+    assert here["cpus"] >= 1 and isinstance(here["host"], str)
+    on = lambda host, cpus: fake_curves(machine={"host": host, "cpus": cpus, "load_1m": 0.5})
+    assert tuning.same_machine([on("a", 2), on("a", 2)])["host"] == "a"
+    with pytest.raises(ValueError, match="a on 1 CPUs: x"):
+        tuning.same_machine([on("a", 2), on("a", 1)])  # one pinned with taskset
+    with pytest.raises(ValueError, match="b on 2 CPUs"):
+        tuning.same_machine([on("a", 2), on("b", 2)])  # a summary from another machine
+    with pytest.raises(ValueError, match="no machine recorded"):
+        tuning.same_machine([on("a", 2), fake_curves()])
+
+
+def test_a_trained_run_records_its_machine_and_reads_it_back(smoke, monkeypatch):
+    monkeypatch.setattr(store.runs, "train_curves", lambda c, key, nb: fake_curves())
+    trained = store.run_arm(cfg(), "arm", 0, "nb")
+    back = store.load_run("nb", "arm", 0, cfg())
+    assert back is not None and trained.summary["machine"] == back.summary["machine"] == {
+        **store.machine(),
+        "load_1m": trained.summary["machine"]["load_1m"],
+    }

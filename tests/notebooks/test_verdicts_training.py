@@ -297,6 +297,7 @@ def lm_history(changes=None):
         sweeps={},
         step_s={},
         budget_s=1.0,
+        timing_machine={"host": "h", "cpus": 2, "load_1m": 1.0},
     )
     assert list(v) == list(LM_CLAIMS)
     return [v[c] for c in LM_CLAIMS]

@@ -76,6 +76,7 @@ from transformer_jax.ablation.stats import (
 from transformer_jax.ablation.store import RETRAIN_ENV, config_hash, load_run, run_arm, run_key, runs_store, save_run
 from transformer_jax.ablation.tuning import (
     dev_split,
+    same_machine,
     step_seconds,
     steps_for_seconds,
     sweep_lr,
@@ -127,6 +128,7 @@ __all__ = [
     "run_key",
     "runs_dir",
     "runs_store",
+    "same_machine",
     "save_results",
     "save_run",
     "seed_values",

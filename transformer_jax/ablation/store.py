@@ -4,7 +4,7 @@ Every run of a notebook (`run_arm`) leaves a small JSON file in ``runs_store(not
 ``experiments/results/<notebook>/runs/`` in FULL mode (committed with the results), a temporary
 folder in SMOKE mode. The file is named by the arm, the seed and a hash of the run's config
 (`config_hash`), and holds the loss curves, the training summary, whatever ``measure`` read from
-the trained checkpoint, the config itself, the commit and the date. `run_arm` reads a matching
+the trained checkpoint, the config itself, the commit, the date and the machine (`machine`). `run_arm` reads a matching
 file back instead of training again; ``TRANSFORMER_JAX_RETRAIN=1`` trains every run afresh.
 """
 
@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import pathlib
+import platform
 import re
 import time
 from collections.abc import Callable
@@ -25,6 +27,14 @@ from transformer_jax.core import configlib
 
 RETRAIN_ENV = "TRANSFORMER_JAX_RETRAIN"
 RUNS_SUBDIR = "runs"
+
+
+def machine() -> dict[str, Any]:
+    """Where a run trained, kept in its summary so that speeds are only compared within one
+    machine: the host name, how many CPUs the process could run on (1 when pinned with
+    ``taskset``), and the 1-minute load average when it finished."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"host": platform.node(), "cpus": cpus, "load_1m": round(os.getloadavg()[0], 2)}
 
 
 def runs_store(notebook: str) -> pathlib.Path:
@@ -163,6 +173,7 @@ def run_arm(
         runs._REUSED[f"{arm} s{seed}"] = done.summary["reused_from"]
         return done
     curves = runs.train_curves(cfg, run_key(arm, seed, cfg), notebook)
+    curves.summary["machine"] = machine()
     measured = None if measure is None or curves.diverged else measure(curves)
     save_run(notebook, arm, seed, cfg, curves, measured)
     curves.summary["measured"] = jsonable(measured)

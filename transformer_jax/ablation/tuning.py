@@ -5,7 +5,8 @@
 - `sweep_lr`: an arm's learning rate from a small log grid, each run scored on the dev split
   (`protocol.pick_lr`), the grid grown past its edge while the best rate sits there.
 - `step_seconds` / `steps_for_seconds`: measured seconds per training step (the median over
-  repeated runs of each run's median rate) and the steps a model gets in a wall-clock budget.
+  repeated runs of each run's median rate) and the steps a model gets in a wall-clock budget;
+  `same_machine` checks that the timed runs trained on one machine and CPU set.
 """
 
 from __future__ import annotations
@@ -122,6 +123,28 @@ def step_seconds(runs: Sequence[Curves], tokens_per_step: int) -> float:
     if not logged or len(rates) != len(logged):
         raise ValueError(f"every run needs a positive summary['tokens_per_s'] to be timed, got {logged}")
     return tokens_per_step / float(np.median(rates))
+
+
+def same_machine(runs: Sequence[Curves]) -> dict[str, Any]:
+    """The machine (`store.machine`) all of ``runs`` trained on, so that their speeds compare. A
+    ValueError names the runs when they trained on different hosts or CPU sets (a sitting pinned
+    to one core beside another, a summary reused from another machine) or when a summary does not
+    say (trained before the record existed)."""
+    groups: dict[Any, list[str]] = {}
+    for r in runs:
+        m = r.summary.get("machine")
+        key = (m.get("host"), m.get("cpus")) if isinstance(m, dict) else None
+        groups.setdefault(key, []).append(r.name)
+    if len(groups) != 1 or None in groups:
+        where = "; ".join(
+            f"{'no machine recorded' if k is None else f'{k[0]} on {k[1]} CPUs'}: {', '.join(v)}"
+            for k, v in groups.items()
+        )
+        raise ValueError(
+            f"runs whose speeds are compared trained on different machines or CPU sets ({where}); "
+            "retrain them in one sitting on one quiet machine (TRANSFORMER_JAX_RETRAIN=1)"
+        )
+    return dict(runs[0].summary["machine"])
 
 
 def steps_for_seconds(budget_s: float, seconds_per_step: float, *, minimum: int = 1) -> int:
