@@ -83,7 +83,9 @@ print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| de
 print(ablation.committed_note(NOTEBOOK))
 
 # %%
-transformer = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
+# FULL: one validation pass, at the end (only the final loss is read; each pass over the whole
+# validation split costs as much as 20-40 training steps)
+transformer = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, **ablation.pick(smoke={}, full={"eval_every": STEPS}))
 V = transformer.model.vocab_size
 
 

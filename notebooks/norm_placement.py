@@ -104,7 +104,10 @@ print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| de
 print(ablation.committed_note(NOTEBOOK))
 
 # %%
-base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, nonfinite="halt")
+# FULL: one validation pass, at the end (only the final loss is read; each pass over the whole
+# validation split costs as much as 20-40 training steps)
+full_only = ablation.pick(smoke={}, full={"eval_every": STEPS})
+base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, nonfinite="halt", **full_only)
 base = dataclasses.replace(
     base,
     model=dataclasses.replace(
