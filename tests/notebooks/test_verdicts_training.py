@@ -171,6 +171,7 @@ def test_mixture_of_experts_verdicts():
     assert moe(loads={"gshard, no balancing": 1.65})[2] == UNSURE  # 1.5x, within the noise
     assert moe(loads={"gshard, loss-free bias": 1.6})[3] == FAILS  # below no-balancing but above 1.5
     assert moe(loads={"gshard, no balancing": 1.15})[3] == FAILS  # not below no-balancing
+    assert moe(loads={"gshard, no balancing": math.nan})[2:] == [UNSURE, UNSURE]  # a seed diverged: no load
 
 
 # decoding: per-sentence BLEU counts, lengths and seed agreement; per-token cost by position.
