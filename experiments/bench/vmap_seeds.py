@@ -2,10 +2,10 @@
 
 The notebooks' Shakespeare model (``ablation.shakespeare_config``, FULL size): the train step of
 ``--seeds`` seeds, called once per seed on each seed's state and batch, against ``jax.vmap`` of
-the same step over the stacked states and batches (``max_param_diff``: how far the two ways' parameters
-are apart after two steps). Rounds alternate the two; prints the medians
-and the median of the paired ratios as one JSON line. Pin it (``taskset -c 0``) to ask the
-question for one core. Run it on a quiet machine: it times things.
+the same step over the stacked states and batches. Rounds alternate the two; prints the medians,
+the median of the paired ratios and ``max_param_diff`` (how far apart the two ways' parameters are
+after two steps) as one JSON line. Pin it (``taskset -c 0``) to ask the question for one core.
+Run it on a quiet machine: it times things.
 
     python experiments/bench/vmap_seeds.py --seeds 3
 """

@@ -3,9 +3,10 @@
 Every run of a notebook (`run_arm`) leaves a small JSON file in ``runs_store(notebook)``:
 ``experiments/results/<notebook>/runs/`` in FULL mode (committed with the results), a temporary
 folder in SMOKE mode. The file is named by the arm, the seed and a hash of the run's config
-(`config_hash`), and holds the loss curves, the training summary, whatever ``measure`` read from
-the trained checkpoint, the config itself, the commit, the date and the machine (`machine`). `run_arm` reads a matching
-file back instead of training again; ``TRANSFORMER_JAX_RETRAIN=1`` trains every run afresh.
+(`config_hash`), and holds the loss curves, the training summary (with the `machine` it trained
+on), whatever ``measure`` read from the trained checkpoint, the config itself, the commit and the
+date. `run_arm` reads a matching file back instead of training again;
+``TRANSFORMER_JAX_RETRAIN=1`` trains every run afresh.
 """
 
 from __future__ import annotations
