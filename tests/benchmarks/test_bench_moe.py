@@ -25,3 +25,4 @@ def test_bench_moe_reports_times_ratios_and_load(monkeypatch):
     assert out["bench"] == "moe" and out["dense"]["ratio_to_dense_median"] == 1.0
     moe = out["moe_padded"]
     assert moe["median_ms"] > 0 and moe["params"] > out["dense"]["params"] and len(moe["load_max_over_mean"]) == 1
+    assert moe["optimizer_update_ms"] > 0 and out["dense"]["optimizer_update_ms"] > 0

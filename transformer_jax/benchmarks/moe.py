@@ -6,6 +6,10 @@ first trains ``warmup`` steps: a dropless step costs what the router's load imba
 cost, and the imbalance right after initialisation is not the one training sees. The MoE model
 is the experiment's (``model.moe``), or, for a dense experiment, 8 experts of half the FFN width
 with top-2 routing (GShard-style: renormalised gates, Switch balance loss 0.01).
+
+Each variant also reports ``optimizer_update_ms``: the optimizer update alone (``tx.update`` and
+``apply_updates`` on its parameters), timed in the same rounds. It is memory-bound and grows with
+the total parameter count, which an MoE at equal active parameters multiplies.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
 from transformer_jax.core import compiler
 from transformer_jax.models import count_params
@@ -76,6 +82,8 @@ def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: in
             out[name]["load_max_over_mean"] = [round(float(x), 3) for x in np.asarray(imbalance)]
         runs[name] = [run, step, batches, state]
     times = {name: [] for name in variants}
+    updates = {name: _optimizer_update(entry[0].tx) for name, entry in runs.items()}
+    update_times = {name: [] for name in variants}
     for _ in range(rounds):
         for name, entry in runs.items():
             run, step, batches, state = entry
@@ -85,11 +93,35 @@ def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: in
             jax.block_until_ready(state)
             entry[3] = state
             times[name].append((time.perf_counter() - t0) / steps)
+            update_times[name].append(_time_update(updates[name], state, steps))
     for run, *_ in runs.values():
         run.checkpoints.close()
     for name, t in times.items():
         out[name].update(median_ms=1e3 * float(np.median(t)), min_ms=1e3 * float(np.min(t)))
+        out[name]["optimizer_update_ms"] = 1e3 * float(np.median(update_times[name]))
     return out
+
+
+def _optimizer_update(tx):
+    """The step's optimizer update alone (``tx.update`` and ``apply_updates``), jitted: memory-bound,
+    so its cost follows the total parameter count, which an MoE at equal active parameters multiplies."""
+
+    def update(params, opt_state, grads):
+        u, new_opt = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, u), new_opt
+
+    return compiler.jit(update)
+
+
+def _time_update(update, state, steps: int) -> float:
+    """Seconds per call of `_optimizer_update` on ``state``'s parameters (gradients: 1e-3 everywhere)."""
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 1e-3), state.params)
+    jax.block_until_ready(update(state.params, state.opt_state, grads))
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        out = update(state.params, state.opt_state, grads)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t0) / steps
 
 
 def bench_moe(
