@@ -42,6 +42,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=10, help="steps per timed round")
     args = parser.parse_args()
+    for name in ("seeds", "rounds", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}={getattr(args, name)}: must be at least 1")
     base = ablation.shakespeare_config("vmap_seeds", steps=2000)
     seeded = [dataclasses.replace(base, train=dataclasses.replace(base.train, seed=s)) for s in range(args.seeds)]
     runs = [setup(cfg, tempfile.mkdtemp(), restore=False, devices=jax.devices()[:1])[0] for cfg in seeded]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from transformer_jax.cli.common import refuse_unread_options
+from transformer_jax.core import configlib
 
 DEFAULT_CONFIG = "experiments/shakespeare_char.py"
 # The options each benchmark reads; giving one it does not read is an error.
@@ -43,6 +44,11 @@ def run(args) -> dict:
     import tempfile
 
     refuse_unread_options(f"bench {args.what}", args, OPTIONS, READS[args.what])
+    for option in ("steps", "rounds"):
+        if getattr(args, option) is not None:
+            configlib.check_positive(f"--{option}", getattr(args, option))
+    if args.warmup is not None:
+        configlib.check_positive("--warmup", args.warmup, allow_zero=True)
     cfg_size = args.cfg or "small"
     if args.what == "compile":
         from transformer_jax.benchmarks.compile import bench_compile
@@ -62,8 +68,8 @@ def run(args) -> dict:
 
         return bench_moe(
             cfg,
-            rounds=args.rounds or 10,
-            steps=args.steps or 10,
+            rounds=10 if args.rounds is None else args.rounds,
+            steps=10 if args.steps is None else args.steps,
             warmup=300 if args.warmup is None else args.warmup,
             dispatches=tuple(args.dispatch or ["auto"]),
         )
