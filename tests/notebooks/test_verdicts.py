@@ -239,8 +239,16 @@ def test_attention_scaling_with_one_head_size_leaves_the_growth_unmeasured():
 
 
 # positional_encoding: equivariance and RoPE spread by seed, losses by encoding, length and seed.
-ENCODINGS = ("none", "sinusoidal", "learned", "relative_bias", "rope", "alibi")
-GROWTH = {"none": 0.3, "sinusoidal": 0.4, "learned": 0.9, "relative_bias": 0.2, "rope": 0.15, "alibi": 0.05}
+ENCODINGS = ("none", "sinusoidal", "sinusoidal_scaled", "learned", "relative_bias", "rope", "alibi")
+GROWTH = {
+    "none": 0.3,
+    "sinusoidal": 0.4,
+    "sinusoidal_scaled": 0.5,
+    "learned": 0.9,
+    "relative_bias": 0.2,
+    "rope": 0.15,
+    "alibi": 0.05,
+}
 PE_CLAIMS = (
     "Without positions, self-attention is permutation-equivariant",
     "RoPE's dot product depends only on the relative offset",
@@ -278,6 +286,8 @@ def test_positional_encoding_verdicts():
     assert positional_encoding(rope_spread=(0.01, 0.012, 0.011))[1] == FAILS
     assert positional_encoding({**GROWTH, "rope": 0.45})[2] == FAILS  # a relative one worse than sinusoidal
     assert positional_encoding({**GROWTH, "rope": 0.4})[2] == UNSURE  # a tie with the best absolute
+    # every absolute arm counts: the embedding-scaled sinusoid degrading least turns the verdict
+    assert positional_encoding({**GROWTH, "sinusoidal_scaled": 0.05})[2] == FAILS
     assert positional_encoding({**GROWTH, "learned": 0.4})[3] == FAILS
     assert positional_encoding({**GROWTH, "rope": 0.01})[4] == FAILS  # ALiBi 0.04 behind: beyond the 0.02 margin
     assert positional_encoding({**GROWTH, "alibi": 0.15})[4] == HOLDS  # a tie with the best other counts
