@@ -192,7 +192,8 @@ for name in configs:
     for seed in SEEDS:
         c, s = curves[name, seed], curves[name, seed].summary
         per_seed[seed] = {
-            "val perplexity": math.exp(c.final_val) if c.val_loss else s.get("val_perplexity"),
+            # a diverged seed scores as the uniform predictor (perplexity V), not NaN, so it still pairs
+            "val perplexity": math.exp(c.final_or(math.log(V))) if c.val_loss else s.get("val_perplexity"),
             "parameters": s.get("params"),
             "steps": configs[name].train.steps,
             "train seconds": s.get("wall_s"),
