@@ -126,3 +126,14 @@ def test_a_field_two_choices_leave_unread_is_reported_once():
     with pytest.raises(ConfigError) as err:
         load_experiment(TINY, ["model.rope_scaling_factor=4"])  # unread by position=learned and rope_scaling=none
     assert str(err.value).count("model.rope_scaling_factor=4.0") == 1, str(err.value)
+
+
+def test_changed_fields_lists_each_differing_leaf_by_dotted_name():
+    before = {"model": {"d_model": 64, "moe": None}, "train": {"optim": {"lr": 3e-3}, "steps": 6}, "name": "a"}
+    after = {"model": {"d_model": 64, "moe": {"n_experts": 8}}, "train": {"optim": {"lr": 1e-3}, "steps": 6}}
+    assert configlib.changed_fields(before, after) == [
+        ("model.moe", None, {"n_experts": 8}),
+        ("name", "a", None),
+        ("train.optim.lr", 3e-3, 1e-3),
+    ]
+    assert configlib.changed_fields(before, before) == []

@@ -71,6 +71,16 @@ def to_dict(cfg: Any) -> Any:
     return cfg
 
 
+def changed_fields(before: Any, after: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted field, before, after) for every leaf where two ``to_dict`` trees differ."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out = []
+        for key in sorted(set(before) | set(after), key=str):
+            out += changed_fields(before.get(key), after.get(key), f"{prefix}{key}.")
+        return out
+    return [] if before == after else [(prefix.rstrip("."), before, after)]
+
+
 def from_dict(cls: type, data: dict) -> Any:
     """Rebuilds a (nested) config dataclass from ``to_dict`` output; unknown keys are errors."""
     hints = typing.get_type_hints(cls)

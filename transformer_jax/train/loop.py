@@ -72,6 +72,8 @@ class Trainer:
         self.flops_per_token = flops.model_flops_per_token(m, self.cfg.data.seq_len)
         self.peak_flops = self.tc.peak_flops or _peak_flops()  # measured outside any mesh context
         self.meta = {"config": configlib.to_dict(self.cfg), "tokenizer": run.data.tokenizer.to_json()}
+        if self.start_step and self.is_main:
+            _warn_changed_settings(run.checkpoints, self.start_step, self.meta["config"])
         if run.base is not None:
             self.meta["base"] = run.base
         self.state = run.state
@@ -204,6 +206,32 @@ class Trainer:
         for thing in (self.bar, self.writer, self.it):
             if thing is not None:
                 thing.close()
+
+
+# settings that leave the trained weights alone: changing them on resume needs no warning
+_BOOKKEEPING = frozenset(
+    "train." + f
+    for f in ("max_minutes", "log_every", "sample_every", "sample_tokens", "sample_prompt", "profile", "peak_flops")
+) | {"name", "train.per_layer_grad_norms"}
+
+
+def _warn_changed_settings(checkpoints, step: int, config: dict) -> None:
+    """Warns, naming each field, when a run resumes checkpoint ``step`` under settings other than
+    those it was trained with so far (the steps before it keep the saved ones)."""
+    saved = checkpoints.restore_meta(step).get("config")
+    if not isinstance(saved, dict):
+        return
+    changed = [c for c in configlib.changed_fields(saved, config) if c[0] not in _BOOKKEEPING]
+    if changed:
+        actions.log.warning(
+            "resuming step %d of %s with %d setting(s) changed since it was saved (steps up to %d used the "
+            "saved ones): %s",
+            step,
+            checkpoints.workdir,
+            len(changed),
+            step,
+            "; ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changed),
+        )
 
 
 def _supersede_later(ckpts, step: int) -> None:
