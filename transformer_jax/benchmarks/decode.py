@@ -72,6 +72,18 @@ def _gen(model, batch: int, prompt_len: int, new: int, *, width: int | None = No
     return run
 
 
+def _fastest_interleaved(fns: dict, reps: int) -> dict:
+    """The fastest of ``reps`` timed calls of each function, the functions called in turn within a
+    rep, so that a drift of the machine's speed reaches all of them alike."""
+    times = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - t0)
+    return {name: min(v) for name, v in times.items()}
+
+
 def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), reps: int = 7) -> dict:
     """Per-token milliseconds of cached decoding at each position p: (time of k[1] new tokens -
     time of k[0]) / (k[1] - k[0]) after a p-token prompt, the prefill cancelling.
@@ -79,18 +91,21 @@ def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), rep
     generation that reaches p (the KV-cache claim's measure). ``cached_fixed_ms``: one fixed
     buffer as long as the last position plus k[1] at every p (a long generation's preallocated
     cache; with ``decode_impl=dense`` every slot is read, so it is flat by construction).
-    ``recompute_ms``: one full forward over p tokens, what each token costs without a cache."""
+    ``recompute_ms``: one full forward over p tokens, what each token costs without a cache.
+    The four generations of a position are timed in turn (`_fastest_interleaved`)."""
     graphdef, state = nnx.split(model)
     forward = compiler.jit(lambda s, x: nnx.merge(graphdef, s)(x)[0][:, -1])
     extra = k[1] - k[0]
     wide = max(positions)
     out = {"cached_sized_ms": {}, "cached_fixed_ms": {}, "recompute_ms": {}}
     for p in positions:
+        gens = {}
         for name, width in (("cached_fixed_ms", wide), ("cached_sized_ms", p)):
-            short = _gen(model, 1, p, k[0], width=width + extra)  # same cache length as the long run
-            long = _gen(model, 1, p, k[1], width=width)
-            dt = _time(long, reps, min) - _time(short, reps, min)
-            out[name][p] = 1e3 * dt / extra
+            gens[name, "short"] = _gen(model, 1, p, k[0], width=width + extra)  # same cache length as the long run
+            gens[name, "long"] = _gen(model, 1, p, k[1], width=width)
+        best = _fastest_interleaved(gens, reps)
+        for name in ("cached_fixed_ms", "cached_sized_ms"):
+            out[name][p] = 1e3 * (best[name, "long"] - best[name, "short"]) / extra
         x = jnp.zeros((1, p), jnp.int32)
         jax.block_until_ready(forward(state, x))
         out["recompute_ms"][p] = 1e3 * _time(lambda x=x: forward(state, x), reps, min)
