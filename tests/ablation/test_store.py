@@ -224,3 +224,18 @@ def test_a_trained_run_records_its_machine_and_reads_it_back(smoke, monkeypatch)
         **store.machine(),
         "load_1m": trained.summary["machine"]["load_1m"],
     }
+
+
+def test_results_record_the_wall_clock_of_the_runs_they_use(smoke, monkeypatch):
+    """Trained and read-back runs both count, once each, with the wall-clock they trained in."""
+    monkeypatch.setattr(runs, "_WALL_S", {})
+    monkeypatch.setattr(runs, "train_curves", lambda c, name, notebook: fake_curves(wall_s=100.0 + c.train.seed))
+    for seed in (0, 1):
+        ablation.run_arm(cfg(), "arm", seed, "nb")
+    ablation.run_arm(cfg(), "arm", 1, "nb")  # read back: the same run, counted once
+    out = ablation.save_results("nb", {"verdicts": ""})
+    wall = json.loads((out / "results.json").read_text())["wall_clock"]
+    assert wall["runs"] == 2 and wall["run_training_s"] == 201.0 and wall["sitting_s"] > 0
+    record = json.loads((out / "results.json").read_text())
+    record["mode"] = "full"
+    assert "2 training runs, 0.1 h summed over the runs" in ablation.results._wall_clock_text(record)

@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import tempfile
+import time
 from typing import Any
 
 SMOKE_ENV = "TRANSFORMER_JAX_SMOKE"
@@ -77,5 +78,7 @@ def git_commit() -> str | None:
         return None
 
 
+START_TIME = time.time()
+"""When this process imported the package: the start of a notebook's sitting."""
 START_COMMIT = git_commit()
 """The commit of the code this process imported (a later commit does not change what ran)."""

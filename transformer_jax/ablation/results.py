@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformer_jax.ablation import runs
-from transformer_jax.ablation.paths import START_COMMIT, repo_root, results_dir, smoke
+from transformer_jax.ablation.paths import START_COMMIT, START_TIME, repo_root, results_dir, smoke
 from transformer_jax.ablation.protocol import PROTOCOL
 from transformer_jax.ablation.stats import FAILS, HOLDS, UNSURE, Comparison
 from transformer_jax.core import configlib
@@ -56,10 +56,32 @@ def save_results(
         record["protocol"] = PROTOCOL
     if runs._REUSED:
         record["reused_runs"] = dict(runs._REUSED)
+    record["wall_clock"] = wall_clock()
     (out / "results.json").write_text(json.dumps(record, indent=1, default=_jsonable) + "\n")
     for name, fig in (figures or {}).items():
         fig.savefig(out / f"{name}.png", dpi=110, bbox_inches="tight")
     return out
+
+
+def wall_clock() -> dict[str, Any]:
+    """What the results cost: ``runs`` (how many `store.run_arm` runs they use), ``run_training_s``
+    (the sum of those runs' training wall-clock, whichever sitting or machine trained them) and
+    ``sitting_s`` (this process so far: training now plus everything else the notebook computed)."""
+    return {
+        "runs": len(runs._WALL_S),
+        "run_training_s": round(sum(runs._WALL_S.values()), 1),
+        "sitting_s": round(time.time() - START_TIME, 1),
+    }
+
+
+def _wall_clock_text(record: dict[str, Any]) -> str:
+    w = record.get("wall_clock")
+    if not w:
+        return ""
+    runs_part = (
+        f"{w['runs']} training runs, {w['run_training_s'] / 3600:.1f} h summed over the runs; " if w["runs"] else ""
+    )
+    return f" Wall-clock: {runs_part}last sitting {w['sitting_s'] / 3600:.1f} h."
 
 
 def _record(parts: Comparison | Sequence[Comparison]) -> dict[str, Any] | list[dict[str, Any]]:
@@ -116,7 +138,7 @@ def gallery_markdown(root: pathlib.Path | None = None) -> str:
         parts.append(
             f"### {record['notebook']}\n\n{figures}\n\n{table}\n\n"
             f"`notebooks/{record['notebook']}.py`, FULL mode, commit {str(record.get('git_commit'))[:12]}, "
-            f"{record.get('date', '')}; numbers and configs in `{folder}/results.json`."
+            f"{record.get('date', '')}; numbers and configs in `{folder}/results.json`.{_wall_clock_text(record)}"
         )
     return "\n\n".join(parts) if parts else "(no FULL results committed yet)"
 

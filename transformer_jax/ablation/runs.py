@@ -134,6 +134,8 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
 
 SUMMARY_FILE = "ablation_summary.json"
 _REUSED: dict[str, str] = {}
+_WALL_S: dict[str, float] = {}
+"""Training wall-clock (s) of each run this process used through `store.run_arm`, trained now or read back."""
 
 
 def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | None:

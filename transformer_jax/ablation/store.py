@@ -172,10 +172,12 @@ def run_arm(
     done = None if _flag(RETRAIN_ENV) else load_run(notebook, arm, seed, cfg)
     if done is not None and (measure is None or done.diverged or done.summary["measured"] is not None):
         runs._REUSED[f"{arm} s{seed}"] = done.summary["reused_from"]
+        runs._WALL_S[f"{arm} s{seed}"] = float(done.summary.get("wall_s") or 0.0)
         return done
     curves = runs.train_curves(cfg, run_key(arm, seed, cfg), notebook)
     curves.summary["machine"] = machine()
     measured = None if measure is None or curves.diverged else measure(curves)
     save_run(notebook, arm, seed, cfg, curves, measured)
     curves.summary["measured"] = jsonable(measured)
+    runs._WALL_S[f"{arm} s{seed}"] = float(curves.summary.get("wall_s") or 0.0)
     return curves
