@@ -238,4 +238,4 @@ def test_results_record_the_wall_clock_of_the_runs_they_use(smoke, monkeypatch):
     assert wall["runs"] == 2 and wall["run_training_s"] == 201.0 and wall["sitting_s"] > 0
     record = json.loads((out / "results.json").read_text())
     record["mode"] = "full"
-    assert "2 training runs, 0.1 h summed over the runs" in ablation.results._wall_clock_text(record)
+    assert "2 training runs, 3 min summed over the runs" in ablation.results._wall_clock_text(record)

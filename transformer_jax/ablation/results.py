@@ -78,10 +78,9 @@ def _wall_clock_text(record: dict[str, Any]) -> str:
     w = record.get("wall_clock")
     if not w:
         return ""
-    runs_part = (
-        f"{w['runs']} training runs, {w['run_training_s'] / 3600:.1f} h summed over the runs; " if w["runs"] else ""
-    )
-    return f" Wall-clock: {runs_part}last sitting {w['sitting_s'] / 3600:.1f} h."
+    span = lambda s: f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+    runs_part = f"{w['runs']} training runs, {span(w['run_training_s'])} summed over the runs; " if w["runs"] else ""
+    return f" Wall-clock: {runs_part}the sitting that wrote these results {span(w['sitting_s'])}."
 
 
 def _record(parts: Comparison | Sequence[Comparison]) -> dict[str, Any] | list[dict[str, Any]]:
