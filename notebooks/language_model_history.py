@@ -35,12 +35,16 @@
 # test split, scored once per choice. The neural models train 2000 steps of 12 x 64 characters
 # with the same AdamW recipe at ~0.8M parameters, every one with several seeds (initialisation
 # and data order; models paired by seed); an n-gram is a deterministic count, fitted once and the
-# same for every seed. Equal wall-clock: each model's seconds per step is the median over its
-# seeds of each run's median training rate; the budget is the Transformer's 2000 steps, and the
+# same for every seed. Speed: every model's real train step, timed side by side in alternating
+# rounds (`ablation.time_steps`: each round times 20 steps of each model in turn, so a drift of the
+# machine reaches all alike; medians over rounds, tokens/s compared round by round). Equal
+# wall-clock: the budget is the Transformer's 2000 steps at its median seconds per step, and the
 # fixed-window LM and the LSTM train as many steps as fit in it (same LR, the schedule stretched).
 # The context-256 setting reuses each model's LR and the characters per step (3 rows of 256). Each
-# verdict comes from the 95% interval of the mean paired difference. Every run's summary is kept
-# under `experiments/results/language_model_history/runs/` and reused by a later sitting.
+# verdict comes from the 95% interval of the mean paired difference. Every run's summary, and the
+# timing, is kept under `experiments/results/language_model_history/runs/` and reused by a later
+# sitting; only the timing needs a quiet machine (the first sitting's timing cell: nothing else
+# running), the training runs do not.
 # `TRANSFORMER_JAX_SMOKE=1`: tiny sizes, 2 seeds, 2-point grids.
 
 # %%
@@ -69,6 +73,7 @@ from typing import Any
 
 import jax
 import matplotlib.pyplot as plt
+import numpy as np
 
 from transformer_jax import ablation
 from transformer_jax.models import BaselineConfig, baseline_model_config
@@ -126,6 +131,29 @@ GRIDS = {
     TF: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3)),
 }
 
+
+def long_context(name: str, cfg: Any) -> Any:
+    """``cfg`` at context LONG with the same characters per step (the Transformer's table grown to LONG)."""
+    model = dataclasses.replace(cfg.model, max_len=LONG) if name == TF else cfg.model
+    same_chars = dataclasses.replace(cfg.train, batch_size=max(1, tokens_per_step // LONG))
+    return dataclasses.replace(cfg, model=model, data=dataclasses.replace(cfg.data, seq_len=LONG), train=same_chars)
+
+
+tokens_per_step = transformer.train.batch_size * transformer.data.seq_len
+
+# %% [markdown]
+# ## Speed: each model's train step, timed side by side
+# Run this cell on a quiet machine: a later sitting reads the committed timing back.
+
+# %%
+timed_configs = {**neural, **{f"{n}, context {LONG}": long_context(n, neural[n]) for n in (LSTM, TF)}}
+speed = ablation.time_steps(
+    timed_configs, NOTEBOOK, rounds=ablation.pick(smoke=2, full=9), steps=ablation.pick(smoke=2, full=20)
+)
+step_s = {n: speed["seconds_per_step"][n] for n in neural}
+print(f"timed on {speed['machine']} ({speed['date']}); seconds per step (median of {speed['rounds_n']} rounds):")
+print({n: round(v, 4) for n, v in speed["seconds_per_step"].items()})
+
 # %% [markdown]
 # ## Choices on the dev split: the n-gram's order, each neural model's learning rate
 
@@ -156,9 +184,6 @@ for name, cfg in configs.items():
         for seed in SEEDS:
             curves[name, seed] = ablation.run_arm(cfg, name, seed, NOTEBOOK)
 
-tokens_per_step = transformer.train.batch_size * transformer.data.seq_len
-ablation.same_machine([curves[n, s] for n in neural for s in SEEDS])  # speeds compare within one machine
-step_s = {n: ablation.step_seconds([curves[n, s] for s in SEEDS], tokens_per_step) for n in neural}
 budget_s = STEPS * step_s[TF]
 timed_steps = {
     n: ablation.steps_for_seconds(budget_s, step_s[n], minimum=2 * configs[n].train.optim.warmup_steps)
@@ -174,18 +199,12 @@ for n, steps in timed_steps.items():
         curves[name, seed] = ablation.run_arm(configs[name], name, seed, NOTEBOOK)
 
 for n in (LSTM, TF):
-    name, cfg = f"{n}, context {LONG}", configs[n]
-    model = dataclasses.replace(cfg.model, max_len=LONG) if n == TF else cfg.model
-    same_chars = dataclasses.replace(cfg.train, batch_size=max(1, tokens_per_step // LONG))  # characters per step
-    configs[name] = dataclasses.replace(
-        cfg, model=model, data=dataclasses.replace(cfg.data, seq_len=LONG), train=same_chars
-    )
+    name = f"{n}, context {LONG}"
+    configs[name] = long_context(n, configs[n])
     for seed in SEEDS:
         curves[name, seed] = ablation.run_arm(configs[name], name, seed, NOTEBOOK)
 
 # %%
-timing_machine = ablation.same_machine([curves[n, s] for n in configs if "gram" not in n for s in SEEDS])
-print("every neural run trained on", timing_machine)
 arms = {}
 for name in configs:
     per_seed = {}
@@ -197,7 +216,6 @@ for name in configs:
             "parameters": s.get("params"),
             "steps": configs[name].train.steps,
             "train seconds": s.get("wall_s"),
-            "tokens/s": s.get("tokens_per_s"),
         }
     arms[name] = ablation.arm_record(per_seed)
     print(f"{name:40s}", {k: round(v, 3) for k, v in arms[name]["mean"].items()}, f"(mean of {arms[name]['n']})")
@@ -210,8 +228,12 @@ for i, n in enumerate(names):
     axes[0].plot(value(n, "val perplexity"), [i] * len(SEEDS), "k.", ms=4)
 axes[0].set(xlabel="test perplexity (per character; dots: seeds)", title="Quality")
 trained = [n for n in names if "gram" not in n]
-axes[1].barh(trained, [arms[n]["mean"].get("tokens/s", 0) for n in trained])
-axes[1].set(xlabel="training tokens / s (mean over seeds)", title="Speed")
+timed = list(speed["rounds"])
+rates = {n: tokens_per_step / np.asarray(speed["rounds"][n]) for n in timed}
+axes[1].barh(timed, [np.median(rates[n]) for n in timed])
+for i, n in enumerate(timed):
+    axes[1].plot(rates[n], [i] * len(rates[n]), "k.", ms=4)
+axes[1].set(xlabel=f"training tokens / s (median; dots: the {speed['rounds_n']} rounds)", title="Speed")
 for n in trained:
     c = curves[n, SEEDS[0]]
     axes[2].plot(c.steps, c.train_loss, label=n)
@@ -222,11 +244,8 @@ plt.show()
 
 # %% [markdown]
 # ## Verdict
-# Perplexity differences paired by seed (lower is better); tokens/s paired by seed, from runs on
-# one machine (the medians of each run's logged rates; `ablation.same_machine` stops the notebook
-# when the timed runs trained on different hosts or CPU sets, e.g. one reused from another machine
-# or a sitting pinned to one core; run the notebook alone on a quiet machine for the speed rows to
-# mean what they say).
+# Perplexity differences paired by seed (lower is better); tokens/s paired by timing round (the
+# models timed in turn within a round), on the machine the timing names.
 
 # %%
 ppl = {n: ablation.seed_values(arms[n], "val perplexity") for n in arms}
@@ -237,10 +256,9 @@ params = {n: arms[n]["seeds"][0]["parameters"] for n in (tf, lstm)}
 
 
 def faster(a: str, b: str, setting: str):
-    timed = all(r.get("tokens/s") is not None for n in (a, b) for r in arms[n]["seeds"])
-    if not timed:
-        return ablation.Comparison.unmeasured("greater", f"a run logged no tokens/s ({setting})")
-    rate = lambda n: ablation.seed_values(arms[n], "tokens/s")
+    if not all(n in speed["rounds"] for n in (a, b)):
+        return ablation.Comparison.unmeasured("greater", f"not timed ({setting})")
+    rate = lambda n: [tokens_per_step / s for s in speed["rounds"][n]]
     return ablation.paired(rate(a), rate(b), expect="greater")
 
 
@@ -274,9 +292,8 @@ out = ablation.save_results(
         "ngram_dev_loss": dev_loss,
         "ngram_order": ORDER,
         "lr_sweeps": sweeps,
-        "seconds_per_step": step_s,
+        "speed": speed,
         "wall_clock_budget_s": budget_s,
-        "timing_machine": timing_machine,
         "curves": {f"{n} s{seed}": c for (n, seed), c in curves.items()},
         "verdicts": table,
     },

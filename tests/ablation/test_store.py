@@ -185,11 +185,36 @@ def test_sweep_lr_extends_by_default_in_full_mode_only(smoke, monkeypatch):
 
 
 def test_time_budgets():
-    timed = [fake_curves(tokens_per_s=r) for r in (1000.0, 800.0, 1200.0)]
-    assert tuning.step_seconds(timed, 768) == pytest.approx(0.768)
     assert tuning.steps_for_seconds(100.0, 0.768) == 130 and tuning.steps_for_seconds(0.1, 1.0) == 1
-    with pytest.raises(ValueError, match="tokens_per_s"):
-        tuning.step_seconds([fake_curves(tokens_per_s=None)], 768)
+    assert tuning.steps_for_seconds(100.0, 0.768, minimum=200) == 200
+    with pytest.raises(ValueError, match="must be positive"):
+        tuning.steps_for_seconds(100.0, 0.0)
+
+
+def test_time_steps_are_kept_with_the_runs_and_read_back(smoke, monkeypatch):
+    """One timing per set of configs, kept beside the run summaries; a later sitting reads it
+    back instead of timing again, unless asked to retrain (or to time other rounds)."""
+    from transformer_jax.train import timing
+
+    timed = []
+
+    def by_round(configs, *, rounds, steps, warmup):
+        timed.append(list(configs))
+        return {n: [0.1 * (i + 1) + 0.01 * r for r in range(rounds)] for i, n in enumerate(configs)}
+
+    monkeypatch.setattr(timing, "step_seconds_by_round", by_round)
+    configs = {"a": cfg(), "b": cfg(3e-3)}
+    first = tuning.time_steps(configs, "nb", rounds=3, steps=5)
+    assert first["seconds_per_step"] == pytest.approx({"a": 0.11, "b": 0.21}) and first["rounds"]["b"][0] == 0.2
+    assert first["machine"] == store.machine() | {"load_1m": first["machine"]["load_1m"]}
+    assert len(list(store.runs_store("nb").glob("timing__*.json"))) == 1
+    assert tuning.time_steps(configs, "nb", rounds=3, steps=5) == first and len(timed) == 1
+    tuning.time_steps({"a": cfg()}, "nb", rounds=3, steps=5)  # other configs: timed
+    tuning.time_steps(configs, "nb", rounds=4, steps=5)  # other rounds: timed
+    assert len(timed) == 3
+    monkeypatch.setenv(store.RETRAIN_ENV, "1")
+    tuning.time_steps(configs, "nb", rounds=3, steps=5)
+    assert len(timed) == 4
 
 
 def test_committed_run_summaries_are_not_ignored_by_git():
@@ -201,19 +226,6 @@ def test_committed_run_summaries_are_not_ignored_by_git():
     check = lambda rel: subprocess.run([git, "check-ignore", "--no-index", "-q", rel], cwd=root).returncode == 0
     assert not check("experiments/results/causal_mask/runs/masked__s0__0123456789ab.json")
     assert check("runs/mt/checkpoints")  # the training folders stay ignored
-
-
-def test_speeds_compare_only_within_one_machine(smoke):
-    here = store.machine()
-    assert here["cpus"] >= 1 and isinstance(here["host"], str)
-    on = lambda host, cpus: fake_curves(machine={"host": host, "cpus": cpus, "load_1m": 0.5})
-    assert tuning.same_machine([on("a", 2), on("a", 2)])["host"] == "a"
-    with pytest.raises(ValueError, match="a on 1 CPUs: x"):
-        tuning.same_machine([on("a", 2), on("a", 1)])  # one pinned with taskset
-    with pytest.raises(ValueError, match="b on 2 CPUs"):
-        tuning.same_machine([on("a", 2), on("b", 2)])  # a summary from another machine
-    with pytest.raises(ValueError, match="no machine recorded"):
-        tuning.same_machine([on("a", 2), fake_curves()])
 
 
 def test_a_trained_run_records_its_machine_and_reads_it_back(smoke, monkeypatch):

@@ -4,9 +4,9 @@
   validates on the last 10% (the dev split), so the validation split stays the test set.
 - `sweep_lr`: an arm's learning rate from a small log grid, each run scored on the dev split
   (`protocol.pick_lr`), the grid grown past its edge while the best rate sits there.
-- `step_seconds` / `steps_for_seconds`: measured seconds per training step (the median over
-  repeated runs of each run's median rate) and the steps a model gets in a wall-clock budget;
-  `same_machine` checks that the timed runs trained on one machine and CPU set.
+- `time_steps` / `steps_for_seconds`: seconds per training step of several models, timed side by
+  side in alternating rounds (kept with the run summaries), and the steps a model gets in a
+  wall-clock budget.
 """
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from transformer_jax.ablation.paths import pick, runs_dir
+from transformer_jax.ablation.paths import START_COMMIT, _flag, pick, runs_dir
 from transformer_jax.ablation.protocol import pick_lr
-from transformer_jax.ablation.runs import Curves
-from transformer_jax.ablation.store import run_arm
+from transformer_jax.ablation.store import RETRAIN_ENV, hashed_config, machine, run_arm, runs_store
 
 
 def dev_split(cfg: Any, fraction: float = 0.1) -> Any:
@@ -115,36 +116,36 @@ def sweep_lr(
     return {"arm": arm, "seeds": [int(s) for s in seeds], **pick_lr(losses)}
 
 
-def step_seconds(runs: Sequence[Curves], tokens_per_step: int) -> float:
-    """Seconds per training step: ``tokens_per_step`` over the median of the runs' training
-    rates (``summary["tokens_per_s"]``, itself each run's median over its logged windows)."""
-    logged = [r.summary.get("tokens_per_s") for r in runs]
-    rates = [float(v) for v in logged if isinstance(v, int | float) and v > 0]
-    if not logged or len(rates) != len(logged):
-        raise ValueError(f"every run needs a positive summary['tokens_per_s'] to be timed, got {logged}")
-    return tokens_per_step / float(np.median(rates))
+def time_steps(
+    configs: Mapping[str, Any], notebook: str, *, rounds: int = 7, steps: int = 20, warmup: int = 3
+) -> dict[str, Any]:
+    """Seconds per training step of each config, timed side by side in alternating rounds
+    (`train.timing.step_seconds_by_round`): ``{"rounds": {name: [s per step, one per round]},
+    "seconds_per_step": {name: median over rounds}, "machine": store.machine(), "rounds_n",
+    "steps"}``. The record is kept in ``runs_store(notebook)`` as ``timing__<hash of the
+    configs>.json`` and read back by a later sitting (``TRANSFORMER_JAX_RETRAIN=1`` times again):
+    run the sitting that times on a quiet machine. Rounds pair up, so per-round ratios give an
+    interval."""
+    from transformer_jax.train.timing import step_seconds_by_round
 
-
-def same_machine(runs: Sequence[Curves]) -> dict[str, Any]:
-    """The machine (`store.machine`) all of ``runs`` trained on, so that their speeds compare. A
-    ValueError names the runs when they trained on different hosts or CPU sets (a sitting pinned
-    to one core beside another, a summary reused from another machine) or when a summary does not
-    say (trained before the record existed)."""
-    groups: dict[Any, list[str]] = {}
-    for r in runs:
-        m = r.summary.get("machine")
-        key = (m.get("host"), m.get("cpus")) if isinstance(m, dict) else None
-        groups.setdefault(key, []).append(r.name)
-    if len(groups) != 1 or None in groups:
-        where = "; ".join(
-            f"{'no machine recorded' if k is None else f'{k[0]} on {k[1]} CPUs'}: {', '.join(v)}"
-            for k, v in groups.items()
-        )
-        raise ValueError(
-            f"runs whose speeds are compared trained on different machines or CPU sets ({where}); "
-            "retrain them in one sitting on one quiet machine (TRANSFORMER_JAX_RETRAIN=1)"
-        )
-    return dict(runs[0].summary["machine"])
+    text = json.dumps({n: hashed_config(c) for n, c in configs.items()}, sort_keys=True)
+    path = runs_store(notebook) / f"timing__{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    if not _flag(RETRAIN_ENV) and path.is_file():
+        record = json.loads(path.read_text())
+        if record.get("rounds_n") == rounds and record.get("steps") == steps:
+            return record
+    by_round = step_seconds_by_round(configs, rounds=rounds, steps=steps, warmup=warmup)
+    record = {
+        "rounds": by_round,
+        "seconds_per_step": {n: float(np.median(v)) for n, v in by_round.items()},
+        "machine": machine(),
+        "rounds_n": rounds,
+        "steps": steps,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "git_commit": START_COMMIT,
+    }
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return record
 
 
 def steps_for_seconds(budget_s: float, seconds_per_step: float, *, minimum: int = 1) -> int:

@@ -15,7 +15,6 @@ the total parameter count, which an MoE at equal active parameters multiplies.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 
 import jax
@@ -27,6 +26,7 @@ from transformer_jax.core import compiler
 from transformer_jax.models import count_params
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.train.config import Config
+from transformer_jax.train.timing import alternating_rounds, prepare_step
 
 
 def moe_variants(cfg: Config, dispatches=("auto",)) -> dict[str, Config]:
@@ -52,50 +52,28 @@ def time_train_steps(variants: dict[str, Config], *, rounds: int = 10, steps: in
     """Per-variant ``median_ms``/``min_ms`` of one train step over ``rounds`` alternating rounds,
     after ``warmup`` training steps each; MoE variants also report ``load_max_over_mean`` (per
     layer) after the warm-up."""
-    from transformer_jax.eval.tasks import TASKS
-    from transformer_jax.train.run import setup
-    from transformer_jax.train.step import make_train_step
-
-    runs, out = {}, {}
-    for name, cfg in variants.items():
-        run, _ = setup(cfg, tempfile.mkdtemp(prefix=f"bench_moe_{name}_"), restore=False, devices=jax.devices()[:1])
-        step = compiler.jit(
-            make_train_step(
-                run.graphdef,
-                run.tx,
-                TASKS.get(run.data.task),
-                run.cfg.train,
-                run.schedule,
-            ),
-            donate_argnums=(0,),
-        )
-        state = run.state
-        with run.data.train_iterator() as it:
-            for i in range(warmup):
-                state, _ = step(state, run.put_batch(next(it)), jax.random.key(i))
-            batches = [run.put_batch(next(it)) for _ in range(4)]
-        state, metrics = step(state, batches[0], jax.random.key(0))
-        jax.block_until_ready(state)
-        out[name] = {"params": count_params(run.cfg.model)}
-        imbalance = metrics.get("aux_metrics/moe_load_max_over_mean")
+    prepared = {name: prepare_step(cfg, warmup=warmup) for name, cfg in variants.items()}
+    out, update_times = {}, {name: [] for name in variants}
+    for name, p in prepared.items():
+        out[name] = {"params": count_params(p.run.cfg.model)}
+        imbalance = p.metrics.get("aux_metrics/moe_load_max_over_mean")
         if imbalance is not None:
             out[name]["load_max_over_mean"] = [round(float(x), 3) for x in np.asarray(imbalance)]
-        runs[name] = [run, step, batches, state]
-    times = {name: [] for name in variants}
-    updates = {name: _optimizer_update(entry[0].tx) for name, entry in runs.items()}
-    update_times = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, entry in runs.items():
-            run, step, batches, state = entry
-            t0 = time.perf_counter()
-            for i in range(steps):
-                state, _ = step(state, batches[i % 4], jax.random.key(i))
-            jax.block_until_ready(state)
-            entry[3] = state
-            times[name].append((time.perf_counter() - t0) / steps)
-            update_times[name].append(_time_update(updates[name], state, steps))
-    for run, *_ in runs.values():
-        run.checkpoints.close()
+    updates = {name: _optimizer_update(p.run.tx) for name, p in prepared.items()}
+
+    def timer(name: str):
+        def timed() -> float:
+            seconds = prepared[name].seconds_per_step(steps)
+            update_times[name].append(_time_update(updates[name], prepared[name].state, steps))
+            return seconds
+
+        return timed
+
+    try:
+        times = alternating_rounds({name: timer(name) for name in prepared}, rounds)
+    finally:
+        for p in prepared.values():
+            p.close()
     for name, t in times.items():
         out[name].update(median_ms=1e3 * float(np.median(t)), min_ms=1e3 * float(np.min(t)))
         out[name]["optimizer_update_ms"] = 1e3 * float(np.median(update_times[name]))
