@@ -188,14 +188,25 @@ plt.show()
 # **sized to the position** (p + a few slots, what the step at position p reads). One fixed buffer
 # as long as the longest generation, at every p, is shown on its own (what a long generation
 # preallocates; whether it costs more at small p depends on whether the attention reads every slot
-# or the written prefix, `model.decode_impl`).
+# or the written prefix, `model.decode_impl`). The timing is kept with the run summaries
+# (`ablation.kept_measurement`) and read back by a later sitting: measure it with nothing else
+# computing (the rest of the notebook times nothing).
 
 # %%
 positions = ablation.pick(smoke=(16, 32, 64), full=(64, 128, 256, 512, 1024))
-lm = build_model(dataclasses.replace(get_preset("nanogpt_char"), max_len=2 * max(positions) + 256, dropout=0.0))
-times = per_token_times(
-    lm, positions, k=ablation.pick(smoke=(4, 12), full=(16, 112)), reps=ablation.pick(smoke=2, full=7)
+lm_cfg = dataclasses.replace(get_preset("nanogpt_char"), max_len=2 * max(positions) + 256, dropout=0.0)
+timing = {"k": ablation.pick(smoke=(4, 12), full=(16, 112)), "reps": ablation.pick(smoke=2, full=7)}
+kept = ablation.kept_measurement(
+    NOTEBOOK,
+    "kv_cache",
+    {"model": ablation.config_dict(lm_cfg), "positions": positions, **timing},
+    lambda: per_token_times(build_model(lm_cfg), positions, **timing),
 )
+print("timed on", kept["machine"], kept["date"], "| read back from", kept.get("reused_from", "(measured now)"))
+times = {
+    name: {int(p): kept[name][str(p)] for p in positions}
+    for name in ("cached_sized_ms", "cached_fixed_ms", "recompute_ms")
+}
 fig_cache, ax = plt.subplots(figsize=(6.5, 4))
 ax.loglog(positions, [times["cached_sized_ms"][p] for p in positions], "o-", label="KV cache sized to the position")
 ax.loglog(positions, [times["cached_fixed_ms"][p] for p in positions], "s--", label="KV cache, one fixed buffer")
@@ -276,6 +287,7 @@ out = ablation.save_results(
         "items": {name: {k: v.tolist() for k, v in per.items()} for name, per in items.items()},
         "reference_words": ref_words.tolist(),
         "per_token_ms": times,
+        "per_token_timed": {k: kept.get(k) for k in ("machine", "date", "git_commit", "reused_from")},
         "verdicts": table,
     },
     figures={"strategies": fig_strat, "kv_cache": fig_cache},

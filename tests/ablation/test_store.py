@@ -208,7 +208,8 @@ def test_time_steps_are_kept_with_the_runs_and_read_back(smoke, monkeypatch):
     assert first["seconds_per_step"] == pytest.approx({"a": 0.11, "b": 0.21}) and first["rounds"]["b"][0] == 0.2
     assert first["machine"] == store.machine() | {"load_1m": first["machine"]["load_1m"]}
     assert len(list(store.runs_store("nb").glob("timing__*.json"))) == 1
-    assert tuning.time_steps(configs, "nb", rounds=3, steps=5) == first and len(timed) == 1
+    again = tuning.time_steps(configs, "nb", rounds=3, steps=5)
+    assert again["rounds"] == first["rounds"] and "timing__" in again["reused_from"] and len(timed) == 1
     tuning.time_steps({"a": cfg()}, "nb", rounds=3, steps=5)  # other configs: timed
     tuning.time_steps(configs, "nb", rounds=4, steps=5)  # other rounds: timed
     assert len(timed) == 3
@@ -251,3 +252,18 @@ def test_results_record_the_wall_clock_of_the_runs_they_use(smoke, monkeypatch):
     record = json.loads((out / "results.json").read_text())
     record["mode"] = "full"
     assert "2 training runs, 3 min summed over the runs" in ablation.results._wall_clock_text(record)
+
+
+def test_kept_measurements_are_json_alike_when_taken_and_when_read_back(smoke):
+    """The first sitting returns what a later one reads back (keys as strings, numpy as numbers),
+    so a notebook cannot work only on the sitting that measured."""
+    import numpy as np
+
+    calls = []
+    measure = lambda: calls.append(1) or {"ms": {64: np.float32(1.5), 128: 3.0}}
+    first = store.kept_measurement("nb", "kv cache", {"positions": (64, 128)}, measure)
+    again = store.kept_measurement("nb", "kv cache", {"positions": (64, 128)}, measure)
+    assert first["ms"] == again["ms"] == {"64": 1.5, "128": 3.0} and len(calls) == 1
+    assert "reused_from" in again and "reused_from" not in first and again["machine"] == first["machine"]
+    store.kept_measurement("nb", "kv cache", {"positions": (64, 256)}, measure)  # another key: measured
+    assert len(calls) == 2

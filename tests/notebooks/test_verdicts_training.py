@@ -224,6 +224,7 @@ def decoding(items=None, sized_rate=1.0, ratio_rate=1.0, fixed=None):
         ref_words=np.full(len(REFS), 10.0),
         positions=positions,
         times=times,
+        kept={"machine": {"host": "h", "cpus": 2}},
         examples={},
         fig_strat=None,
         fig_cache=None,

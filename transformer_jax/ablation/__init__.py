@@ -73,7 +73,16 @@ from transformer_jax.ablation.stats import (
     t_interval,
     t_quantile,
 )
-from transformer_jax.ablation.store import RETRAIN_ENV, config_hash, load_run, run_arm, run_key, runs_store, save_run
+from transformer_jax.ablation.store import (
+    RETRAIN_ENV,
+    config_hash,
+    kept_measurement,
+    load_run,
+    run_arm,
+    run_key,
+    runs_store,
+    save_run,
+)
 from transformer_jax.ablation.tuning import (
     dev_split,
     steps_for_seconds,
@@ -109,6 +118,7 @@ __all__ = [
     "eval_loss",
     "gallery_markdown",
     "git_commit",
+    "kept_measurement",
     "linear_fit",
     "load_run",
     "loglog_slope",

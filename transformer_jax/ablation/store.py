@@ -6,7 +6,7 @@ folder in SMOKE mode. The file is named by the arm, the seed and a hash of the r
 (`config_hash`), and holds the loss curves, the training summary (with the `machine` it trained
 on), whatever ``measure`` read from the trained checkpoint, the config itself, the commit and the
 date. `run_arm` reads a matching file back instead of training again;
-``TRANSFORMER_JAX_RETRAIN=1`` trains every run afresh.
+``TRANSFORMER_JAX_RETRAIN=1`` trains every run afresh. `kept_measurement` keeps a timing the same way.
 """
 
 from __future__ import annotations
@@ -181,3 +181,27 @@ def run_arm(
     curves.summary["measured"] = jsonable(measured)
     runs._WALL_S[f"{arm} s{seed}"] = float(curves.summary.get("wall_s") or 0.0)
     return curves
+
+
+def kept_measurement(notebook: str, name: str, key: Any, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A measurement that needs a quiet machine (a timing), taken once and kept beside the run
+    summaries: ``measure()``'s dict with ``machine``, ``date`` and ``git_commit`` added, saved as
+    ``runs_store(notebook)/<name>__<hash of key>.json`` (``key``: JSON-able, everything that decides
+    the numbers) and read back, with ``reused_from``, by a later sitting on any machine
+    (``TRANSFORMER_JAX_RETRAIN=1`` measures again). Measure with nothing else computing."""
+    digest = hashlib.sha256(json.dumps(jsonable(key), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    path = runs_store(notebook) / f"{slug(name)}__{digest}.json"
+    if not _flag(RETRAIN_ENV) and path.is_file():
+        record = json.loads(path.read_text())
+        return {
+            **record,
+            "reused_from": f"{path.name} (measured {record.get('date')}, commit {record.get('git_commit')})",
+        }
+    record = {
+        **jsonable(measure()),
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "git_commit": START_COMMIT,
+    }
+    path.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    return record

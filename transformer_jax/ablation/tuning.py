@@ -14,17 +14,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from transformer_jax.ablation.paths import START_COMMIT, _flag, pick, runs_dir
+from transformer_jax.ablation.paths import pick, runs_dir
 from transformer_jax.ablation.protocol import pick_lr
-from transformer_jax.ablation.store import RETRAIN_ENV, hashed_config, machine, run_arm, runs_store
+from transformer_jax.ablation.store import hashed_config, kept_measurement, run_arm
 
 
 def dev_split(cfg: Any, fraction: float = 0.1) -> Any:
@@ -121,31 +119,18 @@ def time_steps(
 ) -> dict[str, Any]:
     """Seconds per training step of each config, timed side by side in alternating rounds
     (`train.timing.step_seconds_by_round`): ``{"rounds": {name: [s per step, one per round]},
-    "seconds_per_step": {name: median over rounds}, "machine": store.machine(), "rounds_n",
-    "steps"}``. The record is kept in ``runs_store(notebook)`` as ``timing__<hash of the
-    configs>.json`` and read back by a later sitting (``TRANSFORMER_JAX_RETRAIN=1`` times again):
-    run the sitting that times on a quiet machine. Rounds pair up, so per-round ratios give an
-    interval."""
+    "seconds_per_step": {name: median over rounds}, "rounds_n", "steps"}`` and the machine, kept
+    with the run summaries (`store.kept_measurement`): run the sitting that times on a quiet
+    machine. Rounds pair up, so per-round ratios give an interval."""
     from transformer_jax.train.timing import step_seconds_by_round
 
-    text = json.dumps({n: hashed_config(c) for n, c in configs.items()}, sort_keys=True)
-    path = runs_store(notebook) / f"timing__{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
-    if not _flag(RETRAIN_ENV) and path.is_file():
-        record = json.loads(path.read_text())
-        if record.get("rounds_n") == rounds and record.get("steps") == steps:
-            return record
-    by_round = step_seconds_by_round(configs, rounds=rounds, steps=steps, warmup=warmup)
-    record = {
-        "rounds": by_round,
-        "seconds_per_step": {n: float(np.median(v)) for n, v in by_round.items()},
-        "machine": machine(),
-        "rounds_n": rounds,
-        "steps": steps,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "git_commit": START_COMMIT,
-    }
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    return record
+    def measure() -> dict[str, Any]:
+        by_round = step_seconds_by_round(configs, rounds=rounds, steps=steps, warmup=warmup)
+        per_step = {n: float(np.median(v)) for n, v in by_round.items()}
+        return {"rounds": by_round, "seconds_per_step": per_step, "rounds_n": rounds, "steps": steps}
+
+    key = {"configs": {n: hashed_config(c) for n, c in configs.items()}, "rounds": rounds, "steps": steps}
+    return kept_measurement(notebook, "timing", key, measure)
 
 
 def steps_for_seconds(budget_s: float, seconds_per_step: float, *, minimum: int = 1) -> int:
