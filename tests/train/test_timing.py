@@ -1,5 +1,7 @@
 """``train.timing``: the real train step prepared once, then timed in alternating rounds."""
 
+import os
+
 import pytest
 
 from transformer_jax import ablation
@@ -30,6 +32,7 @@ def test_prepared_step_trains_the_config_and_times_real_steps(tiny):
         assert seconds > 0 and int(p.state.step) == 5  # the timed steps are training steps
     finally:
         p.close()
+    assert not os.path.exists(p.workdir)
     with pytest.raises(ValueError, match="warmup=0"):
         timing.prepare_step(tiny, warmup=0)
 

@@ -9,6 +9,7 @@ alike and the per-round ratios pair up. Medians over rounds are the figures to q
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -27,8 +28,10 @@ PREFETCHED = 4
 
 @dataclasses.dataclass
 class PreparedStep:
-    """A config's compiled train step, its state after the warm-up and a few batches in memory."""
+    """A config's compiled train step, its state after the warm-up and a few batches in memory
+    (``workdir``: the temporary folder its run was set up in, removed by `close`)."""
 
+    workdir: str
     run: Run
     step: Callable
     batches: list[dict]
@@ -47,6 +50,7 @@ class PreparedStep:
 
     def close(self) -> None:
         self.run.checkpoints.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def prepare_step(cfg: Config, *, warmup: int = 3) -> PreparedStep:
@@ -54,7 +58,8 @@ def prepare_step(cfg: Config, *, warmup: int = 3) -> PreparedStep:
     compiles it) on its training data; ``metrics`` are the last warm-up step's."""
     if warmup < 1:
         raise ValueError(f"warmup={warmup}: at least one step (the one that compiles)")
-    run, _ = setup(cfg, tempfile.mkdtemp(prefix="tj_timing_"), restore=False, devices=jax.devices()[:1])
+    workdir = tempfile.mkdtemp(prefix="tj_timing_")
+    run, _ = setup(cfg, workdir, restore=False, devices=jax.devices()[:1])
     task = TASKS.get(run.data.task)
     step = compiler.jit(make_train_step(run.graphdef, run.tx, task, run.cfg.train, run.schedule), donate_argnums=(0,))
     state, metrics = run.state, {}
@@ -63,7 +68,7 @@ def prepare_step(cfg: Config, *, warmup: int = 3) -> PreparedStep:
             state, metrics = step(state, run.put_batch(next(it)), jax.random.key(i))
         batches = [run.put_batch(next(it)) for _ in range(PREFETCHED)]
     jax.block_until_ready(state)
-    return PreparedStep(run, step, batches, state, metrics)
+    return PreparedStep(workdir, run, step, batches, state, metrics)
 
 
 def alternating_rounds(timers: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
