@@ -279,7 +279,7 @@ claims = {
         [less(tf, timed_name(lstm))],
     ),
     "The Transformer trains faster than the RNN": (
-        f"training tokens/s, Transformer - LSTM, context 64 then {LONG}",
+        f"training tokens/s, Transformer - LSTM, paired by timing round, context 64 then {LONG}",
         [faster(tf, lstm, "context 64"), faster(long_name(tf), long_name(lstm), f"context {LONG}")],
     ),
 }
