@@ -37,7 +37,22 @@ def test_prepared_step_trains_the_config_and_times_real_steps(tiny):
         timing.prepare_step(tiny, warmup=0)
 
 
-def test_step_seconds_by_round_gives_one_figure_per_config_and_round(tiny):
-    wide = ablation.with_optim(tiny, lr=3e-3)
-    out = timing.step_seconds_by_round({"a": tiny, "b": wide}, rounds=2, steps=2, warmup=1)
-    assert list(out) == ["a", "b"] and all(len(v) == 2 and min(v) > 0 for v in out.values())
+def test_step_seconds_by_round_times_each_prepared_step_and_closes_them(monkeypatch):
+    prepared = {}
+
+    class Fake:
+        def __init__(self, cfg, warmup):
+            self.cfg, self.calls, self.closed = cfg, [], False
+            prepared[cfg] = self
+
+        def seconds_per_step(self, steps):
+            self.calls.append(steps)
+            return 0.1 * len(self.calls) if self.cfg == "a" else 1.0
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(timing, "prepare_step", lambda cfg, *, warmup: Fake(cfg, warmup))
+    out = timing.step_seconds_by_round({"first": "a", "second": "b"}, rounds=3, steps=7, warmup=1)
+    assert out == {"first": pytest.approx([0.1, 0.2, 0.3]), "second": [1.0, 1.0, 1.0]}
+    assert all(p.calls == [7, 7, 7] and p.closed for p in prepared.values())
