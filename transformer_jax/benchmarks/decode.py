@@ -30,6 +30,7 @@ from flax import nnx
 from transformer_jax.core import compiler
 from transformer_jax.decode import generate
 from transformer_jax.models import ModelConfig, build_model, get_preset
+from transformer_jax.train.timing import alternating_rounds
 
 
 def torch_script() -> Path | None:
@@ -74,14 +75,9 @@ def _gen(model, batch: int, prompt_len: int, new: int, *, width: int | None = No
 
 def _fastest_interleaved(fns: dict, reps: int) -> dict:
     """The fastest of ``reps`` timed calls of each function, the functions called in turn within a
-    rep, so that a drift of the machine's speed reaches all of them alike."""
-    times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[name].append(time.perf_counter() - t0)
-    return {name: min(v) for name, v in times.items()}
+    rep (`train.timing.alternating_rounds`), so that a drift of the machine's speed reaches all alike."""
+    timed = alternating_rounds({name: (lambda fn=fn: _time(fn, 1)) for name, fn in fns.items()}, reps)
+    return {name: min(v) for name, v in timed.items()}
 
 
 def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), reps: int = 7) -> dict:

@@ -28,6 +28,7 @@ from flax import nnx
 from transformer_jax.core import compiler
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.nn.moe import MoE, MoESpec
+from transformer_jax.train.timing import alternating_rounds
 
 
 def value_and_grad_fn(module, call):
@@ -42,17 +43,20 @@ def value_and_grad_fn(module, call):
 
 
 def time_alternating(fns: dict, rounds: int, calls: int) -> dict[str, float]:
-    """Median milliseconds per call of each ``(f, args)``, the variants run in alternation."""
+    """Median milliseconds per call of each ``(f, args)``, the variants run in alternation
+    (`train.timing.alternating_rounds`)."""
     for f, args in fns.values():
         jax.block_until_ready(f(*args))
-    times = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, (f, args) in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                out = f(*args)
-            jax.block_until_ready(out)
-            times[k].append(1e3 * (time.perf_counter() - t0) / calls)
+
+    def ms_per_call(f, args) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            out = f(*args)
+        jax.block_until_ready(out)
+        return 1e3 * (time.perf_counter() - t0) / calls
+
+    timers = {k: (lambda f=f, args=args: ms_per_call(f, args)) for k, (f, args) in fns.items()}
+    times = alternating_rounds(timers, rounds)
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
