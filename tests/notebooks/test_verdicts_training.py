@@ -179,6 +179,8 @@ DECODING_CLAIMS = (
     "Beam search beats greedy",
     "Sampling trades quality for diversity",
     "Beam search with a length penalty does not shorten the output",
+    "... nor than the references",
+    "Without the penalty (alpha 0) beam search's output is shorter",
     "With a KV cache the cost per token grows at most linearly with the position; recomputing grows one power faster",
     "... also with one fixed cache buffer for the whole generation (at most linear)",
 )
@@ -198,7 +200,7 @@ def _strategy(wrong: float, agree: float, words_off: float = 0.0, seed: int = 0)
     }
 
 
-def decoding(items=None, sized_rate=1.0, ratio_rate=1.0, fixed=None):
+def decoding(items=None, sized_rate=1.0, ratio_rate=1.0, fixed=None, ref_words=10.0):
     base = {
         "greedy": _strategy(0.3, 1.0, seed=1),
         "beam 4": _strategy(0.15, 1.0, seed=2),
@@ -221,7 +223,7 @@ def decoding(items=None, sized_rate=1.0, ratio_rate=1.0, fixed=None):
         "decoding",
         items=items,
         results=results,
-        ref_words=np.full(len(REFS), 10.0),
+        ref_words=ref_words + np.random.default_rng(6).choice([-1.0, 1.0], size=len(REFS)),
         positions=positions,
         times=times,
         kept={"machine": {"host": "h", "cpus": 2}},
@@ -234,22 +236,27 @@ def decoding(items=None, sized_rate=1.0, ratio_rate=1.0, fixed=None):
 
 
 def test_decoding_strategy_verdicts():
-    assert decoding() == [HOLDS] * 5
+    assert decoding() == [HOLDS] * 7
     assert decoding({"beam 4": _strategy(0.3, 1.0, seed=1)})[0] == UNSURE  # the same output as greedy
     assert decoding({"beam 4": _strategy(0.45, 1.0, seed=2)})[0] == FAILS
     assert decoding({"top-p (p=0.9)": _strategy(0.15, 0.1, seed=5)})[1] == FAILS  # a sampler better than greedy
     assert decoding({"top-k (k=10)": _strategy(0.5, 1.0, seed=4)})[1] == UNSURE  # not random after all
     assert decoding({"beam 4": _strategy(0.15, 1.0, -0.05, seed=2)})[2] == HOLDS  # 0.05 shorter: within 0.5
     assert decoding({"beam 4": _strategy(0.15, 1.0, -1.0, seed=2)})[2] == FAILS
+    assert decoding(ref_words=10.5)[3] == UNSURE  # 0.5 words shorter than the references: at the margin
+    assert decoding(ref_words=12.0)[3] == FAILS
+    # alpha 0 as long as alpha 0.6: the penalty changed nothing; longer: the opposite of the claim
+    assert decoding({"beam 4, alpha 0": _strategy(0.15, 1.0, seed=3)})[4] == UNSURE
+    assert decoding({"beam 4, alpha 0": _strategy(0.15, 1.0, 1.0, seed=3)})[4] == FAILS
 
 
 def test_decoding_kv_cache_verdicts_use_the_slopes():
-    assert decoding(sized_rate=1.5)[3] == FAILS  # cached cost grows faster than linearly
-    assert decoding(ratio_rate=0.3)[3] == FAILS  # recompute only 0.3 of a power faster
-    assert decoding(fixed={64: 1.0, 128: 2.1, 256: 3.9, 512: 8.2, 1024: 16.0})[4] == HOLDS  # linear is allowed
-    assert decoding(fixed={64: 1.0, 128: 4.1, 256: 15.9, 512: 64.2, 1024: 256.0})[4] == FAILS
+    assert decoding(sized_rate=1.5)[5] == FAILS  # cached cost grows faster than linearly
+    assert decoding(ratio_rate=0.3)[5] == FAILS  # recompute only 0.3 of a power faster
+    assert decoding(fixed={64: 1.0, 128: 2.1, 256: 3.9, 512: 8.2, 1024: 16.0})[6] == HOLDS  # linear is allowed
+    assert decoding(fixed={64: 1.0, 128: 4.1, 256: 15.9, 512: 64.2, 1024: 256.0})[6] == FAILS
     # a per-token time that timing noise made <= 0 cannot be fitted: inconclusive, not an error
-    assert decoding(fixed={64: -0.1, 128: 2.1, 256: 3.9, 512: 8.2, 1024: 16.0})[4] == UNSURE
+    assert decoding(fixed={64: -0.1, 128: 2.1, 256: 3.9, 512: 8.2, 1024: 16.0})[6] == UNSURE
 
 
 # language_model_history: perplexities and speeds of every arm, by seed.
