@@ -267,7 +267,8 @@ claims = {
         [versus("beam 4", "greedy", "words", expect="not less", margin=0.5)],
     ),
     "... nor than the references": (
-        f"mean words: beam alpha 0.6 {words('beam 4')}, references {np.mean(ref_words):.2f}; beam alpha 0.6 - reference",
+        f"mean words: beam alpha 0.6 {words('beam 4')}, references {np.mean(ref_words):.2f}; "
+        "beam alpha 0.6 - reference",
         [ablation.paired_bootstrap(items["beam 4"]["words"], ref_words, expect="not less", margin=0.5)],
     ),
     "Without the penalty (alpha 0) beam search's output is shorter": (
