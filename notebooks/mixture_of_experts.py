@@ -247,3 +247,19 @@ out = ablation.save_results(
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
 )
 print("results in", out)
+
+# %% [markdown]
+# ## Reading the FULL run (3 seeds, 2026-12-03)
+# Every tuned arm picked lr 3e-3 on the dev split. Val loss (mean +- sd, n=3): dense 1.727 +- 0.008,
+# switch 1.685 +- 0.032, GShard top-2 1.679 +- 0.035, DeepSeekMoE 1.684 +- 0.030, GShard without
+# balancing 1.677 +- 0.038, with the loss-free bias 1.685 +- 0.020.
+# - MoE beats dense at equal active parameters by 0.05 nats [0.005, 0.092]: the gain is real but
+#   the interval is wide with three seeds.
+# - DeepSeekMoE vs GShard at the same balance loss: +0.005 [-0.036, +0.046]; the interval is far
+#   wider than the 0.01 margin, so "at least as good" is inconclusive here (the last round's 0.015
+#   nats in its favour was one seed). At 2,000 steps of a small character model fine-grained
+#   experts have little room to specialise.
+# - Without balancing the max/mean expert load is 2.4x [1.7, 3.2] the balanced run's; the
+#   loss-free bias brings max/mean load to 1.20 [1.01, 1.39] with no auxiliary loss.
+#   Unbalanced routing did not cost loss here (1.677): load balance matters for throughput under
+#   expert parallelism more than for quality at this scale.
