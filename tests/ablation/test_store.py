@@ -267,3 +267,26 @@ def test_kept_measurements_are_json_alike_when_taken_and_when_read_back(smoke):
     assert "reused_from" in again and "reused_from" not in first and again["machine"] == first["machine"]
     store.kept_measurement("nb", "kv cache", {"positions": (64, 256)}, measure)  # another key: measured
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("reason", runs.INTERRUPTED)
+def test_an_interrupted_run_is_not_recorded_as_finished(monkeypatch, tmp_path, reason):
+    """A signal ends the trainer cleanly; the notebook must stop too, not save a short run as done."""
+    import types
+
+    from transformer_jax.train import loop
+
+    monkeypatch.setenv("TRANSFORMER_JAX_RUNS", str(tmp_path))
+    monkeypatch.setattr(loop, "train", lambda cfg, workdir: {"stopped": reason, "step": 3})
+    cfg = types.SimpleNamespace(train=types.SimpleNamespace(steps=10))
+    with pytest.raises(SystemExit, match=f"{reason} at step 3 of 10"):
+        runs.train_curves(cfg, "arm", "nb")  # pyright: ignore[reportArgumentType]
+    assert not (paths.runs_dir("nb") / "arm" / runs.SUMMARY_FILE).exists()
+
+
+def test_a_kept_summary_of_an_interrupted_run_is_trained_again(smoke):
+    store.save_run("nb", "arm", 0, cfg(), fake_curves(stopped="SIGTERM"))
+    with pytest.warns(UserWarning, match="stopped early"):
+        assert store.load_run("nb", "arm", 0, cfg()) is None
+    store.save_run("nb", "arm", 1, cfg(), fake_curves(stopped="steps"))
+    assert store.load_run("nb", "arm", 1, cfg()) is not None

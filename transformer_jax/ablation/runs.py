@@ -128,11 +128,17 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
         summary = train(cfg, str(workdir))
     except NonFiniteError as err:
         summary = {"halted": True, "error": str(err), "wall_s": time.time() - t0}
+    if summary.get("stopped") in INTERRUPTED:
+        raise SystemExit(
+            f"run {name} stopped early ({summary['stopped']} at step {summary.get('step')} of {cfg.train.steps}): "
+            "not recorded as a finished run; rerun the notebook to train it again"
+        )
     (workdir / SUMMARY_FILE).write_text(json.dumps({**summary, "git_commit": START_COMMIT}, default=str) + "\n")
     return read_curves(str(workdir), name, summary)
 
 
 SUMMARY_FILE = "ablation_summary.json"
+INTERRUPTED = ("SIGTERM", "SIGINT", "max_minutes")  # stop reasons of an unfinished run (train.actions)
 _REUSED: dict[str, str] = {}
 _WALL_S: dict[str, float] = {}
 """Training wall-clock (s) of each run this process used through `store.run_arm`, trained now or read back."""

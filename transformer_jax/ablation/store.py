@@ -19,6 +19,7 @@ import pathlib
 import platform
 import re
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -133,6 +134,9 @@ def load_run(notebook: str, arm: str, seed: int, cfg: Any) -> runs.Curves | None
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
+        return None
+    if (stopped := record.get("summary", {}).get("stopped")) in runs.INTERRUPTED:
+        warnings.warn(f"{path} is a run stopped early ({stopped}); training it again", stacklevel=2)
         return None
     c = record["curves"]
     summary = {
