@@ -14,6 +14,7 @@ from typing import Any
 
 from transformer_jax.ablation.paths import REUSE_ENV, START_COMMIT, _flag, pick, runs_dir, smoke
 from transformer_jax.core import configlib
+from transformer_jax.train.actions import UNFINISHED_STOPS
 from transformer_jax.train.config import Config
 
 
@@ -138,7 +139,7 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
 
 
 SUMMARY_FILE = "ablation_summary.json"
-INTERRUPTED = ("SIGTERM", "SIGINT", "max_minutes")  # stop reasons of an unfinished run (train.actions)
+INTERRUPTED = UNFINISHED_STOPS
 _REUSED: dict[str, str] = {}
 _WALL_S: dict[str, float] = {}
 """Training wall-clock (s) of each run this process used through `store.run_arm`, trained now or read back."""

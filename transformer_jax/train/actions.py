@@ -168,6 +168,12 @@ class Validate(Action):
         return self.latest[self.tc.best_metric] if self.at == step and self.latest is not None else None
 
 
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+MAX_MINUTES = "max_minutes"
+UNFINISHED_STOPS = (*(sig.name for sig in HANDLED_SIGNALS), MAX_MINUTES)
+"""Stop reasons (``summary["stopped"]``) of a run that ended before ``train.steps`` without being asked to."""
+
+
 class StopSignal(Action):
     """SIGTERM/SIGINT: the loop finishes the current step, validates, saves and exits cleanly; a
     second signal stops at once."""
@@ -179,7 +185,7 @@ class StopSignal(Action):
         self._old: dict = {}
 
     def __enter__(self) -> StopSignal:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in HANDLED_SIGNALS:
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread
@@ -213,7 +219,7 @@ class Budget(Action):
 
     def run(self, loop, step: int) -> None:
         if time.time() - self.t_start > 60 * self.minutes:
-            loop.stop("max_minutes")
+            loop.stop(MAX_MINUTES)
 
 
 class Checkpoint(Action):
