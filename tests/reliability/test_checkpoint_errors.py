@@ -54,10 +54,14 @@ def two_steps(tmp_path_factory):
 
 
 def _files(directory) -> dict[str, bytes]:
+    """Every file of the complete checkpoints under ``directory``, by relative path. An unfinished
+    save's temporary directory (which Orbax's writer threads can leave behind after a failed save)
+    is not a checkpoint: restores never read it and the next start removes it."""
     return {
-        str(path.relative_to(directory)): path.read_bytes()
+        str(relative): path.read_bytes()
         for path in sorted(pathlib.Path(directory).rglob("*"))
         if path.is_file()
+        and ocp.step.TMP_DIR_SUFFIX not in (relative := path.relative_to(directory)).parts[0]
     }
 
 
