@@ -282,8 +282,8 @@ post_scan = {"grid": list(RESCUE_GRID), "dev_loss": [post_dev_loss(lr) for lr in
 fails = [not loss < floor["dev"] - FAIL_MARGIN for loss in post_scan["dev_loss"]]
 rescue_lr = RESCUE_GRID[fails.index(True)] if any(fails) else RESCUE_GRID[-1]
 rescue = {"lr": rescue_lr, "post_fails_in_sweep": any(fails), "sweep": post_scan, "post": [], "deepnorm": []}
-if any(fails):
-    rescue.update(post=final(train("post", DEEP, lr=rescue_lr)), deepnorm=final(train("deepnorm", DEEP, lr=rescue_lr)))
+rescue_runs = {p: train(p, DEEP, lr=rescue_lr) for p in ("post", "deepnorm")} if any(fails) else {}
+rescue.update({p: final(runs) for p, runs in rescue_runs.items()})
 print({k: v for k, v in rescue.items() if k != "sweep"})
 
 fig_train, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -292,6 +292,9 @@ for i, placement in enumerate(("post", "pre")):
         for j, c in enumerate(warm[placement, DEEP, w, WARMUP_LRS[0]]):
             label = f"{placement}{'' if w else ', no warmup'}" if j == 0 else None
             axes[0].plot(c.steps, c.train_loss, ls="-" if w else "--", color=f"C{i}", alpha=0.6, label=label)
+for j, c in enumerate(rescue_runs.get("deepnorm", [])):
+    axes[0].plot(c.steps, c.train_loss, color="C2", alpha=0.6, label=f"deepnorm, lr {rescue_lr:g}" if j == 0 else None)
+axes[0].axhline(floor["val"], color="k", ls=":", label="unigram loss (validation)")
 axes[0].set(title=f"{DEEP} layers, Adam lr {WARMUP_LRS[0]:g} (one line per seed)", xlabel="step", ylabel="train loss")
 for placement in (p for p in ("post", "pre") if rel_change[p]):
     r = np.mean(rel_change[placement], axis=0)
