@@ -422,3 +422,41 @@ out = ablation.save_results(
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
 )
 print("results in", out)
+
+# %% [markdown]
+# ## Reading the FULL run (3 seeds, 2026-12-04)
+# Val loss, mean of 3 seeds; ln V = 4.220, the unigram loss (character frequencies alone) 3.323.
+# - **Deep Post-LN fails here, with or without warmup.** Every 18-layer Post-LN run, at lr 1e-3
+#   and 3e-3, with and without 100 warmup steps, ends at the unigram loss (3.32-3.40): it learns
+#   the character frequencies and nothing else. So "warmup rescues it" does not hold at 18 layers
+#   in this regime (Xavier, no depth factor, 1,000 steps): the no-warmup minus warmup gaps are
+#   -0.024 [-0.130, +0.081] and +0.001 [-0.002, +0.004], inconclusive because both arms fail alike.
+#   At 6 layers Post-LN trains; without warmup at 3e-3 one seed of three collapsed to the unigram
+#   loss (2.477 against 2.035 with warmup), the only trace of the warmup effect.
+# - **DeepNorm rescues it, like for like (holds).** At the smallest LR of the scan where Post-LN
+#   with warmup fails (1e-3; it fails at 3e-3 and 1e-2 too), DeepNorm with the same warmup ends at
+#   2.277 against Post-LN's 3.348: -1.071 [-1.205, -0.937], and 0.55 nats below the failure line.
+#   It trains about as well as Pre-LN at that depth and LR (2.233).
+# - **Pre-LN trains without warmup everywhere** (no run fails); the cost of dropping warmup is
+#   inside the 0.05-nat margin at 6 layers and at 18 layers lr 1e-3, but +0.046 [+0.019, +0.074]
+#   at 18 layers lr 3e-3, so "no worse" is inconclusive there and the row with it.
+# - **Post-LN does not end lower than Pre-LN at 6 layers** (does not hold): each at its dev-picked
+#   LR, Post-LN (3e-3) 2.035, Pre-LN (9e-3) 1.978, +0.057 [+0.022, +0.093]. Liu et al. (2020)
+#   report the Post-LN advantage for models trained to convergence; 1,000 steps of a 0.3M-parameter
+#   model may be too short for it.
+# - **Adam vs SGD is inconclusive.** At the dev picks Post-LN with SGD (0.3) sat at the unigram
+#   loss on all three validation seeds (its single dev run at 0.3 had reached 2.154), which gives
+#   +1.065 [+1.045, +1.084]; one grid step lower, where both placements train with SGD, SGD costs
+#   them alike: -0.033 [-0.255, +0.188]. What the first setting shows is SGD with Post-LN being
+#   unstable near its best LR, not a larger loss when it trains.
+# - **At init the notes' picture does not appear** (does not hold). The notes assume Var(F(x)) =
+#   Var(x); with Xavier init the FFN sublayers give about 0.23 of Var(x), the attention sublayers
+#   0.2 in the first layers rising to about 1 after ten (geometric mean over the 96 Post-LN
+#   sublayers at 48 layers: 2^-1.195 = 0.44). Post-LN's log2 ||dL/dx_l|| falls over the last 2-6
+#   layers from the output and then rises towards the input: fitted slopes -0.02 to -0.10 per
+#   layer, not +1. Pre-LN's grows towards the input by a factor of 2.3-3.7 over the stack (slopes
+#   -0.198, -0.098, -0.039 per layer at 6, 18, 48 layers), beyond the factor-2 margin of "flat".
+#   The notes follow the identity path only; the gradient that flows back through each sublayer
+#   is of the same order here and may make up for the shrink that each norm applies.
+# - **Pre-LN's relative residual change falls with depth** on the trained 18-layer checkpoints
+#   (holds): log-log slope -0.550 [-0.593, -0.506], slower than the 1/l of x_l = O(l).

@@ -25,6 +25,8 @@ WARM_LOSS = {  # (placement, depth, warmup): loss, at both fixed LRs
     ("pre", DEEP, False): 1.42,
 }
 TUNED = {("post", "adam"): 1.48, ("pre", "adam"): 1.52, ("post", "sgd"): 2.50, ("pre", "sgd"): 1.90}
+SGD_LOWER = {"post": 2.30, "pre": 1.85}  # each SGD arm one grid step below its pick
+UNIGRAM = {"dev": 3.3, "val": 3.3}  # the loss of character frequencies alone: the failure line is 2.8
 NORM_CLAIMS = (
     "Post-LN without warmup trains worse, more so with depth; warmup rescues it",
     "Pre-LN trains without warmup",
@@ -38,13 +40,23 @@ NORM_CLAIMS = (
 
 
 def norm_placement(
-    warm=None, tuned=None, rescue=None, post_rate=1.0, pre_rate=0.0, log2_var=-0.3, change_power=-1.0, lrs=LRS
+    warm=None,
+    tuned=None,
+    rescue=None,
+    post_rate=1.0,
+    pre_rate=0.0,
+    log2_var=-0.3,
+    change_power=-1.0,
+    lrs=LRS,
+    sgd_lower=None,
 ):
     losses = {**WARM_LOSS, **(warm or {})}
     warm_loss = {
         (p, d, w, lr): jitter(v, i + j) for j, lr in enumerate(lrs) for i, ((p, d, w), v) in enumerate(losses.items())
     }
     tuned_runs = {k: {"lr": 1e-3, "final": jitter(v, i)} for i, (k, v) in enumerate({**TUNED, **(tuned or {})}.items())}
+    lower = {**SGD_LOWER, **(sgd_lower or {})}
+    lower = {p: {"lr": 3e-4, "final": jitter(v, i)} for i, (p, v) in enumerate(lower.items())}
     rescue = {
         "lr": 1e-2,
         "post_fails_in_sweep": True,
@@ -65,8 +77,10 @@ def norm_placement(
         "norm_placement",
         warm_loss=warm_loss,
         tuned=tuned_runs,
+        sgd_lower=lower,
         sweeps={},
         rescue=rescue,
+        floor=UNIGRAM,
         grad_norms=grad_norms,
         var_ratio=var_ratio,
         rel_change=rel_change,
@@ -95,8 +109,11 @@ def test_norm_placement_verdicts():
     assert norm_placement(tuned={("post", "adam"): 1.52})[2] == UNSURE  # a tie is no win
     assert norm_placement(tuned={("post", "adam"): 1.56})[2] == FAILS
     assert norm_placement(tuned={("pre", "sgd"): 2.60})[3] == FAILS  # SGD hurts pre more than post
+    assert norm_placement(sgd_lower={"post": 1.70})[3] == FAILS  # holds at the picks, not a step lower
     assert norm_placement(rescue={"deepnorm": jitter(4.1, 1)})[4] == FAILS  # no better than failing Post-LN
     assert norm_placement(rescue={"deepnorm": jitter(3.9, 1)})[4] == FAILS  # better, but still near ln V
+    # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
+    assert norm_placement(rescue={"deepnorm": jitter(3.0, 1)})[4] == FAILS
     assert norm_placement(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
     assert norm_placement(post_rate=0.1)[5] == FAILS and norm_placement(pre_rate=0.3)[5] == FAILS
     assert norm_placement(post_rate=0.5)[5] == UNSURE  # on the edge of 1 +- 0.5
@@ -111,8 +128,10 @@ def test_norm_placement_at_one_training_depth_leaves_the_depth_growth_unmeasured
             (p, 2, w, 1e-3): jitter(1.5 + (not w) * (p == "post") * 0.5) for p in ("post", "pre") for w in (1, 0)
         },
         tuned={(p, o): {"lr": 1e-3, "final": jitter(1.5)} for p in ("post", "pre") for o in ("adam", "sgd")},
+        sgd_lower={p: {"lr": 3e-4, "final": jitter(1.6)} for p in ("post", "pre")},
         sweeps={},
         rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
+        floor=UNIGRAM,
         grad_norms={(p, 3): [np.ones(4)] * 2 for p in ("post", "pre")},
         var_ratio={("post", 3): [np.ones((3, 2))] * 2},
         rel_change={"pre": [np.asarray([0.5, 0.3])] * 2, "post": [np.ones(2)] * 2},
