@@ -57,12 +57,8 @@ def _files(directory) -> dict[str, bytes]:
     """Every file of the complete checkpoints under ``directory``, by relative path. An unfinished
     save's temporary directory (which Orbax's writer threads can leave behind after a failed save)
     is not a checkpoint: restores never read it and the next start removes it."""
-    return {
-        str(relative): path.read_bytes()
-        for path in sorted(pathlib.Path(directory).rglob("*"))
-        if path.is_file()
-        and ocp.step.TMP_DIR_SUFFIX not in (relative := path.relative_to(directory)).parts[0]
-    }
+    relative = [p.relative_to(directory) for p in sorted(pathlib.Path(directory).rglob("*")) if p.is_file()]
+    return {str(r): (directory / r).read_bytes() for r in relative if ocp.step.TMP_DIR_SUFFIX not in r.parts[0]}
 
 
 def _assert_same_checkpoints(before, after) -> None:
