@@ -54,8 +54,8 @@
 # that warmup) fails on the dev split: diverges, or ends within 0.5 nats of the unigram loss (what
 # character frequencies alone give; a model stuck there uses no context). The relative residual
 # change is read from the trained checkpoints. Each verdict comes from a 95% interval over seeds
-# (90% for "no worse" and "equal", against a margin fixed before the run). Every run's curve and summary is kept under
-# `experiments/results/norm_placement/runs/` and reused by a later sitting.
+# (90% for "no worse" and "equal", against a margin fixed before the run). Every run's curve and
+# summary is kept under `experiments/results/norm_placement/runs/` and reused by a later sitting.
 # `TRANSFORMER_JAX_SMOKE=1`: tiny models, one training depth, 2 seeds, 2-point grids.
 
 # %%
@@ -309,10 +309,10 @@ plt.show()
 # Differences paired by seed; margins fixed before the run. "Trains without warmup": no worse by
 # more than 0.05 nats. "Post-LN fails": diverged or within 0.5 nats of the unigram loss; DeepNorm
 # rescues it when it ends lower than Post-LN and more than 0.5 nats below the unigram loss. "Like
-# 2^(-1/2) per sublayer": a log2 slope of ||dL/dx_l|| per layer of 1 +- 0.5 (two sublayers per layer); "flat": a slope
-# within +-1/L (at most a factor 2 over the whole stack). "Var(F(x)) = Var(x)": the geometric mean
-# of the Post-LN ratios within a factor 2 of 1. The relative change "falls": a negative log-log
-# slope against the layer index (the notes' x_t = O(t) gives -1).
+# 2^(-1/2) per sublayer": a log2 slope of ||dL/dx_l|| per layer of 1 +- 0.5 (two sublayers per
+# layer); "flat": a slope within +-1/L (at most a factor 2 over the whole stack). "Var(F(x)) =
+# Var(x)": the geometric mean of the Post-LN ratios within a factor 2 of 1. The relative change
+# "falls": a negative log-log slope against the layer index (the notes' x_t = O(t) gives -1).
 
 # %%
 diff = lambda a, b: np.subtract(a, b)
