@@ -12,6 +12,7 @@ import pytest
 
 from transformer_jax import ablation
 from transformer_jax.ablation import paths, runs, store, tuning
+from transformer_jax.train.actions import UNFINISHED_STOPS
 
 
 @pytest.fixture
@@ -269,7 +270,7 @@ def test_kept_measurements_are_json_alike_when_taken_and_when_read_back(smoke):
     assert len(calls) == 2
 
 
-@pytest.mark.parametrize("reason", runs.INTERRUPTED)
+@pytest.mark.parametrize("reason", UNFINISHED_STOPS)
 def test_an_interrupted_run_is_not_recorded_as_finished(monkeypatch, tmp_path, reason):
     """A signal ends the trainer cleanly; the notebook must stop too, not save a short run as done."""
     import types

@@ -129,7 +129,7 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
         summary = train(cfg, str(workdir))
     except NonFiniteError as err:
         summary = {"halted": True, "error": str(err), "wall_s": time.time() - t0}
-    if summary.get("stopped") in INTERRUPTED:
+    if summary.get("stopped") in UNFINISHED_STOPS:
         raise SystemExit(
             f"run {name} stopped early ({summary['stopped']} at step {summary.get('step')} of {cfg.train.steps}): "
             "not recorded as a finished run; rerun the notebook to train it again"
@@ -139,7 +139,6 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
 
 
 SUMMARY_FILE = "ablation_summary.json"
-INTERRUPTED = UNFINISHED_STOPS
 _REUSED: dict[str, str] = {}
 _WALL_S: dict[str, float] = {}
 """Training wall-clock (s) of each run this process used through `store.run_arm`, trained now or read back."""

@@ -26,6 +26,7 @@ from typing import Any
 from transformer_jax.ablation import runs
 from transformer_jax.ablation.paths import START_COMMIT, _flag, results_dir, smoke
 from transformer_jax.core import configlib
+from transformer_jax.train.actions import UNFINISHED_STOPS
 
 RETRAIN_ENV = "TRANSFORMER_JAX_RETRAIN"
 RUNS_SUBDIR = "runs"
@@ -135,7 +136,7 @@ def load_run(notebook: str, arm: str, seed: int, cfg: Any) -> runs.Curves | None
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if (stopped := record.get("summary", {}).get("stopped")) in runs.INTERRUPTED:
+    if (stopped := record.get("summary", {}).get("stopped")) in UNFINISHED_STOPS:
         warnings.warn(f"{path} is a run stopped early ({stopped}); training it again", stacklevel=2)
         return None
     c = record["curves"]
