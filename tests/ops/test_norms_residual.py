@@ -3,6 +3,8 @@
 import functools
 
 import chex
+import jax
+import jax.extend.core as jax_core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,6 +16,16 @@ from transformer_jax.ops.residual import (
     deepnorm_constants,
     placement_constants,
 )
+
+
+def _eqns(jaxpr) -> list:
+    """The equations of ``jaxpr`` and of the jaxprs nested in it (jit, custom derivatives)."""
+    out = []
+    for e in jaxpr.eqns:
+        out.append(e)
+        for sub in jax_core.jaxprs_in_params(e.params):
+            out += _eqns(sub)
+    return out
 
 
 def _np_layer_norm(x, scale=None, bias=None, eps=1e-5):
@@ -60,6 +72,22 @@ class NormTest(chex.TestCase):
         chex.assert_type(out, jnp.bfloat16)
         ref = (_np_layer_norm if name == "layernorm" else _np_rms_norm)(np.asarray(xb, np.float32))
         np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=1e-2)
+
+    @parameterized.parameters(*NORMS.names())
+    def test_bfloat16_arithmetic_is_float32_in_the_jaxpr(self, name):
+        """Outputs of size ~1 rounded to bfloat16 cannot tell bf16 arithmetic from f32, the program
+        can: every operation but the casts in and out runs on float32, the reductions included."""
+        spec = NORMS.get(name)
+        args = [jnp.asarray(self.x, jnp.bfloat16), jnp.asarray(self.scale, jnp.bfloat16)]
+        if spec.has_bias:
+            args.append(jnp.asarray(self.bias, jnp.bfloat16))
+        eqns = _eqns(jax.make_jaxpr(spec.fn)(*args).jaxpr)
+        assert any(e.primitive.name == "reduce_sum" for e in eqns)
+        for e in eqns:
+            if e.primitive.name == "convert_element_type":
+                continue
+            dtypes = {v.aval.dtype for v in (*e.invars, *e.outvars) if jnp.issubdtype(v.aval.dtype, jnp.floating)}
+            assert dtypes <= {jnp.dtype(jnp.float32)}, f"{name}: {e.primitive.name} on {sorted(map(str, dtypes))}"
 
     def test_registry(self):
         assert NORMS.get("layernorm").has_bias and not NORMS.get("rmsnorm").has_bias
