@@ -90,17 +90,19 @@ def test_matches_a_loop_over_the_visible_slots(impl, case):
 
 @pytest.mark.parametrize("window", [None, 20])
 def test_blocked_reads_only_the_written_prefix(window):
-    """The unwritten blocks (from the block after the one holding slot index - 1 on) and, under a
-    window, the blocks wholly before it hold NaN: blocked never reads them; dense reads every slot,
-    so its output is NaN (the poison works)."""
-    B, T, S, H, K, D, written = 2, 1, 128, 4, 2, 8, 70
-    cache, k, v = _cache(B, S, K, D, written, poison=80)
-    if window is not None:  # blocks wholly before the window are never read either
-        early = jnp.arange(S) < 32
-        cache = KVCache(jnp.where(early, jnp.nan, cache.k_BKDS), jnp.where(early, jnp.nan, cache.v_BKDS), cache.index)
+    """Every slot outside the blocks that hold a visible slot holds NaN: the unwritten blocks (from
+    the block after the one holding slot index - 1 on) and, under a window, the blocks wholly before
+    it. Blocked never reads them; dense reads every slot, so its output is NaN (the poison works)."""
+    B, T, S, H, K, D, written, block = 2, 1, 128, 4, 2, 8, 70, 16
+    cache, k, v = _cache(B, S, K, D, written)
+    query = written - 1
+    first = 0 if window is None else (query - window + 1) // block * block  # 48 under the window
+    end = -(-written // block) * block  # 80
+    outside = (jnp.arange(S) < first) | (jnp.arange(S) >= end)
+    cache = KVCache(jnp.where(outside, jnp.nan, cache.k_BKDS), jnp.where(outside, jnp.nan, cache.v_BKDS), cache.index)
     q = jnp.asarray(np.random.default_rng(2).standard_normal((B, T, H, D)), jnp.float32)
     mask = _decode_mask(B, T, written, window)
-    out = dec.decode_attention(q, cache, mask=mask, impl="blocked", block_size=16)
+    out = dec.decode_attention(q, cache, mask=mask, impl="blocked", block_size=block)
     assert np.isfinite(np.asarray(out)).all()
     assert not np.isfinite(np.asarray(dec.decode_attention(q, cache, mask=mask, impl="dense"))).all()
 
@@ -172,9 +174,23 @@ def test_auto_resolves_per_backend_and_never_to_a_kernel_that_cannot_run():
     assert dec.resolve_decode_impl("gpu", ok, True, 1, 64) == "dense"
     assert dec.resolve_decode_impl("gpu", ok, False, 1, 40) == "dense"
     assert dec.resolve_decode_impl("tpu", ok, False, 1, 64) == "dense"
-    assert jax.default_backend() == "cpu"
-    cache, _, _ = _cache(1, 64, 1, 8, 8)
-    q = jnp.ones((1, 1, 2, 8))
-    np.testing.assert_allclose(
-        dec.decode_attention(q, cache, mask=ok, impl="auto"), dec.decode_attention(q, cache, mask=ok), atol=0
-    )
+
+
+def test_auto_runs_the_impl_it_resolves_to(monkeypatch):
+    """``auto`` runs DECODE_IMPLS[resolve_decode_impl(this backend, ...)] (the names it looks up are
+    recorded) and gives that implementation's output bit for bit; on CPU that is blocked, which
+    never reads the unwritten slots (poisoned with NaN here)."""
+    B, S, H, K, D, written = 1, 64, 2, 1, 8, 20
+    cache, _, _ = _cache(B, S, K, D, written, seed=10, poison=32)
+    q = jnp.asarray(np.random.default_rng(11).standard_normal((B, 1, H, D)), jnp.float32)
+    mask = _decode_mask(B, 1, written)
+    resolved = dec.resolve_decode_impl(jax.default_backend(), mask, False, 1, S)
+    looked_up = []
+    get = dec.DECODE_IMPLS.get
+    monkeypatch.setattr(dec.DECODE_IMPLS, "get", lambda name: looked_up.append(name) or get(name))
+    out = dec.decode_attention(q, cache, mask=mask, impl="auto", block_size=16)
+    assert looked_up == ["auto", resolved]
+    want = dec.decode_attention(q, cache, mask=mask, impl=resolved, block_size=16)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+    if jax.default_backend() == "cpu":
+        assert resolved == "blocked" and np.isfinite(np.asarray(out)).all()
