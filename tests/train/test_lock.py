@@ -62,6 +62,7 @@ def test_disabled_lock_does_nothing(tmp_path):
 def test_second_trainer_is_refused_and_readers_never_lock(tmp_path):
     workdir = tmp_path / "run"
     summary, _ = train(workdir, "train.steps=2")  # a finished run to read while the lock is held
+    assert not (workdir / LOCK_FILE).exists()  # train released it on the way out
     first = subprocess.Popen(
         train_cmd(workdir, "train.steps=2000", "train.checkpoint_every=1000", "train.eval_every=1000",
                   "train.optim.decay_steps=2000"),

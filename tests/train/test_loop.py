@@ -19,6 +19,7 @@ from tests.cli_helpers import cli, train_cmd
 from tests.cli_helpers import train as train_cli
 from transformer_jax.core import configlib
 from transformer_jax.train.experiment import load_experiment
+from transformer_jax.train.lock import LOCK_FILE
 from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
@@ -67,8 +68,10 @@ def _assert_same_state(a, b):
 def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path, uninterrupted):
     straight, straight_dir = uninterrupted
     _train(tmp_path / "b", "train.steps=3")
+    assert not (tmp_path / "b" / LOCK_FILE).exists()  # released when training ends
     resumed, proc = _train(tmp_path / "b", "train.steps=6")
     assert "resuming at step 3" in proc.stdout
+    assert "stale lock" not in proc.stderr and not (tmp_path / "b" / LOCK_FILE).exists()
     assert straight["step"] == resumed["step"] == 6
     _assert_same_state(straight_dir, tmp_path / "b")
     assert straight["val_loss"] == resumed["val_loss"]
