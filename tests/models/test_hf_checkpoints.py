@@ -6,6 +6,7 @@ model type, config key or value, and tensor as an error naming it. Needs the ``i
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -143,24 +144,57 @@ def test_sharded_checkpoint_both_ways(llama_dir, tmp_path):
     assert sorted(p.name for p in tmp_path.glob("model*")) == ["model.safetensors"]
 
 
-def test_loads_straight_onto_a_mesh(llama_dir):
+def _trace_placements(monkeypatch) -> list:
+    """The (shape, sharding) of every array placed through jax.device_put (sharding None: the
+    default device) or jax.make_array_from_callback from now on, in order."""
+    placed = []
+    put, from_callback = jax.device_put, jax.make_array_from_callback
+
+    def device_put(x, device=None, *args, **kwargs):
+        placed.append((np.shape(x), device))
+        return put(x, device, *args, **kwargs)
+
+    def make_array_from_callback(shape, sharding, *args, **kwargs):
+        placed.append((tuple(shape), sharding))
+        return from_callback(shape, sharding, *args, **kwargs)
+
+    monkeypatch.setattr(jax, "device_put", device_put)
+    monkeypatch.setattr(jax, "make_array_from_callback", make_array_from_callback)
+    return placed
+
+
+def _assert_placed_straight(placed: list, model, mesh, min_split: int) -> None:
+    """Each variable of ``model`` was placed once, straight into its sharding on ``mesh`` (its
+    logical axes under LOGICAL_RULES), and nothing else was placed; at least ``min_split`` are split."""
+    want, n_split = collections.Counter(), 0
+    for key, var in nnx.to_flat_state(nnx.state(model)):
+        spec = logical_to_spec(var.get_metadata().get("logical_axes"), var.shape, dict(mesh.shape), LOGICAL_RULES)
+        assert var[...].sharding.is_equivalent_to(jax.sharding.NamedSharding(mesh, spec), var.ndim), key
+        want[(tuple(var.shape), spec)] += 1
+        n_split += any(s is not None for s in spec)
+    assert n_split >= min_split
+    for shape, sharding in placed:
+        assert isinstance(sharding, jax.sharding.NamedSharding) and sharding.mesh == mesh, (shape, sharding)
+    assert collections.Counter((shape, sharding.spec) for shape, sharding in placed) == want
+
+
+def test_loads_straight_onto_a_mesh(llama_dir, monkeypatch):
+    """Each tensor is placed once, straight into its sharding on the mesh, never through one device
+    first (traced at the moment it is placed, not only read at the end); same logits."""
     _, path = llama_dir
     mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
     _, single = from_pretrained(path)
     with pytest.raises(ValueError, match="needs logical-axis rules"):
         from_pretrained(path, mesh=mesh)
+    placed = _trace_placements(monkeypatch)
     _, sharded = from_pretrained(path, mesh=mesh, rules=LOGICAL_RULES)
-    n_split = 0
-    for key, var in nnx.to_flat_state(nnx.state(sharded)):
-        spec = logical_to_spec(var.get_metadata().get("logical_axes"), var.shape, dict(mesh.shape), LOGICAL_RULES)
-        assert var[...].sharding.is_equivalent_to(jax.sharding.NamedSharding(mesh, spec), var.ndim), key
-        n_split += any(s is not None for s in spec)
-    assert n_split > 10
+    monkeypatch.undo()
+    _assert_placed_straight(placed, sharded, mesh, min_split=10)
     x = tokens((2, SEQ))
     np.testing.assert_allclose(np.asarray(sharded(x)[0]), np.asarray(single(x)[0]), atol=1e-4, rtol=0)
 
 
-def test_scanned_stack_loads_and_saves_like_the_per_layer_model(llama_dir, tmp_path):
+def test_scanned_stack_loads_and_saves_like_the_per_layer_model(llama_dir, tmp_path, monkeypatch):
     """scan_layers=True: each layer's tensor lands at its index of the stacked variable, logits match
     transformers, the stack goes straight onto a mesh, and it saves the same files as per-layer."""
     hf, path = llama_dir
@@ -175,7 +209,10 @@ def test_scanned_stack_loads_and_saves_like_the_per_layer_model(llama_dir, tmp_p
     x = tokens((2, SEQ))
     np.testing.assert_allclose(np.asarray(scanned(x)[0]), hf_logits(hf, x), atol=1e-4, rtol=0)
     mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+    placed = _trace_placements(monkeypatch)
     _, sharded = from_pretrained(path, mesh=mesh, rules=LOGICAL_RULES, scan_layers=True)
+    monkeypatch.undo()
+    _assert_placed_straight(placed, sharded, mesh, min_split=5)
     np.testing.assert_allclose(np.asarray(sharded(x)[0]), np.asarray(scanned(x)[0]), atol=1e-4, rtol=0)
     a, b = _tensors(save_pretrained(scanned, tmp_path / "scanned")), _tensors(save_pretrained(loop, tmp_path / "loop"))
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

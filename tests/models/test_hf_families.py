@@ -95,7 +95,7 @@ def hf_model(case: str, seed: int = 0):
     hf = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     with torch.no_grad():  # biases start at 0 and norm scales at 1 (or 0): random, so their mapping is tested
         for name, p in hf.named_parameters():
-            if name.endswith("bias") or "norm" in name:
+            if name.endswith("bias") or "norm" in name or ".ln_" in name:  # GPT-2: h.N.ln_1, ln_2, ln_f
                 p.uniform_(-0.5 if name.endswith("bias") else 0.5, 0.5 if name.endswith("bias") else 1.5)
     return hf
 
