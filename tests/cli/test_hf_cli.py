@@ -91,14 +91,17 @@ def _hf_logits(model, tokens: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(tokens)).logits.numpy()
 
 
-def _run_logits(workdir: str, tokens: np.ndarray) -> np.ndarray:
-    """Logits of the run's latest checkpoint (adapters unmerged), computed in this process."""
+def _run_logits(workdir: str, tokens: np.ndarray, *, fresh_in: str | None = None) -> np.ndarray:
+    """Logits of the run's latest checkpoint (adapters unmerged), computed in this process; with
+    ``fresh_in`` (an empty directory), of the state a fresh run of the run's saved config starts
+    from, i.e. what ``train`` stepped from first."""
     from flax import nnx
 
     from transformer_jax.train.experiment import workdir_config
     from transformer_jax.train.run import setup
 
-    run, _ = setup(workdir_config(workdir), workdir, devices=jax.devices()[:1])
+    where = workdir if fresh_in is None else fresh_in
+    run, _ = setup(workdir_config(workdir), where, restore=fresh_in is None, devices=jax.devices()[:1])
     run.checkpoints.close()
     model = nnx.merge(run.graphdef, run.state.params, run.state.model_state)
     return np.asarray(model(tokens)[0])
@@ -118,19 +121,22 @@ def test_sample_hf_greedy_matches_transformers(hf_dir):
 
 @pytest.mark.slow
 def test_fine_tune_from_hf_and_export(hf_dir, corpus, tmp_path):
-    """train --init-from (every weight) keeps the pretrained config and tokenizer; export writes a
+    """train --init-from (every weight) starts from the pretrained weights (its logits before the
+    first step are transformers'), keeps the pretrained config and tokenizer; export writes a
     directory transformers loads with our logits and the same tokenizer."""
-    path, _, tok = hf_dir
+    path, hf, tok = hf_dir
     workdir, out = str(tmp_path / "run"), str(tmp_path / "export")
     cli("train", "--init-from", path, "--workdir", workdir, "--sample-tokens", "4", *SHORT, f"data.path={corpus}")
     saved = json.loads(pathlib.Path(workdir, "config.json").read_text())
     assert saved["train"]["init_from"] == os.path.abspath(path)
     assert (saved["model"]["d_model"], saved["model"]["n_kv_heads"], saved["model"]["vocab_size"]) == (32, 2, len(tok))
     assert json.loads(pathlib.Path(workdir, "tokenizer", "tokenizer.json").read_text())["type"] == "huggingface"
+    tokens = np.random.default_rng(1).integers(3, len(tok), (2, 12))
+    start = _run_logits(workdir, tokens, fresh_in=str(tmp_path / "start"))
+    np.testing.assert_allclose(start, _hf_logits(hf, tokens), atol=1e-4, rtol=0)
 
     assert _summary(cli("export", "--workdir", workdir, "--out", out))["lora_merged"] is False
     exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    tokens = np.random.default_rng(1).integers(3, len(tok), (2, 12))
     np.testing.assert_allclose(_hf_logits(exported, tokens), _run_logits(workdir, tokens), atol=1e-4)
     text = "the quick gamma fox"
     assert transformers.AutoTokenizer.from_pretrained(out)(text).input_ids == tok(text).input_ids
@@ -159,7 +165,9 @@ def test_lora_from_hf_export_merges_and_a_changed_base_is_refused(hf_dir, corpus
     tokens = np.random.default_rng(2).integers(3, len(tok), (2, 12))
     ours = _run_logits(workdir, tokens)
     np.testing.assert_allclose(_hf_logits(exported, tokens), ours, atol=1e-4)
-    assert np.abs(_hf_logits(original, tokens) - ours).max() > 1e-3  # the adapters changed the model
+    want = _hf_logits(original, tokens)  # the adapters start at zero: the run starts at the base's logits
+    np.testing.assert_allclose(_run_logits(workdir, tokens, fresh_in=str(tmp_path / "start")), want, atol=1e-4, rtol=0)
+    assert np.abs(want - ours).max() > 1e-3  # and training changed them
 
     _llama(len(tok), seed=1).save_pretrained(base)  # another model, same shapes and file size
     proc = cli("sample", "--workdir", workdir, "--prompt", "the", "--max-new-tokens", "2", check=False)
