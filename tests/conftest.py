@@ -11,6 +11,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.missing_imports import pytest_terminal_summary  # noqa: E402, F401 - names skipped interop modules
+
 _CACHE = os.environ.get(
     "TRANSFORMER_JAX_TEST_CACHE",
     os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jax_test_cache"),
