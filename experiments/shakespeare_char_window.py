@@ -1,29 +1,9 @@
-"""Bengio et al. (2003) fixed-window neural LM on shakespeare_char at the Transformer baseline's
-budget (``shakespeare_char.py``: batch 12, context 64, 2000 steps, the same AdamW recipe except
-the peak learning rate, 3e-3) and about its parameter count (0.81M): the embeddings (48-dim,
-N(0, 1)) of the last 16 characters concatenated, one tanh layer of 960 units, softmax. Every
-position of a 64-token row is a training example; its window never reaches before the row."""
+"""The packaged recipe ``shakespeare_char_window``
+(``transformer_jax/recipes/shakespeare_char_window.py``, documented there): ``--config
+experiments/shakespeare_char_window.py`` and ``--config shakespeare_char_window`` train the same
+run. To make an experiment of your own, copy this file and build on ``get_config()``
+(``dataclasses.replace``)."""
 
-import dataclasses
+from transformer_jax.recipes.shakespeare_char_window import get_config
 
-from shakespeare_char import get_config as transformer_config
-
-from transformer_jax.models import BaselineConfig, baseline_model_config
-from transformer_jax.train.config import Config
-
-
-def get_config() -> Config:
-    base = transformer_config()
-    model = baseline_model_config(
-        "window_lm",
-        BaselineConfig(window=16, direct=False),
-        vocab_size=65,
-        d_model=48,
-        d_ff=960,
-        n_layers=1,
-        tie_embeddings=False,
-        dropout=0.0,
-        init_std=1.0,
-    )
-    train = dataclasses.replace(base.train, optim=dataclasses.replace(base.train.optim, lr=3e-3))
-    return Config(name="shakespeare_char_window", model=model, data=base.data, train=train, mesh=base.mesh)
+__all__ = ["get_config"]

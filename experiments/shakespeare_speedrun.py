@@ -1,77 +1,8 @@
-"""Time to quality on 2 CPU cores: validation loss on the offline Shakespeare corpus within 10
-minutes for the whole command (start-up, compile and evaluations included).
+"""The packaged recipe ``shakespeare_speedrun`` (``transformer_jax/recipes/shakespeare_speedrun.py``,
+documented there): ``--config experiments/shakespeare_speedrun.py`` and ``--config
+shakespeare_speedrun`` train the same run. To make an experiment of your own, copy this file and
+build on ``get_config()`` (``dataclasses.replace``)."""
 
-Same tokenizer (characters) and split as the quickstart (``shakespeare_char.py``); validation over
-every character of the split. A pure Transformer with the modded-nanogpt ingredients: Muon for the
-hidden matrices (AdamW for embeddings, head and norms), RoPE, RMSNorm, QK-norm, ReLU^2,
-zero-initialised output projections, a final logit soft-cap, untied embeddings, a linear decay to
-zero. 850 steps of 32 x 128 tokens is what fits at about 1.6 steps/s; ``train.max_minutes`` stops a
-slower machine earlier. Measured by ``experiments/speedrun_sweep.py``: see
-``experiments/results/speedrun/`` (table.md, curves.png, exploration.md).
-"""
+from transformer_jax.recipes.shakespeare_speedrun import get_config
 
-import dataclasses
-
-from shakespeare_char import get_config as base_config
-
-from transformer_jax.models import ModelConfig
-from transformer_jax.train.optim import OptimConfig
-
-SEQ_LEN = 128
-STEPS = 850  # what fits the budget at ~1.6 steps/s with five evaluations (measured on 2 cores)
-
-
-def model_config(vocab_size: int) -> ModelConfig:
-    return ModelConfig(
-        kind="decoder_lm",
-        vocab_size=vocab_size,
-        d_model=192,
-        n_heads=6,
-        d_ff=768,
-        n_layers=4,
-        max_len=SEQ_LEN,
-        placement="pre",
-        norm="rmsnorm",
-        position="rope",
-        ffn="relu2",
-        use_bias=False,
-        tie_embeddings=False,
-        qk_norm=True,
-        zero_init_out=True,
-        final_softcap=15.0,
-        dropout=0.0,
-    )
-
-
-def get_config():
-    cfg = base_config()
-    optim = OptimConfig(
-        optimizer="muon",
-        lr=0.02,
-        adam_lr=3e-3,
-        schedule="linear",
-        warmup_steps=50,
-        min_lr=0.0,
-        b1=0.9,
-        b2=0.95,
-        weight_decay=0.0,
-        grad_clip=None,
-        muon_rms=None,
-    )
-    train = dataclasses.replace(
-        cfg.train,
-        steps=STEPS,
-        batch_size=32,
-        eval_every=STEPS // 5,
-        checkpoint_every=STEPS,
-        log_every=50,
-        max_minutes=9.2,
-        optim=optim,
-    )
-    return dataclasses.replace(
-        cfg,
-        name="shakespeare_speedrun",
-        model=model_config(cfg.model.vocab_size),
-        data=dataclasses.replace(cfg.data, seq_len=SEQ_LEN),
-        train=train,
-    )
+__all__ = ["get_config"]

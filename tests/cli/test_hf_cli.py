@@ -195,7 +195,7 @@ def _bad_dirs(tmp, hf):
         (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "model.n_layers=3"], "model.n_layers=3"),
         (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "data.tokenizer=byte"], "data.tokenizer"),
         (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "train.lora.rank=4"], "train.lora=on"),
-        (["train", "--workdir", "{tmp}/w"], "--config FILE"),
+        (["train", "--workdir", "{tmp}/w"], "{tmp}/w holds no config.json of an earlier run to resume"),
         (["train", "--config", TINY, "--workdir", "{tmp}/w", "--set", "train.init_from={hf}"], "vocab_size=65 differs"),
         (["sample", "--hf", "{missing}"], "--hf {missing}: no such directory"),
         (["sample", "--hf", "{bert}"], "model_type='bert' is not supported"),

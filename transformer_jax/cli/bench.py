@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformer_jax.cli.common import refuse_unread_options
 from transformer_jax.core import configlib
 
-DEFAULT_CONFIG = "experiments/shakespeare_char.py"
+DEFAULT_CONFIG = "shakespeare_char"
 # The options each benchmark reads; giving one it does not read is an error.
 READS = {
     "data": ("config", "set"),
@@ -27,7 +27,9 @@ def register(sub) -> None:
         "train: train-step time, tokens/s and MFU on a torch_gpt.py config; moe: the dropless "
         "MoE train step (the config's model.moe, else 8 experts top-2) vs the dense one",
     )
-    p.add_argument("--config", default=None, help=f"experiment file (data, decode, moe; default {DEFAULT_CONFIG})")
+    p.add_argument(
+        "--config", default=None, help=f"recipe name or experiment file (data, decode, moe; default {DEFAULT_CONFIG})"
+    )
     p.add_argument("--cfg", default=None, choices=["small", "medium"], help="torch_gpt.py size (compile, train)")
     p.add_argument("--set", action="extend", nargs="+", default=None, metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--steps", type=int, default=None, help="timed steps (train; moe: per round)")
@@ -60,9 +62,9 @@ def run(args) -> dict:
         return bench_train(cfg_size, profile=args.profile, **({} if args.steps is None else {"steps": args.steps}))
     from transformer_jax.benchmarks.data import bench_data
     from transformer_jax.benchmarks.decode import bench_decode
-    from transformer_jax.train.experiment import load_experiment
+    from transformer_jax.recipes import load_config
 
-    cfg = load_experiment(args.config or DEFAULT_CONFIG, args.set or [])
+    cfg = load_config(args.config or DEFAULT_CONFIG, args.set or [])
     if args.what == "moe":
         from transformer_jax.benchmarks.moe import bench_moe
 

@@ -1,11 +1,16 @@
 """``transformer-jax train``: train (or resume) a model, then print a sample.
 
+``--config`` names a packaged recipe (``shakespeare_char``; `transformer_jax.recipes`) or an
+experiment file; without it ``train --workdir W`` resumes the run whose config is ``W/config.json``.
+
 ``--init-from DIR`` starts from pretrained weights (a Hugging Face model directory or a run's
 workdir): the model config and tokenizer come from DIR, ``--config`` (optional then) gives the
 data and training settings, ``--set train.lora=on`` trains LoRA adapters only.
 """
 
 from __future__ import annotations
+
+import os
 
 from transformer_jax.cli.common import add_run_args, check_workdir
 from transformer_jax.core.configlib import ConfigError
@@ -16,7 +21,8 @@ def register(sub) -> None:
     p.add_argument(
         "--config",
         default=None,
-        help="experiment file, e.g. experiments/shakespeare_char.py (optional with --init-from)",
+        help="a recipe name (e.g. shakespeare_char; an unknown name lists them) or an experiment file; "
+        "optional with --init-from, or to resume the run of --workdir from its config.json",
     )
     p.add_argument(
         "--init-from",
@@ -46,9 +52,11 @@ def register(sub) -> None:
 def run(args) -> dict:
     from transformer_jax.parallel.distributed import DistributedConfig, initialize
 
-    if args.config is None and args.init_from is None:
+    resume = args.config is None and args.init_from is None
+    if resume and not os.path.isfile(os.path.join(args.workdir, "config.json")):
         raise ConfigError(
-            "train needs --config FILE (an experiment, e.g. experiments/shakespeare_char.py) or --init-from DIR"
+            f"train needs --config (a recipe name, e.g. shakespeare_char, or an experiment file) or --init-from "
+            f"DIR: --workdir {args.workdir} holds no config.json of an earlier run to resume"
         )
     check_workdir(args.workdir, create=True)
 
@@ -64,16 +72,19 @@ def run(args) -> dict:
     import jax
 
     from transformer_jax.cli.sample import sample_text
-    from transformer_jax.train.experiment import load_experiment
+    from transformer_jax.recipes import base_config, load_config
+    from transformer_jax.train.experiment import workdir_config
     from transformer_jax.train.loop import train
 
     if args.init_from is not None:
         from transformer_jax.train.pretrained import init_from_experiment
 
-        cfg = init_from_experiment(args.config, args.init_from, args.set)
+        base = None if args.config is None else base_config(args.config)
+        cfg = init_from_experiment(base, args.init_from, args.set)
+    elif args.config is not None:
+        cfg = load_config(args.config, args.set)
     else:
-        assert args.config is not None  # checked above
-        cfg = load_experiment(args.config, args.set)
+        cfg = workdir_config(args.workdir, args.set)  # resume: the config the run stored
     summary = train(cfg, args.workdir, restore_step=args.restore_step)
     n_sample = cfg.train.sample_tokens if args.sample_tokens is None else args.sample_tokens
     if n_sample and jax.process_count() == 1:

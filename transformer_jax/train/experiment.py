@@ -48,17 +48,25 @@ def _run_experiment_file(path: str) -> Config:
     return cfg
 
 
-def load_experiment(path: str, overrides: list[str] | None = None) -> Config:
-    """The ``Config`` returned by ``get_config()`` in the experiment file ``path``, with
-    ``--set``-style ``overrides`` applied. A field that the chosen variants do not read is an error
-    when it is set, in the file (a value other than the default) or in ``overrides``."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--config {path}: no such file (experiments live in experiments/*.py)")
-    path = os.path.abspath(path)
+def configure(cfg: Config, overrides: list[str] | None = None) -> Config:
+    """``cfg`` with ``--set``-style ``overrides`` applied. A field that the chosen variants do not
+    read is an error when it is set, in ``cfg`` (a value other than the default) or in ``overrides``."""
     sets = parse_overrides(overrides or [])  # warns once about a repeated key
-    cfg = apply_overrides(_run_experiment_file(path), [f"{k}={v}" for k, v in sets.items()])
+    cfg = apply_overrides(cfg, [f"{k}={v}" for k, v in sets.items()])
     configlib.check_reads(cfg, explicit=sets)
     return cfg
+
+
+def experiment_config(path: str) -> Config:
+    """The ``Config`` returned by ``get_config()`` in the experiment file ``path``."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--config {path}: no such file (experiments live in experiments/*.py)")
+    return _run_experiment_file(os.path.abspath(path))
+
+
+def load_experiment(path: str, overrides: list[str] | None = None) -> Config:
+    """The experiment file's config (`experiment_config`) with ``overrides`` applied (`configure`)."""
+    return configure(experiment_config(path), overrides)
 
 
 def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
@@ -76,3 +84,4 @@ def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     cfg = apply_overrides(configlib.from_dict(Config, saved), [f"{k}={v}" for k, v in explicit.items()])
     configlib.check_reads(cfg, explicit=explicit, only_explicit=True)
     return cfg
+

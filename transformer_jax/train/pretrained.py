@@ -32,7 +32,7 @@ from transformer_jax.models.config import ModelConfig
 from transformer_jax.parallel import state_shardings
 from transformer_jax.train.checkpoint import CheckpointError
 from transformer_jax.train.config import Config
-from transformer_jax.train.experiment import load_experiment, workdir_config
+from transformer_jax.train.experiment import configure, workdir_config
 from transformer_jax.train.optim import make_optimizer
 from transformer_jax.train.state import abstract_state, model_graph, split_model
 
@@ -152,9 +152,9 @@ def check_model(model: ModelConfig, path: str) -> None:
         )
 
 
-def init_from_experiment(config: str | None, path: str, overrides: list[str] | None = None) -> Config:
-    """The config of ``train --init-from path [--config FILE] [--set ...]``: the experiment file's
-    config (default: ``Config()``) with the non-model ``overrides``, then `with_init_from` (the model
+def init_from_experiment(config: Config | None, path: str, overrides: list[str] | None = None) -> Config:
+    """The config of ``train --init-from path [--config SPEC] [--set ...]``: ``config`` (the recipe's
+    or experiment file's; default: ``Config()``) with the non-model ``overrides``, then `with_init_from` (the model
     ``overrides`` applied to the pretrained model). Unread settings are errors, as for any run."""
     sets = parse_overrides(overrides or [])
     if sets.get("train.init_from", path) != path:
@@ -165,7 +165,7 @@ def init_from_experiment(config: str | None, path: str, overrides: list[str] | N
         cfg = apply_overrides(Config(), rest)
         configlib.check_reads(cfg, explicit=[k for k in sets if not k.startswith("model.")])
     else:
-        cfg = load_experiment(config, rest)
+        cfg = configure(config, rest)
     cfg = with_init_from(cfg, path, sets)
     configlib.check_reads(cfg.model, prefix="model.", explicit=sets, only_explicit=True)
     return cfg
