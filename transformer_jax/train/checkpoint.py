@@ -59,7 +59,8 @@ TMP_MARKER = ".orbax-checkpoint-tmp"
 
 def _manager(directory: str, *, keep: int, async_save: bool) -> ocp.CheckpointManager:
     """An Orbax manager; leftovers of an interrupted save (``<step>.orbax-checkpoint-tmp``
-    directories, never restored) are reported and removed."""
+    directories, never restored) are reported and removed. Its multi-host barriers carry the
+    directory's name as a prefix, so they cannot be mistaken for another manager's."""
     directory = os.path.abspath(directory)
     partial = sorted(name for name in (os.listdir(directory) if os.path.isdir(directory) else []) if TMP_MARKER in name)
     if partial and jax.process_index() == 0:
@@ -70,7 +71,11 @@ def _manager(directory: str, *, keep: int, async_save: bool) -> ocp.CheckpointMa
             ", ".join(partial),
         )
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=True, cleanup_tmp_directories=True, enable_async_checkpointing=async_save
+        max_to_keep=keep,
+        create=True,
+        cleanup_tmp_directories=True,
+        enable_async_checkpointing=async_save,
+        multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=os.path.basename(directory)),
     )
     handlers = {
         "state": ocp.StandardCheckpointHandler(),
@@ -177,15 +182,25 @@ class Checkpoints:
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state), meta=ocp.args.JsonSave(meta)
         )
+        self._settle(step)
         with self._write_errors(self.last, step):
-            self.last.wait_until_finished()  # one save in flight at a time; surfaces earlier async errors
             saved = self.last.save(step, args=args, force=force)
         if self.best is not None and best_value is not None and self.sign * best_value < self.best_value:
             self.best_value = self.sign * float(best_value)
+            self._settle(step)
             with self._write_errors(self.best, step):
-                self.best.wait_until_finished()
                 self.best.save(step, args=args, force=True)
         return bool(saved)
+
+    def _settle(self, step: int) -> None:
+        """Waits until no save is in flight, in either manager (surfacing an earlier async error).
+        Two multi-host saves in flight at once, one per manager, ran Orbax's barriers side by side
+        under the same names (``set_value_start``, ``async_commit_complete.<step>``): "Barrier ...
+        is already ongoing", or a hang of up to 300 s. So saves run one after the other."""
+        for mgr in (self.last, self.best):
+            if mgr is not None:
+                with self._write_errors(mgr, step):
+                    mgr.wait_until_finished()
 
     @contextlib.contextmanager
     def _write_errors(self, mgr: ocp.CheckpointManager, step: int):
@@ -294,10 +309,7 @@ class Checkpoints:
 
     def wait(self) -> None:
         """Blocks until every asynchronous save is on disk (raises CheckpointError if one failed)."""
-        for mgr in (self.last, self.best):
-            if mgr is not None:
-                with self._write_errors(mgr, mgr.latest_step() or 0):
-                    mgr.wait_until_finished()
+        self._settle(self.last.latest_step() or 0)
 
     def close(self) -> None:
         self.wait()

@@ -1,0 +1,34 @@
+"""``Checkpoints`` keeps at most one asynchronous save in flight across its two Orbax managers
+(``checkpoints/`` and ``best/``): in a multi-process run, two at once ran Orbax's barriers side by
+side under the same names and hung or failed (tests/parallel/test_multiprocess.py runs that case)."""
+
+import types
+
+import numpy as np
+
+from transformer_jax.train.checkpoint import Checkpoints
+
+
+def test_latest_and_best_saves_never_overlap(tmp_path, monkeypatch):
+    ckpts = Checkpoints(str(tmp_path))
+    in_flight: set[str] = set()
+    overlaps = []
+
+    def record(mgr, name):
+        def save(step, args=None, force=False):
+            if in_flight:
+                overlaps.append((name, step, sorted(in_flight)))
+            in_flight.add(name)
+            return True
+
+        monkeypatch.setattr(mgr, "save", save)
+        monkeypatch.setattr(mgr, "wait_until_finished", lambda: in_flight.discard(name))
+
+    assert ckpts.best is not None
+    record(ckpts.last, "checkpoints")
+    record(ckpts.best, "best")
+    state = types.SimpleNamespace(params={"w": np.ones(2)}, model_state={})
+    for step, val_loss in [(1, 3.0), (2, 2.0), (3, 2.5), (4, 1.0), (5, None)]:  # best/ saved at steps 1, 2, 4
+        assert ckpts.save(step, state, {}, {}, best_value=val_loss)  # pyright: ignore[reportArgumentType]
+    ckpts.wait()
+    assert overlaps == [] and not in_flight
