@@ -61,8 +61,15 @@ def check_workdir(path: str, *, create: bool) -> None:
         raise ConfigError(f"--workdir {path} is not writable; choose a writable directory")
 
 
+_SHOWN: set[tuple[str, type]] = set()
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Our own warnings as one short line; everyone else's as Python prints them."""
+    """Each warning once per process (whatever filters a library sets); our own as one short line,
+    everyone else's as Python prints them."""
+    if (str(message), category) in _SHOWN:
+        return
+    _SHOWN.add((str(message), category))
     if "transformer_jax" in str(filename) or category.__module__.startswith("transformer_jax"):
         print(f"warning: {message}", file=file or sys.stderr, flush=True)
     else:

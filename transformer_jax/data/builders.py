@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ PARALLEL_SPLIT_NAMES = {
 }
 _LEGACY_CATALOG_MODULES = ("tensorflow_datasets.translate", "tensorflow_datasets.text")
 _Builder = TypeVar("_Builder", bound=tfds.core.DatasetBuilder)
+log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> Path:
@@ -60,7 +62,8 @@ def _quiet_and_locked(data_dir: Path) -> Iterator[None]:
 
 def _prepare(builder: _Builder, data_dir: Path) -> _Builder:
     with _quiet_and_locked(data_dir):
-        if not builder.is_prepared():
+        # A fresh data dir is simply not prepared: `is_prepared` would warn that it has no dataset_info.json.
+        if not (Path(builder.data_dir) / "dataset_info.json").exists() or not builder.is_prepared():
             builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     return builder
 
@@ -76,6 +79,14 @@ class _LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     @classmethod
     def code_path(cls) -> None:
         return None
+
+    # TFDS prints "Downloading and preparing dataset Unknown size ..." and "... downloaded and
+    # prepared" to stdout; our builders download nothing, so those lines go to the debug log.
+    def _log_download_bytes(self) -> None:
+        log.debug("preparing %s in %s", self.name, self.data_dir)
+
+    def _log_download_done(self) -> None:
+        log.debug("prepared %s in %s", self.name, self.data_dir)
 
 
 class TextCorpus(_LocalBuilder, skip_registration=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -85,3 +86,31 @@ def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     configlib.check_reads(cfg, explicit=explicit, only_explicit=True)
     return cfg
 
+
+# The fields that hold local paths; ``data.path`` and ``data.val_path`` may list several, comma-separated.
+PATH_FIELDS = (("data", "path", True), ("data", "val_path", True), ("data", "dir", False), ("data", "cache_dir", False))
+
+
+def _absolute(path: str) -> str:
+    path = path.strip()
+    if not path or "://" in path:  # a URL (gs://...) is absolute already
+        return path
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def absolute_paths(cfg: Config) -> Config:
+    """``cfg`` with its relative paths made absolute (against the current directory), so that the
+    config a run stores works from any directory; ``train.init_from`` when it names a local path."""
+    sections = {}
+    for section, name, listed in PATH_FIELDS:
+        value = getattr(getattr(cfg, section), name)
+        if value is None:
+            continue
+        fixed = ",".join(map(_absolute, value.split(","))) if listed else _absolute(value)
+        if fixed != value:
+            sections.setdefault(section, {})[name] = fixed
+    init_from = cfg.train.init_from
+    if init_from is not None and "://" not in init_from and os.path.exists(init_from):
+        sections.setdefault("train", {})["init_from"] = _absolute(init_from)
+    updates = {s: dataclasses.replace(getattr(cfg, s), **fields) for s, fields in sections.items()}
+    return dataclasses.replace(cfg, **updates) if updates else cfg

@@ -24,8 +24,10 @@ from transformer_jax.train import ngram as _ngram  # noqa: F401 - registers the 
 from transformer_jax.train.checkpoint import SUPERSEDED_SUFFIX, CheckpointError
 from transformer_jax.train.config import Config
 from transformer_jax.train.entry import entry_point
+from transformer_jax.train.experiment import absolute_paths
 from transformer_jax.train.lock import WorkdirLock
 from transformer_jax.train.metrics import MetricsWriter, ProgressBar, read_metrics
+from transformer_jax.train.optim import warn_schedule
 from transformer_jax.train.run import checkpoint_view, setup
 from transformer_jax.train.state import state_sharding_tree
 from transformer_jax.train.step import make_train_step
@@ -36,6 +38,7 @@ def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None =
     ``restore_step``) and returns the final summary (the command line prints it as its last line).
     A config field that the chosen variants do not read, set to a non-default value, is an error."""
     configlib.check_reads(cfg)
+    cfg = absolute_paths(cfg)  # the stored config.json works from any directory
     with WorkdirLock(workdir, enabled=jax.process_index() == 0):
         entry = entry_point(cfg.model.kind)
         if entry is not None:
@@ -58,6 +61,8 @@ class Trainer:
         run = self.run_
         self.cfg, self.tc = run.cfg, run.cfg.train
         self.is_main = jax.process_index() == 0
+        if self.is_main:
+            warn_schedule(self.tc.optim, self.tc.steps)
         self.start_step = int(jax.device_get(run.state.step))
         self.task = TASKS.get(run.data.task)
         step_fn = make_train_step(run.graphdef, run.tx, self.task, self.tc, run.schedule)

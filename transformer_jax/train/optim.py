@@ -192,12 +192,6 @@ def inverse_sqrt_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
             "train.optim.d_model to the model width (train.config.resolve fills it from the model)"
         )
     scale = cfg.lr * cfg.d_model**-0.5
-    if cfg.lr < 0.01:
-        warnings.warn(
-            f"schedule='inverse_sqrt' uses lr={cfg.lr} as a multiplier (paper: 1.0); the peak "
-            f"learning rate will be {scale * cfg.warmup_steps**-0.5:.3g}",
-            stacklevel=3,
-        )
 
     def schedule(step):
         s = jnp.asarray(step, jnp.float32) + 1.0
@@ -207,26 +201,34 @@ def inverse_sqrt_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
 
 
 def make_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
-    """The learning-rate schedule of ``cfg`` for a run of ``total_steps`` updates.
-
-    A warm-up longer than the run only warns (the rate then never reaches its peak), so short
-    smoke runs work with the default config.
-    """
+    """The learning-rate schedule of ``cfg`` for a run of ``total_steps`` updates (`warn_schedule`
+    says, once, when training starts, what in it may surprise)."""
     check_int("total_steps", total_steps, low=1)
+    return SCHEDULES.get(cfg.schedule)(cfg, total_steps)
+
+
+def warn_schedule(cfg: OptimConfig, total_steps: int) -> None:
+    """Warnings for a training run (not for eval/sample/export, which build the same schedule): a
+    warm-up longer than the run (the rate never reaches its peak; short smoke runs still work) and
+    an inverse-sqrt ``lr`` that looks like a learning rate rather than the paper's multiplier."""
     if cfg.warmup_steps > total_steps:  # (warmup > decay_steps is a config error)
         warnings.warn(
             f"warmup_steps={cfg.warmup_steps} > total_steps={total_steps}: the learning rate "
             f"never reaches its peak; lower train.optim.warmup_steps",
             stacklevel=2,
         )
-    return SCHEDULES.get(cfg.schedule)(cfg, total_steps)
+    if cfg.schedule == "inverse_sqrt" and cfg.d_model is not None and cfg.lr < 0.01:
+        peak = cfg.lr * cfg.d_model**-0.5 * cfg.warmup_steps**-0.5
+        warnings.warn(
+            f"schedule='inverse_sqrt' uses lr={cfg.lr} as a multiplier (paper: 1.0); the peak "
+            f"learning rate will be {peak:.3g}",
+            stacklevel=2,
+        )
 
 
 def learning_rate_at(cfg: OptimConfig, total_steps: int, step: int) -> float:
     """The learning rate the update with (0-based) count ``step`` uses; for logging."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(jnp.asarray(make_schedule(cfg, total_steps)(step)))
+    return float(jnp.asarray(make_schedule(cfg, total_steps)(step)))
 
 
 # ---------------------------------------------------------------------------------------------
