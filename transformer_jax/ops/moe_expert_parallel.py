@@ -31,11 +31,10 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from transformer_jax.core.mesh_axes import BATCH_AXES
+from transformer_jax.core.mesh_axes import EXPERT as EXPERT_AXIS
 from transformer_jax.ops import routing
 from transformer_jax.ops.moe_buffer import ExpertWeights, buffer_dest, combine_from_slots, expert_ffn, gather_to_slots
-
-EXPERT_AXIS = "expert"
-BATCH_AXES = ("data", "fsdp")
 
 
 def _mesh_or_fail(axis: str):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from transformer_jax.core.configlib import fail
-
-MESH_AXES = ("data", "fsdp", "tensor", "expert")
+from transformer_jax.core.mesh_axes import MESH_AXES
 
 
 @dataclasses.dataclass(frozen=True)

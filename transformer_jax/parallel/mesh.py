@@ -8,22 +8,25 @@ import jax
 import numpy as np
 from flax import nnx
 from flax.core import spmd
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from transformer_jax.core.configlib import fail
+from transformer_jax.core.mesh_axes import BATCH_AXES, EXPERT, FSDP, TENSOR
 from transformer_jax.core.sharding import logical_to_spec
 from transformer_jax.parallel.config import MESH_AXES, MeshConfig
 
 # Logical axis name -> mesh axes (None: replicated). One table for the whole zoo.
 LOGICAL_RULES: dict[str, tuple[str, ...] | str | None] = {
-    "batch": ("data", "fsdp"),
-    "vocab": "tensor",
-    "embed": "fsdp",
-    "heads": "tensor",
-    "kv_heads": "tensor",
+    "batch": BATCH_AXES,
+    "vocab": TENSOR,
+    "embed": FSDP,
+    "heads": TENSOR,
+    "kv_heads": TENSOR,
     "head_dim": None,
-    "mlp": "tensor",
-    "experts": "expert",
+    "mlp": TENSOR,
+    "experts": EXPERT,
     "layers": None,
     "norm": None,
     "max_len": None,
@@ -31,18 +34,43 @@ LOGICAL_RULES: dict[str, tuple[str, ...] | str | None] = {
     # activations
     "length": None,
     "act_embed": None,
-    "act_heads": "tensor",
-    "act_mlp": "tensor",
-    "act_vocab": "tensor",
+    "act_heads": TENSOR,
+    "act_mlp": TENSOR,
+    "act_vocab": TENSOR,
 }
 
 
 def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
-    """A ``Mesh`` with axes (data, fsdp, tensor, expert), Auto axis types."""
-    devices = jax.devices() if devices is None else devices
+    """A ``Mesh`` with axes (data, fsdp, tensor, expert), Auto axis types.
+
+    Accelerator devices are laid out by their physical topology (``mesh_utils.create_device_mesh``:
+    neighbouring chips on the inner axes); devices of several slices (a multi-slice TPU pod) by
+    ``create_hybrid_device_mesh``, with the ``data`` axis across slices (the data-centre network)
+    and the rest inside each slice. CPU devices keep their order."""
+    devices = list(jax.devices() if devices is None else devices)
     sizes = cfg.resolve(len(devices))
     shape = tuple(sizes[a] for a in MESH_AXES)
-    return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+    return Mesh(_arrange(devices, shape), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def _arrange(devices: list, shape: tuple[int, ...]) -> np.ndarray:
+    if devices[0].platform == "cpu":
+        return np.asarray(devices).reshape(shape)
+    slices = len({getattr(d, "slice_index", 0) for d in devices})
+    if slices > 1:
+        if shape[0] % slices:
+            fail(
+                "mesh.data",
+                shape[0],
+                f"must be a multiple of the {slices} slices (the data axis spans the slices)",
+                f"set mesh.data to a multiple of {slices}",
+            )
+        ici = (shape[0] // slices, *shape[1:])
+        return mesh_utils.create_hybrid_device_mesh(ici, (slices,) + (1,) * (len(shape) - 1), devices)
+    try:
+        return mesh_utils.create_device_mesh(shape, devices)
+    except (ValueError, NotImplementedError, AssertionError):  # a shape the physical grid cannot take whole
+        return mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
 
 
 def state_shardings(tree, mesh: Mesh, rules=LOGICAL_RULES):
@@ -69,7 +97,7 @@ def sharding_context(mesh: Mesh, rules=LOGICAL_RULES):
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     """Batch arrays: leading axis split over (data, fsdp), the rest replicated."""
-    return NamedSharding(mesh, P(("data", "fsdp"), *([None] * (ndim - 1))))
+    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
