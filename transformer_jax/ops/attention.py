@@ -7,8 +7,9 @@ K = 1). Query rows with no visible key give 0 (and zero gradients) in every impl
 Variants are looked up by name:
   ATTENTION_KINDS: what is computed   -- softmax | sliding_window | linear
   ATTENTION_IMPLS: how softmax is run -- xla | cudnn | chunked | splash | pallas_gpu | auto
-`auto` runs `resolve_impl(backend, ...)`: the fastest implementation that computes the given mask
-exactly on the running backend (never a kernel the backend cannot run).
+`auto` runs `resolve_impl(platform, ...)`: the fastest implementation that computes the given mask
+exactly on the platform compiled for (`core.targets.platform()`: the running backend, or the
+target of `compile`); never a kernel that platform cannot run.
 A new variant is one function with the same keyword signature plus one `register` line.
 """
 
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from transformer_jax.core import targets
 from transformer_jax.core.registry import Registry
 from transformer_jax.ops.chunked_attention import _check_qkv, chunked_attention
 from transformer_jax.ops.linear_attention import linear_attention
@@ -181,10 +183,10 @@ def _chunked_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, 
 
 
 def _need_backend(impl: str, backend: str) -> None:
-    if jax.default_backend() != backend:
+    if targets.platform() != backend:
         raise ValueError(
-            f"impl={impl!r} needs a {backend.upper()}, but the default JAX backend is "
-            f"{jax.default_backend()!r}; use impl='auto', impl='xla' or impl='chunked'"
+            f"impl={impl!r} needs a {backend.upper()}, but the program is compiled for "
+            f"{targets.platform()!r}; use impl='auto', impl='xla' or impl='chunked'"
         )
 
 
@@ -249,9 +251,9 @@ def resolve_impl(
 
 @ATTENTION_IMPLS.register("auto", reads=("attention_block_size",))
 def auto_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
-    """ATTENTION_IMPLS[resolve_impl(jax.default_backend(), ...)]."""
+    """ATTENTION_IMPLS[resolve_impl(core.targets.platform(), ...)]."""
     name = resolve_impl(
-        jax.default_backend(),
+        targets.platform(),
         q.shape,
         k.shape,
         mask=mask,

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from transformer_jax.core import targets
 from transformer_jax.core.registry import Registry
 from transformer_jax.ops.kv_cache import KVCache, cached_attention, weighted_values
 from transformer_jax.ops.masks import AttentionMask
@@ -151,9 +152,9 @@ def pallas_gpu_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scal
     problems = pallas_decode_problems(mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap)
     if problems:
         raise ValueError(f"decode_impl='pallas_gpu' cannot take {', '.join(problems)}; use 'blocked' or 'auto'")
-    if jax.default_backend() != "gpu":
+    if targets.platform() != "gpu":
         raise ValueError(
-            f"decode_impl='pallas_gpu' needs a GPU, but the default JAX backend is {jax.default_backend()!r}; "
+            f"decode_impl='pallas_gpu' needs a GPU, but the program is compiled for {targets.platform()!r}; "
             "use 'auto', 'blocked' or 'dense'"
         )
     return flash_decode_attention(q_BTHD, cache, scale=scale, **kv_range(mask, cache))
@@ -180,10 +181,8 @@ def resolve_decode_impl(
 
 @DECODE_IMPLS.register("auto", reads=("decode_block_size",))
 def auto_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
-    """DECODE_IMPLS[resolve_decode_impl(jax.default_backend(), ...)]."""
-    name = resolve_decode_impl(
-        jax.default_backend(), mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap
-    )
+    """DECODE_IMPLS[resolve_decode_impl(core.targets.platform(), ...)]."""
+    name = resolve_decode_impl(targets.platform(), mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap)
     return DECODE_IMPLS.get(name)(
         q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap
     )

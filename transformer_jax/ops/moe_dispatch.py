@@ -23,7 +23,7 @@ to float32 rounding; they differ in layout and speed:
 - ``expert_parallel`` (``ops.moe_expert_parallel``): experts sharded over the ``expert``
   mesh axis, tokens exchanged with ``all_to_all``.
 
-``default_dispatch()`` picks the fastest one for ``jax.default_backend()``.
+``default_dispatch()`` picks the fastest one for the platform compiled for (``core.targets.platform()``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int
 
+from transformer_jax.core import targets
 from transformer_jax.core.registry import Registry, unknown_name_message
 from transformer_jax.ops import routing
 from transformer_jax.ops.moe_buffer import (
@@ -50,6 +51,7 @@ from transformer_jax.ops.moe_buffer import (
 from transformer_jax.ops.moe_expert_parallel import expert_parallel_dispatch
 from transformer_jax.ops.moe_grouped import grouped_ffn
 from transformer_jax.ops.moe_megablox import megablox_ragged_dot
+from transformer_jax.ops.per_shard import per_shard
 
 # Implementations ------------------------------------------------------------------------------
 
@@ -170,23 +172,24 @@ def megablox_dispatch(
     interpret: bool = False,
 ):
     """``ragged`` with the TPU Pallas grouped matmul (``ops.moe_megablox``); a TPU kernel, run
-    elsewhere only in the Pallas interpreter (``interpret=True``, tests)."""
-    if not interpret and jax.default_backend() != "tpu":
+    elsewhere only in the Pallas interpreter (``interpret=True``, tests). Under a mesh each device
+    groups and multiplies its own tokens (`ops.per_shard`; expert weights gathered as under FSDP),
+    so capacity drops are decided per device, as in a GShard group."""
+    if not interpret and targets.platform() != "tpu":
         raise ValueError(
-            f"MoE dispatch 'megablox' is a TPU kernel, but the default JAX backend is {jax.default_backend()!r}; "
+            f"MoE dispatch 'megablox' is a TPU kernel, but the program is compiled for {targets.platform()!r}; "
             "use dispatch 'auto', 'ragged' or 'padded'"
         )
     gmm = functools.partial(megablox_ragged_dot, interpret=interpret)
-    return ragged_dispatch(
-        x_TD,
-        experts_TK,
-        weights_TK,
-        w,
-        activation=activation,
-        capacity_factor=capacity_factor,
-        valid_T=valid_T,
-        drop_order=drop_order,
-        grouped_matmul=gmm,
+    options = dict(activation=activation, capacity_factor=capacity_factor, drop_order=drop_order)
+    local = functools.partial(ragged_dispatch, grouped_matmul=gmm, **options)
+    valid_T = jnp.ones(x_TD.shape[:1], bool) if valid_T is None else valid_T
+    tokens = ("batch", None)
+    return per_shard(
+        lambda x, e, g, v, w: local(x, e, g, w, valid_T=v),
+        (x_TD, experts_TK, weights_TK, valid_T, w),
+        (tokens, tokens, tokens, ("batch",), None),
+        [tokens, tokens],
     )
 
 
@@ -243,8 +246,8 @@ def dispatch_names() -> tuple[str, ...]:
 
 
 def default_dispatch(backend: str | None = None) -> str:
-    """The dispatch ``auto`` resolves to on ``backend`` (default: ``jax.default_backend()``)."""
-    return BACKEND_DEFAULTS.get(backend or jax.default_backend(), "ragged")
+    """The dispatch ``auto`` resolves to on ``backend`` (default: ``core.targets.platform()``)."""
+    return BACKEND_DEFAULTS.get(backend or targets.platform(), "ragged")
 
 
 def get_dispatch(name: str) -> Callable:

@@ -8,12 +8,13 @@ as q_segment_ids and kv_segment_ids, T == S). Key padding (`kv_valid`), explicit
 `dense` masks and biases depend on data: `splash_problems` / `pallas_gpu_problems` name them, the
 kernels refuse them, and `attention(impl="auto")` never picks a kernel for them.
 
-`interpret=True` runs the kernel in the Pallas interpreter (any backend, e.g. CPU tests).
+Under a mesh both run per device on its batch rows and heads (`ops.per_shard`: XLA does not
+partition Pallas calls). `interpret=True` runs the kernel in the Pallas interpreter (any backend,
+e.g. CPU tests).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import cast
 
 import jax
@@ -21,7 +22,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from transformer_jax.ops.masks import AttentionMask
+from transformer_jax.ops.per_shard import per_shard
 
+_BTHD = ("batch", None, "heads", None)
+_BT = ("batch", None)
 _DATA_FIELDS = ("q_positions", "kv_positions", "kv_valid", "dense")
 SPLASH_LANES = 128  # splash's block_q / block_kv must be multiples of this
 
@@ -93,7 +97,6 @@ def refuse_problems(impl: str, problems: list[str], takes: str) -> None:
         )
 
 
-@functools.lru_cache(maxsize=64)
 def _splash_kernel(H: int, T: int, S: int, causal: bool, window: int | None, bq: int, bkv: int, interpret: bool):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
@@ -114,10 +117,9 @@ def _splash_kernel(H: int, T: int, S: int, causal: bool, window: int | None, bq:
         block_q_dq=bq,
         block_kv_dq=bkv,
     )
-    with jax.ensure_compile_time_eval():
-        return sk.make_splash_mha_single_device(
-            sm.MultiHeadMask([head_mask] * H), block_sizes=blocks, interpret=interpret
-        )
+    # Built in the trace that calls it: its mask tables become constants of that program (built
+    # eagerly, they would run on the devices of the mesh in context, which a compile-only target lacks).
+    return sk.make_splash_mha_single_device(sm.MultiHeadMask([head_mask] * H), block_sizes=blocks, interpret=interpret)
 
 
 def splash_attention(
@@ -139,23 +141,26 @@ def splash_attention(
     refuse_problems("splash", problems, SPLASH_TAKES)
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
-    B, T, H, D = q_BTHD.shape
-    S = k_BSKD.shape[1]
+    T, S, D = q_BTHD.shape[1], k_BSKD.shape[1], q_BTHD.shape[-1]
     bq, bkv = _splash_blocks(T, S, block_size)
     assert bq is not None and bkv is not None
     causal = mask is not None and mask.causal
-    kernel = _splash_kernel(H, T, S, causal, None if mask is None else mask.window, bq, bkv, interpret)
+    window = None if mask is None else mask.window
     scale = 1.0 / D**0.5 if scale is None else scale
-    q_BHTD = jnp.swapaxes(q_BTHD * jnp.asarray(scale, q_BTHD.dtype), 1, 2)
-    k_BKSD, v_BKSD = jnp.swapaxes(k_BSKD, 1, 2), jnp.swapaxes(v_BSKD, 1, 2)
-    seg_BT = _self_segments(mask, B)
 
-    def one(q_HTD, k_KSD, v_KSD, seg_T) -> Array:  # save_residuals=False: the kernel returns out only
-        segments = None if seg_T is None else sk.SegmentIds(q=seg_T, kv=seg_T)
-        return cast(Array, kernel(q_HTD, k_KSD, v_KSD, segment_ids=segments))
+    def local(q_BTHD, k_BSKD, v_BSKD, seg_BT):  # one device's batch rows and heads
+        kernel = _splash_kernel(q_BTHD.shape[2], T, S, causal, window, bq, bkv, interpret)
+        q_BHTD = jnp.swapaxes(q_BTHD * jnp.asarray(scale, q_BTHD.dtype), 1, 2)
+        k_BKSD, v_BKSD = jnp.swapaxes(k_BSKD, 1, 2), jnp.swapaxes(v_BSKD, 1, 2)
 
-    out_BHTD = jax.vmap(one)(q_BHTD, k_BKSD, v_BKSD, seg_BT)
-    return jnp.swapaxes(out_BHTD, 1, 2)
+        def one(q_HTD, k_KSD, v_KSD, seg_T) -> Array:  # save_residuals=False: the kernel returns out only
+            segments = None if seg_T is None else sk.SegmentIds(q=seg_T, kv=seg_T)
+            return cast(Array, kernel(q_HTD, k_KSD, v_KSD, segment_ids=segments))
+
+        return jnp.swapaxes(jax.vmap(one)(q_BHTD, k_BKSD, v_BKSD, seg_BT), 1, 2)
+
+    operands = (q_BTHD, k_BSKD, v_BSKD, _self_segments(mask, q_BTHD.shape[0]))
+    return per_shard(local, operands, (_BTHD, _BTHD, _BTHD, _BT), _BTHD)
 
 
 def _pow2_block(n: int, cap: int) -> int | None:
@@ -203,22 +208,22 @@ def pallas_gpu_attention(
     refuse_problems("pallas_gpu", problems, PALLAS_GPU_TAKES)
     from jax.experimental.pallas.ops.gpu import attention as gpu_attention
 
-    B, T, H, D = q_BTHD.shape
-    G = H // k_BSKD.shape[2]
+    T, D = q_BTHD.shape[1], q_BTHD.shape[-1]
+    G = q_BTHD.shape[2] // k_BSKD.shape[2]
     b = _pow2_block(T, max(16, min(block_size, 128)))
     assert b is not None
     bb = min(b, 32)
     blocks = gpu_attention.BlockSizes(
         block_q=b, block_k=b, block_q_dkv=bb, block_kv_dkv=bb, block_q_dq=bb, block_kv_dq=bb
     )
-    k_BSHD, v_BSHD = jnp.repeat(k_BSKD, G, axis=2), jnp.repeat(v_BSKD, G, axis=2)
-    return gpu_attention.mha(
-        q_BTHD,
-        k_BSHD,
-        v_BSHD,
-        _self_segments(mask, B),
-        sm_scale=float(1.0 / D**0.5 if scale is None else scale),
-        causal=mask is not None and mask.causal,
-        block_sizes=blocks,
-        interpret=interpret,
-    )
+    causal = mask is not None and mask.causal
+    sm_scale = float(1.0 / D**0.5 if scale is None else scale)
+
+    def local(q_BTHD, k_BSKD, v_BSKD, seg_BT):  # one device's batch rows and heads
+        k_BSHD, v_BSHD = jnp.repeat(k_BSKD, G, axis=2), jnp.repeat(v_BSKD, G, axis=2)
+        return gpu_attention.mha(
+            q_BTHD, k_BSHD, v_BSHD, seg_BT, sm_scale=sm_scale, causal=causal, block_sizes=blocks, interpret=interpret
+        )
+
+    operands = (q_BTHD, k_BSKD, v_BSKD, _self_segments(mask, q_BTHD.shape[0]))
+    return per_shard(local, operands, (_BTHD, _BTHD, _BTHD, _BT), _BTHD)

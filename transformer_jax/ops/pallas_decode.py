@@ -5,7 +5,8 @@ slots into k_splits chunks, runs an online softmax in each chunk in parallel and
 with their (max, sum) statistics. The kernel reads k/v as [B, S, K, D]; our cache stores
 [B, K, D, S] (ops.kv_cache), so the cache is moved into the kernel's layout first.
 An alternative to `kv_cache.cached_attention` for T = 1, without mask or bias arrays: the query
-sees slots [0, cache.index), or a per-row range. GPU (Triton) kernel; `interpret=True` runs it anywhere.
+sees slots [0, cache.index), or a per-row range. GPU (Triton) kernel, run per device on its batch
+rows and heads under a mesh (`ops.per_shard`); `interpret=True` runs it anywhere.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from transformer_jax.ops.kv_cache import KVCache
+from transformer_jax.ops.per_shard import per_shard
 
 
 def _splits(S: int, max_splits: int) -> int | None:
@@ -54,19 +56,27 @@ def flash_decode_attention(
         raise ValueError(f"cache max_len={S} split into {k_splits} has no power-of-two block >= 16")
     from jax.experimental.pallas.ops.gpu import decode_attention
 
-    k_BSKD = jnp.moveaxis(cache.k_BKDS, -1, 1).astype(q_BTHD.dtype)
-    v_BSKD = jnp.moveaxis(cache.v_BKDS, -1, 1).astype(q_BTHD.dtype)
     if kv_len_B is None:
         kv_len_B = jnp.broadcast_to(jnp.asarray(cache.index, jnp.int32), (B,))
-    out_BHD = decode_attention.gqa(
-        q_BTHD[:, 0],
-        k_BSKD,
-        v_BSKD,
-        start_idx=start_B,
-        kv_seq_len=kv_len_B,
-        sm_scale=float(D**-0.5 if scale is None else scale),
-        block_k=block_k,
-        k_splits=k_splits,
-        interpret=interpret,
-    )
-    return out_BHD[:, None]
+    sm_scale = float(D**-0.5 if scale is None else scale)
+
+    def local(q_BTHD, k_BKDS, v_BKDS, kv_len_B, start_B):  # one device's batch rows and heads
+        k_BSKD = jnp.moveaxis(k_BKDS, -1, 1).astype(q_BTHD.dtype)
+        v_BSKD = jnp.moveaxis(v_BKDS, -1, 1).astype(q_BTHD.dtype)
+        out_BHD = decode_attention.gqa(
+            q_BTHD[:, 0],
+            k_BSKD,
+            v_BSKD,
+            start_idx=start_B,
+            kv_seq_len=kv_len_B,
+            sm_scale=sm_scale,
+            block_k=block_k,
+            k_splits=k_splits,
+            interpret=interpret,
+        )
+        return out_BHD[:, None]
+
+    heads = ("batch", None, "heads", None)
+    cache_dims = ("batch", "heads", None, None)
+    operands = (q_BTHD, cache.k_BKDS, cache.v_BKDS, kv_len_B, start_B)
+    return per_shard(local, operands, (heads, cache_dims, cache_dims, ("batch",), ("batch",)), heads)
