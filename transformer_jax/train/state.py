@@ -73,12 +73,28 @@ def init_state(cfg: ModelConfig, tx: optax.GradientTransformation, *, seed: int,
     return _fresh(params, model_state, tx, mesh)
 
 
+def opt_state_shardings(tx: optax.GradientTransformation, params: Any, mesh) -> Any:
+    """The sharding of every optimizer-state leaf: a copy of a parameter tree (Adam's ``mu`` and
+    ``nu``, momenta) is sharded like the parameters it belongs to, everything else (counts, scalars)
+    replicated. ``params``: arrays or ShapeDtypeStructs with shardings."""
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shapes = jax.eval_shape(tx.init, params)
+
+    def like(leaf, param):
+        if isinstance(leaf, optax.MaskedNode):  # a parameter another optimizer of a multi_transform owns
+            return leaf
+        return param.sharding if getattr(leaf, "shape", None) == tuple(param.shape) else replicated
+
+    masked = lambda x: isinstance(x, optax.MaskedNode)
+    return optax.tree_map_params(tx, like, shapes, params, transform_non_params=lambda _: replicated, is_leaf=masked)
+
+
 def _fresh(params, model_state, tx: optax.GradientTransformation, mesh) -> TrainState:
     return TrainState(
         step=_scalar(mesh),
         params=params,
         model_state=model_state,
-        opt_state=jax.jit(tx.init)(params),
+        opt_state=jax.jit(tx.init, out_shardings=opt_state_shardings(tx, params, mesh))(params),
         skips=_scalar(mesh),
         total_skips=_scalar(mesh),
     )
@@ -92,22 +108,27 @@ def state_from_model(model: nnx.Module, tx: optax.GradientTransformation, *, mes
     return _fresh(place(params), place(rest), tx, mesh)
 
 
+def _structs(abstract: nnx.State, mesh) -> Any:
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        nnx.to_pure_dict(abstract),
+        _shardings(abstract, mesh),
+    )
+
+
+def abstract_model(cfg: ModelConfig, *, mesh, lora: LoraConfig | None = None):
+    """(graphdef, params, model_state) with ShapeDtypeStructs (with shardings) for the states."""
+    graphdef, params_abs, rest_abs = model_graph(cfg, lora)
+    return graphdef, _structs(params_abs, mesh), _structs(rest_abs, mesh)
+
+
 def abstract_state(
     cfg: ModelConfig, tx: optax.GradientTransformation, *, mesh, lora: LoraConfig | None = None
 ) -> TrainState:
     """ShapeDtypeStructs (with shardings) of a TrainState: the restore target of a checkpoint."""
-    _, params_abs, rest_abs = model_graph(cfg, lora)
-
-    def structs(abstract):
-        return jax.tree.map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-            nnx.to_pure_dict(abstract),
-            _shardings(abstract, mesh),
-        )
-
-    params = structs(params_abs)
+    _, params, model_state = abstract_model(cfg, mesh=mesh, lora=lora)
     opt_shapes = jax.eval_shape(tx.init, params)
-    opt_sh = jax.jit(tx.init).lower(params).compile().output_shardings
+    opt_sh = opt_state_shardings(tx, params, mesh)
     opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), opt_shapes, opt_sh)
     scalar = jax.ShapeDtypeStruct(
         (), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -116,7 +137,7 @@ def abstract_state(
     return TrainState(
         step=scalar,  # pyright: ignore[reportArgumentType]
         params=params,
-        model_state=structs(rest_abs),
+        model_state=model_state,
         opt_state=opt_state,
         skips=scalar,  # pyright: ignore[reportArgumentType]
         total_skips=scalar,  # pyright: ignore[reportArgumentType]
