@@ -18,12 +18,15 @@ Two settings stop this:
 Measured in docs/performance.md ("What made it faster").
 
 The cost: freed memory stays with the process (its resident size does not shrink after a peak).
-``TRANSFORMER_JAX_MALLOC=0`` turns both off. Other C libraries and platforms are left alone.
+``TRANSFORMER_JAX_MALLOC=0`` turns both off. Other C libraries, and hosts where JAX computes on a
+GPU or TPU (`runs_on_cpu`), are left alone.
 """
 
 from __future__ import annotations
 
 import ctypes
+import glob
+import importlib.util
 import os
 import platform
 import sys
@@ -37,11 +40,38 @@ TOP_PAD = 64 << 20
 TRIM_THRESHOLD = 2**31 - 1
 
 
+_ACCELERATORS = (  # (plugin modules, device files): JAX runs there when both are present
+    (("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13", "jax_plugins.xla_rocm"), ("/dev/nvidia[0-9]*", "/dev/kfd")),
+    (("libtpu",), ("/dev/accel*", "/dev/vfio/[0-9]*")),
+)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def runs_on_cpu(environ=None) -> bool:
+    """Whether JAX will compute on the CPU here, decided without starting it: the first of
+    ``JAX_PLATFORMS`` when set, else no accelerator plugin installed with its device present."""
+    environ = os.environ if environ is None else environ
+    first = environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
+    if first:
+        return first == "cpu"
+    for modules, devices in _ACCELERATORS:
+        if any(_installed(m) for m in modules) and any(glob.glob(d) for d in devices):
+            return False
+    return True
+
+
 def applies(environ=None) -> bool:
-    """True on Linux with glibc unless ``TRANSFORMER_JAX_MALLOC=0``."""
+    """True on Linux with glibc when JAX computes on the CPU (`runs_on_cpu`; the settings were
+    measured for XLA:CPU's allocations only), unless ``TRANSFORMER_JAX_MALLOC=0``."""
     if envflags.off(ENV, environ):
         return False
-    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc" and runs_on_cpu(environ)
 
 
 def tune_malloc() -> bool:

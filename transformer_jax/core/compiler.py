@@ -1,6 +1,7 @@
-"""XLA compiler options for the package's jitted programs, chosen per backend.
+"""XLA compiler options for the package's jitted programs, chosen per platform compiled for.
 
-``jit(fun, **jit_kwargs)`` is ``jax.jit`` with `compiler_options` of the backend it first runs on.
+``jit(fun, **jit_kwargs)`` is ``jax.jit`` with the `compiler_options` of the platform it is compiled
+for (``core.targets.platform()``: the running backend, or the target of ``compile --target``).
 They go to that one program only (``jax.jit(compiler_options=...)``), never to the process: a
 project that imports our modules keeps its own XLA settings.
 
@@ -29,7 +30,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import jax
 
-from transformer_jax.core import envflags
+from transformer_jax.core import envflags, targets
 
 DEFAULTS_ENV = "TRANSFORMER_JAX_XLA_DEFAULTS"
 DONATE_ENV = "TRANSFORMER_JAX_DONATE"
@@ -40,25 +41,23 @@ BACKEND_OPTIONS: dict[str, dict[str, str]] = {
 
 
 def compiler_options(backend: str | None = None) -> dict[str, str] | None:
-    """The options for ``backend`` (default: JAX's default backend), less those set in ``XLA_FLAGS``;
-    None when there are none or ``TRANSFORMER_JAX_XLA_DEFAULTS=0``."""
+    """The options for ``backend`` (default: the platform compiled for, ``core.targets.platform()``),
+    less those set in ``XLA_FLAGS``; None when there are none or ``TRANSFORMER_JAX_XLA_DEFAULTS=0``."""
     if envflags.off(DEFAULTS_ENV):
         return None
     flags = os.environ.get("XLA_FLAGS", "")
-    options = {
-        k: v for k, v in BACKEND_OPTIONS.get(backend or jax.default_backend(), {}).items() if f"--{k}" not in flags
-    }
+    options = {k: v for k, v in BACKEND_OPTIONS.get(backend or targets.platform(), {}).items() if f"--{k}" not in flags}
     return options or None
 
 
 def donates(backend: str | None = None) -> bool:
-    """Whether `jit` keeps ``donate_argnums`` on ``backend`` (default: JAX's default backend)."""
+    """Whether `jit` keeps ``donate_argnums`` on ``backend`` (default: ``core.targets.platform()``)."""
     forced = os.environ.get(DONATE_ENV, "")
     if forced:
         return not envflags.is_false(forced)
     if envflags.off(DEFAULTS_ENV):
         return True
-    return (backend or jax.default_backend()) not in NO_DONATION_BACKENDS
+    return (backend or targets.platform()) not in NO_DONATION_BACKENDS
 
 
 P = ParamSpec("P")
@@ -66,22 +65,24 @@ R = TypeVar("R")
 
 
 class _Jit(Generic[P, R]):
-    """``jax.jit`` built on first use, when the backend is known (importing must not start one)."""
+    """``jax.jit`` built on first use for each platform compiled for (importing must not start a
+    backend; ``compile --target`` compiles the same step for another platform)."""
 
     def __init__(self, fun: Callable[P, R], kwargs: dict[str, Any]):
         functools.update_wrapper(self, fun)
-        self._fun, self._kwargs, self._jitted = fun, kwargs, None
+        self._fun, self._kwargs, self._jitted = fun, kwargs, {}
 
     @property
     def jitted(self):
-        if self._jitted is None:
+        platform = targets.platform()
+        if platform not in self._jitted:
             kwargs = (
                 self._kwargs
-                if donates()
+                if donates(platform)
                 else {k: v for k, v in self._kwargs.items() if k not in ("donate_argnums", "donate_argnames")}
             )
-            self._jitted = jax.jit(self._fun, compiler_options=compiler_options(), **kwargs)
-        return self._jitted
+            self._jitted[platform] = jax.jit(self._fun, compiler_options=compiler_options(platform), **kwargs)
+        return self._jitted[platform]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.jitted(*args, **kwargs)
