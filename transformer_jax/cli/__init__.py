@@ -1,4 +1,4 @@
-"""Command line: ``transformer-jax train | eval | sample | translate | export | bench``
+"""Command line: ``transformer-jax train | eval | sample | translate | export | bench | compile``
 (also ``python -m transformer_jax``).
 
 Each command lives in its own module with ``register(subparsers)`` and ``run(args) -> dict``;
@@ -9,11 +9,25 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
-from transformer_jax.cli import bench, evaluate, export, sample, train, translate
+from transformer_jax.cli import bench, compile, evaluate, export, sample, train, translate
 
-COMMANDS = (train, evaluate, sample, translate, export, bench)
+COMMANDS = (train, evaluate, sample, translate, export, bench, compile)
+
+
+def out_of_memory(e: Exception) -> str:
+    """One line for the runtime's RESOURCE_EXHAUSTED: the bytes it wanted and what to change."""
+    first = next((line for line in str(e).splitlines() if "RESOURCE_EXHAUSTED" in line), str(e).splitlines()[0])
+    first = first.strip().rstrip(".")
+    wanted = re.search(r"allocating (\d+) bytes", first)
+    need = f" ({int(wanted[1]) / 2**30:.1f} GiB in one buffer)" if wanted else ""
+    return (
+        f"out of device memory{need}: {first}. The run does not fit this machine: try model.remat=full, "
+        "mesh.fsdp=<devices>, a smaller train.batch_size (with train.grad_accum) or a smaller model; "
+        "`transformer-jax compile --config ... --target ...` reports the bytes a step needs"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         kind = "" if isinstance(e, plain) else f"{type(e).__name__}: "
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {kind}{message}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2
+    except Exception as e:  # the runtime's out-of-memory error (XlaRuntimeError: RESOURCE_EXHAUSTED)
+        if "RESOURCE_EXHAUSTED" not in str(e) or os.environ.get("TRANSFORMER_JAX_DEBUG"):
+            raise
+        print(f"error: {out_of_memory(e)}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
     import jax
 

@@ -131,6 +131,35 @@ def generate(
     )
 
 
+def lower_generate(
+    graphdef,
+    params,
+    seq_BL,
+    lengths_B,
+    key,
+    *,
+    start: int,
+    max_new_tokens: int,
+    sampling: SamplingConfig = SamplingConfig(),
+    eos_id: int | None = None,
+):
+    """The program `generate` runs, lowered for these arguments (arrays or ShapeDtypeStructs with
+    shardings; ``seq_BL`` holds the prompts and room for the new tokens, as from `prompt_buffer`):
+    ``.compile()`` it for a target without running it (``transformer-jax compile --what decode``)."""
+    return _sample.lower(
+        graphdef,
+        params,
+        seq_BL,
+        lengths_B,
+        key,
+        start=start,
+        max_new_tokens=max_new_tokens,
+        sampling=sampling,
+        eos_id=eos_id,
+        return_logits=False,
+    )
+
+
 def beam_search(
     model_or_graphdef,
     params=None,

@@ -9,11 +9,12 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from transformer_jax.core import compiler
 from transformer_jax.eval.tasks import Task
 from transformer_jax.models.param_roles import adapter_mask
 from transformer_jax.ops.losses import cross_entropy
 from transformer_jax.train.config import TrainConfig
-from transformer_jax.train.state import TrainState
+from transformer_jax.train.state import TrainState, state_sharding_tree
 
 STACKS = ("layers", "encoder", "decoder")
 
@@ -140,3 +141,12 @@ def make_train_step(
         return new_state, metrics
 
     return step
+
+
+def jit_train_step(
+    graphdef, tx: optax.GradientTransformation, task: Task, cfg: TrainConfig, schedule: Callable, state: TrainState
+):
+    """The jitted `make_train_step` that ``train`` runs (and ``compile`` compiles): the state is
+    donated and the new state keeps ``state``'s shardings (arrays or ShapeDtypeStructs)."""
+    step = make_train_step(graphdef, tx, task, cfg, schedule)
+    return compiler.jit(step, donate_argnums=(0,), out_shardings=(state_sharding_tree(state), None))

@@ -1,0 +1,50 @@
+"""A roofline estimate of a compiled step's time: the slowest of its compute at the chip's peak,
+its HBM traffic at the chip's bandwidth and its collectives at the interconnect's bandwidth.
+
+An estimate, not a measurement: the three overlap in a real step (the estimate is their maximum,
+a lower bound on the time), kernels reach a fraction of peak, and collectives between slices go
+over the slower data-centre network, which is counted here only for a multi-slice target's
+all-reduces of the gradients (the data axis spans the slices).
+"""
+
+from __future__ import annotations
+
+from transformer_jax.core.targets import Target
+from transformer_jax.train import hlo
+
+
+def estimate(report: dict, target: Target | None) -> dict:
+    """``roofline`` (compute_s, hbm_s, collective_s, each with its source), ``estimated_step_s`` and
+    ``estimated_mfu`` (model-formula FLOPs over the estimated time at the chips' peak) of a
+    `train.aot.compile_train` report; None where the target's figures are unknown (a local CPU)."""
+    none = {"roofline": None, "estimated_step_s": None, "estimated_mfu": None}
+    if target is None or report.get("bytes_per_device") is None:
+        return none
+    chip, chips = target.chip, report["chips"]
+    model_flops = report["flops_per_step"]["model_formula"]
+    xla = report["flops_per_step"]["xla_per_device"]
+    per_device = xla if xla is not None else model_flops / chips
+    memory = report["bytes_per_device"]
+    traffic = report.get("hbm_bytes_per_device")
+    if traffic is None:  # no cost analysis (GPU): every buffer read or written once, a lower bound
+        traffic = memory.get("arguments", 0) + memory.get("outputs", 0) + memory.get("temporaries", 0)
+        traffic_source = "arguments + outputs + temporaries (no XLA byte count for this platform)"
+    else:
+        traffic_source = "XLA cost_analysis bytes accessed"
+    ici = hlo.collective_seconds(report.get("hlo_collectives", []), chip.ici_bytes_per_s)
+    dcn = 0.0
+    if target.slices > 1:  # each device's float32 gradient shard all-reduced over the slices (a ring)
+        n, mesh = target.slices, report["mesh"]
+        shard = 4 * report["params"] / (mesh["fsdp"] * mesh["tensor"] * mesh["expert"])
+        dcn = 2 * (n - 1) / n * shard / chip.dcn_bytes_per_s
+    parts = {
+        "compute_s": per_device / chip.peak_flops,
+        "compute_source": "XLA FLOPs per device" if xla is not None else "model formula / chips",
+        "hbm_s": traffic / chip.hbm_bytes_per_s,
+        "hbm_source": traffic_source,
+        "collective_s": ici + dcn,
+        "collective_source": "HLO collectives at ICI/NVLink bandwidth" + (" + DCN gradient all-reduce" if dcn else ""),
+    }
+    step = max(parts["compute_s"], parts["hbm_s"], parts["collective_s"])
+    mfu = model_flops / (step * chip.peak_flops * chips) if step > 0 else None
+    return {"roofline": parts, "estimated_step_s": step, "estimated_mfu": mfu}
