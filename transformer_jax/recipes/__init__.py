@@ -25,6 +25,7 @@ RECIPES.register("shakespeare_char_ngram", "a character 6-gram with interpolated
 RECIPES.register("shakespeare_speedrun", "time to quality on 2 CPU cores in 10 minutes (Muon, RoPE, QK-norm)")
 RECIPES.register("copy_task", "copy a random symbol sequence: a seconds-sized sanity check")
 RECIPES.register("multi30k_de_en", "Multi30k German -> English, the original encoder-decoder at a CPU size")
+RECIPES.register("pod_llama_350m", "the 336M llama_like model at sequence 2048 in bf16, for TPU/GPU slices (compile)")
 
 
 def recipe(name: str) -> Config:

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax.core import compiler, configlib
+from transformer_jax.core import compiler, configlib, targets
 from transformer_jax.decode import SamplingConfig
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.eval.sampling import sample_from
@@ -19,18 +19,17 @@ from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import count_params
 from transformer_jax.models.lora import split_adapters
 from transformer_jax.parallel import sharding_context
-from transformer_jax.train import actions, flops
+from transformer_jax.train import actions, aot, flops
 from transformer_jax.train import ngram as _ngram  # noqa: F401 - registers the n-gram's entry point
 from transformer_jax.train.checkpoint import SUPERSEDED_SUFFIX, CheckpointError
 from transformer_jax.train.config import Config
 from transformer_jax.train.entry import entry_point
 from transformer_jax.train.experiment import absolute_paths
 from transformer_jax.train.lock import WorkdirLock
-from transformer_jax.train.metrics import MetricsWriter, ProgressBar, read_metrics
+from transformer_jax.train.metrics import MetricsWriter, ProgressBar
 from transformer_jax.train.optim import warn_schedule
 from transformer_jax.train.run import checkpoint_view, setup
-from transformer_jax.train.state import state_sharding_tree
-from transformer_jax.train.step import make_train_step
+from transformer_jax.train.step import jit_train_step
 
 
 def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None = None) -> dict[str, Any]:
@@ -65,10 +64,9 @@ class Trainer:
             warn_schedule(self.tc.optim, self.tc.steps)
         self.start_step = int(jax.device_get(run.state.step))
         self.task = TASKS.get(run.data.task)
-        step_fn = make_train_step(run.graphdef, run.tx, self.task, self.tc, run.schedule)
-        self.train_step = compiler.jit(
-            step_fn, donate_argnums=(0,), out_shardings=(state_sharding_tree(run.state), None)
-        )
+        self.train_step = jit_train_step(run.graphdef, run.tx, self.task, self.tc, run.schedule, run.state)
+        if targets.platform() != "cpu":  # an accelerator: the step's memory against the device's, before step 1
+            aot.check_fits(self.train_step, run.state, self.cfg, run.mesh)
         self.eval_step = compiler.jit(make_eval_step(run.graphdef, self.task))
         m = self.cfg.model
         self.n_params = count_params(m)
@@ -125,7 +123,12 @@ class Trainer:
             f.write(configlib.to_json(self.cfg))
         run = self.run_
         run.data.tokenizer.save(os.path.join(self.workdir, "tokenizer"))
-        start = f"resuming at step {self.start_step}" if self.start_step else "starting from scratch"
+        if self.start_step:
+            start = f"resuming at step {self.start_step}"
+        elif self.tc.init_from is not None:
+            start = f"starting from the pretrained weights of {self.tc.init_from}"
+        else:
+            start = "starting from scratch"
         print(
             f"model: {self.cfg.model.kind}, {self.n_params:,} parameters"
             + (f" ({self.n_trainable:,} trainable: LoRA adapters)" if self.tc.lora is not None else "")
@@ -192,7 +195,7 @@ class Trainer:
             "val_loss": val.get("loss"),
             "val_perplexity": val.get("perplexity"),
             **{f"val_{k}": v for k, v in val.items() if k not in ("loss", "perplexity", "tokens")},
-            "tokens_per_s": _median_rate(self.workdir) if self.is_main else None,
+            "tokens_per_s": self.log.median_rate() if self.is_main else None,
             "compile_s": self.log.compile_s,
             "wall_s": time.time() - self.t_start,
             "params": self.n_params,
@@ -270,11 +273,6 @@ def _own_data_state(saved: dict) -> dict:
             f"{jax.process_count()} are running; resume with the same number of processes"
         )
     return states[jax.process_index()]
-
-
-def _median_rate(workdir: str) -> float | None:
-    rates = [r["train/tokens_per_s"] for r in read_metrics(workdir) if "train/tokens_per_s" in r]
-    return float(np.median(rates[1:] if len(rates) > 2 else rates)) if rates else None
 
 
 def _peak_flops() -> float | None:

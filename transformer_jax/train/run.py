@@ -11,6 +11,7 @@ and the base's fingerprint (``meta["base"]``); restoring reads the base again an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -59,7 +60,7 @@ def checkpoint_view(cfg: Config, state: TrainState) -> TrainState:
     return dataclasses.replace(state, params=split_adapters(state.params)[0])
 
 
-def _check_batch(cfg: Config, mesh) -> None:
+def check_batch(cfg: Config, mesh) -> None:
     n_proc = jax.process_count()
     if cfg.train.batch_size % n_proc:
         configlib.fail("train.batch_size", cfg.train.batch_size, f"is not divisible by the {n_proc} processes")
@@ -157,9 +158,19 @@ def setup(
     cfg = resolve(cfg)
     os.makedirs(workdir, exist_ok=True)
     tc = cfg.train
-    ckpts = Checkpoints(workdir, keep=tc.keep_checkpoints, keep_best=tc.keep_best, best_mode=tc.best_mode)
     mesh = make_mesh(cfg.mesh, devices)
-    _check_batch(cfg, mesh)
+    check_batch(cfg, mesh)
+    ckpts = Checkpoints(workdir, keep=tc.keep_checkpoints, keep_best=tc.keep_best, best_mode=tc.best_mode)
+    try:
+        return _restore_or_init(cfg, workdir, ckpts, mesh, restore, best, restore_step, fallback)
+    except BaseException:  # an Orbax manager left open logs "cannot schedule new futures" at exit
+        with contextlib.suppress(Exception):  # the error that stopped setup is the one to report
+            ckpts.close()
+        raise
+
+
+def _restore_or_init(cfg, workdir, ckpts, mesh, restore, best, restore_step, fallback) -> tuple[Run, dict | None]:
+    tc = cfg.train
     tx, schedule = make_optimizer(tc.optim, tc.steps, adapters_only=tc.lora is not None)
     sharding = batch_sharding(mesh)
 
