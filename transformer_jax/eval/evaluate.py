@@ -18,9 +18,10 @@ def evaluate(eval_step: Callable, state, batches: Iterable[dict], put_batch: Cal
     """``state``: anything with ``params`` and ``model_state`` (a TrainState).
 
     Sums NLL and target weights over all batches (padding has weight 0), then
-    loss = sum NLL / sum weights and perplexity = exp(loss)."""
-    totals = None
+    loss = sum NLL / sum weights and perplexity = exp(loss); ``batches`` says how many were read."""
+    totals, n_batches = None, 0
     for batch in batches:
+        n_batches += 1
         out = eval_step(state.params, state.model_state, put_batch(batch))
         totals = out if totals is None else jax.tree.map(lambda a, b: a + b, totals, out)
     if totals is None:
@@ -33,6 +34,7 @@ def evaluate(eval_step: Callable, state, batches: Iterable[dict], put_batch: Cal
         "perplexity": math.exp(min(loss, 700.0)),
         "accuracy": totals["correct_sum"] / weight,
         "tokens": totals["weight_sum"],
+        "batches": n_batches,
     }
 
 

@@ -105,6 +105,7 @@ class Log(Action):
         self.tokens_per_step = 0
         self.train_loss = float("nan")
         self.compile_s: float | None = None
+        self.rates: list[float] = []  # tokens/s of each logged interval of this process's run
 
     def due(self, loop, step: int) -> bool:
         return self.tc.nonfinite == "halt" or step % self.every == 0 or step == self.tc.steps
@@ -129,6 +130,8 @@ class Log(Action):
         self.train_loss = logged["loss"]
         mfu = tok_s * self.flops_per_token / self.peak if self.peak and tok_s is not None else None
         logged.update(tokens_per_s=tok_s, mfu=mfu)
+        if tok_s is not None:
+            self.rates.append(tok_s)
         loop.writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
         loop.bar.update(step, loss=self.train_loss, **({} if tok_s is None else {"tok_s": tok_s}))
         self.pending, self.since_step, self.since_time, self.excluded = [], step, now, 0.0
@@ -136,6 +139,11 @@ class Log(Action):
     def finish(self, loop, step: int) -> None:
         if self.pending:
             self.run(loop, step)
+
+    def median_rate(self) -> float | None:
+        """The median tokens/s of this run's own intervals (the first left out when there are 3+)."""
+        rates = self.rates[1:] if len(self.rates) > 2 else self.rates
+        return float(np.median(rates)) if rates else None
 
 
 class Validate(Action):
@@ -155,7 +163,8 @@ class Validate(Action):
         t0 = time.time()
         result = loop.validate(loop.state)
         loop.writer.write(step, {f"val/{k}": v for k, v in result.items()})
-        loop.bar.write(f"step {step}: " + ", ".join(f"val {k} {v:.4f}" for k, v in result.items() if k != "tokens"))
+        shown = ", ".join(f"val {k} {v:.4f}" for k, v in result.items() if k not in ("tokens", "batches"))
+        loop.bar.write(f"step {step}: {shown} ({result.get('batches', '?')} batches)")
         self.latest, self.at = result, step
         loop.log.exclude(time.time() - t0)
 

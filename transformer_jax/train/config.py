@@ -43,7 +43,7 @@ class TrainConfig:
     label_smoothing: float = 0.0
     z_loss: float = 0.0
     eval_every: int = 250
-    eval_batches: int | None = None  # None: the whole validation split
+    eval_batches: int | None = 50  # batches per validation (None: the whole validation split)
     log_every: int = 10
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
