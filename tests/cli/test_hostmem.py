@@ -79,3 +79,14 @@ def test_reexec_runs_the_same_command_under_python_m(monkeypatch):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
     hostmem.reexec_with_hugepages(["train"])
     assert len(calls) == 1, "no second exec once the tunable is set"
+
+
+def test_malloc_tuning_only_where_jax_computes_on_the_cpu(monkeypatch):
+    """Measured for XLA:CPU alone: a GPU or TPU host (plugin and device present) is left alone."""
+    monkeypatch.setattr(hostmem, "_installed", lambda module: module == "jax_plugins.xla_cuda12")
+    monkeypatch.setattr(hostmem.glob, "glob", lambda pattern: ["/dev/nvidia0"] if "nvidia" in pattern else [])
+    assert not hostmem.runs_on_cpu({}) and hostmem.hugepage_env({}) is None
+    assert hostmem.runs_on_cpu({"JAX_PLATFORMS": "cpu"}), "JAX_PLATFORMS decides first"
+    assert not hostmem.runs_on_cpu({"JAX_PLATFORMS": "tpu,cpu"})
+    monkeypatch.setattr(hostmem.glob, "glob", lambda pattern: [])
+    assert hostmem.runs_on_cpu({}), "a plugin without its device: JAX falls back to the CPU"
