@@ -6,7 +6,7 @@ import types
 
 import numpy as np
 
-from transformer_jax.train.checkpoint import Checkpoints
+from transformer_jax.train.checkpoint import Checkpoints, local_or_url
 
 
 def test_latest_and_best_saves_never_overlap(tmp_path, monkeypatch):
@@ -32,3 +32,14 @@ def test_latest_and_best_saves_never_overlap(tmp_path, monkeypatch):
         assert ckpts.save(step, state, {}, {}, best_value=val_loss)  # pyright: ignore[reportArgumentType]
     ckpts.wait()
     assert overlaps == [] and not in_flight
+
+
+def test_workdirs_are_epath_paths_local_ones_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert str(local_or_url("gs://bucket/run")) == "gs://bucket/run"
+    assert str(local_or_url("run")) == str(tmp_path / "run")
+    ckpts = Checkpoints("run")  # a relative workdir: both managers under its absolute path
+    assert ckpts.best is not None
+    assert str(ckpts.last.directory) == str(tmp_path / "run" / "checkpoints")
+    assert str(ckpts.best.directory) == str(tmp_path / "run" / "best")
+    ckpts.close()

@@ -48,7 +48,10 @@ def refuse_unread_options(mode: str, args, options: tuple[str, ...], reads: tupl
 
 
 def check_workdir(path: str, *, create: bool) -> None:
-    """A usable run directory: a directory (made when ``create``), writable when ``create``."""
+    """A usable run directory: a directory (made when ``create``), writable when ``create``; a URL
+    (``gs://...``) is left to the storage layer."""
+    if "://" in path:
+        return
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"--workdir {path} is a file, not a directory; give a directory for the run")
     if not create:

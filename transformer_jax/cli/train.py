@@ -10,7 +10,7 @@ data and training settings, ``--set train.lora=on`` trains LoRA adapters only.
 
 from __future__ import annotations
 
-import os
+from etils import epath
 
 from transformer_jax.cli.common import add_run_args, check_workdir
 from transformer_jax.core.configlib import ConfigError
@@ -53,7 +53,7 @@ def run(args) -> dict:
     from transformer_jax.parallel.distributed import DistributedConfig, initialize
 
     resume = args.config is None and args.init_from is None
-    if resume and not os.path.isfile(os.path.join(args.workdir, "config.json")):
+    if resume and not (epath.Path(args.workdir) / "config.json").is_file():
         raise ConfigError(
             f"train needs --config (a recipe name, e.g. shakespeare_char, or an experiment file) or --init-from "
             f"DIR: --workdir {args.workdir} holds no config.json of an earlier run to resume"

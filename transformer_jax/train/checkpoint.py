@@ -11,13 +11,13 @@ import contextlib
 import errno
 import logging
 import os
-import shutil
 import traceback
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 from transformer_jax.train.state import TrainState
 
@@ -57,12 +57,17 @@ SUPERSEDED_SUFFIX = ".superseded"  # later checkpoints of a run restarted from a
 TMP_MARKER = ".orbax-checkpoint-tmp"
 
 
-def _manager(directory: str, *, keep: int, async_save: bool) -> ocp.CheckpointManager:
+def local_or_url(path: str | os.PathLike) -> epath.Path:
+    """``path`` as an ``etils.epath.Path``: a URL (``gs://...``) as given, a local path made absolute."""
+    text = os.fspath(path)
+    return epath.Path(text if "://" in text else os.path.abspath(text))
+
+
+def _manager(directory: epath.Path, *, keep: int, async_save: bool) -> ocp.CheckpointManager:
     """An Orbax manager; leftovers of an interrupted save (``<step>.orbax-checkpoint-tmp``
     directories, never restored) are reported and removed. Its multi-host barriers carry the
     directory's name as a prefix, so they cannot be mistaken for another manager's."""
-    directory = os.path.abspath(directory)
-    partial = sorted(name for name in (os.listdir(directory) if os.path.isdir(directory) else []) if TMP_MARKER in name)
+    partial = sorted(p.name for p in (directory.iterdir() if directory.is_dir() else []) if TMP_MARKER in p.name)
     if partial and jax.process_index() == 0:
         log.warning(
             "ignoring and removing %d incomplete checkpoint(s) in %s left by an interrupted save: %s",
@@ -75,7 +80,7 @@ def _manager(directory: str, *, keep: int, async_save: bool) -> ocp.CheckpointMa
         create=True,
         cleanup_tmp_directories=True,
         enable_async_checkpointing=async_save,
-        multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=os.path.basename(directory)),
+        multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=directory.name),
     )
     handlers = {
         "state": ocp.StandardCheckpointHandler(),
@@ -103,8 +108,9 @@ class Checkpoints:
     ):
         self.workdir = workdir
         self.sign = 1.0 if best_mode == "min" else -1.0
-        self.last = _manager(os.path.join(workdir, "checkpoints"), keep=keep, async_save=async_save)
-        self.best = _manager(os.path.join(workdir, "best"), keep=1, async_save=async_save) if keep_best else None
+        root = local_or_url(workdir)  # epath: a gs:// workdir works where the environment provides it
+        self.last = _manager(root / "checkpoints", keep=keep, async_save=async_save)
+        self.best = _manager(root / "best", keep=1, async_save=async_save) if keep_best else None
         self.best_value = self._read_best_value()
 
     def _read_best_value(self) -> float:
@@ -152,15 +158,15 @@ class Checkpoints:
         """Renames the checkpoint of ``step`` to ``<step><suffix>`` (kept for inspection, never
         restored, and out of the way of a new save of that step); returns the new path."""
         mgr = self._manager(best)
-        src = os.path.join(str(mgr.directory), str(step))
-        dst = src + suffix
+        src = epath.Path(mgr.directory) / str(step)
+        dst = src.parent / f"{src.name}{suffix}"
         n = 1
-        while os.path.exists(dst):
-            dst, n = f"{src}{suffix}{n}", n + 1
+        while dst.exists():
+            dst, n = src.parent / f"{src.name}{suffix}{n}", n + 1
         if jax.process_index() == 0:
-            os.rename(src, dst)
+            src.rename(dst)
         mgr.reload()
-        return dst
+        return str(dst)
 
     def save(
         self,
@@ -209,10 +215,11 @@ class Checkpoints:
         try:
             yield
         except Exception as e:
-            directory = str(mgr.directory)
-            for name in os.listdir(directory) if os.path.isdir(directory) else []:
-                if TMP_MARKER in name:
-                    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            directory = epath.Path(mgr.directory)
+            for path in directory.iterdir() if directory.is_dir() else []:
+                if TMP_MARKER in path.name:
+                    with contextlib.suppress(OSError):
+                        path.rmtree(missing_ok=True)
             with contextlib.suppress(Exception):  # the steps on disk: a failed save leaves Orbax's list wrong
                 mgr.reload()
             complete = mgr.all_steps()

@@ -9,6 +9,8 @@ import os
 import sys
 import traceback
 
+from etils import epath
+
 from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
@@ -73,12 +75,11 @@ def load_experiment(path: str, overrides: list[str] | None = None) -> Config:
 def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     """The config a training run saved in ``workdir/config.json``, with ``overrides`` applied (an
     override of a field the run's variants do not read is an error)."""
-    path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
+    path = epath.Path(workdir) / "config.json"  # a gs:// workdir where the environment provides it
+    if not path.is_file():
         raise FileNotFoundError(f"{path} not found: is {workdir} the --workdir of a training run?")
     try:
-        with open(path) as f:
-            saved = json.load(f)
+        saved = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path} cannot be read as a run's config ({e}); is {workdir} a training run?") from e
     explicit = parse_overrides(overrides or [])
