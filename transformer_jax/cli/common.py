@@ -48,10 +48,7 @@ def refuse_unread_options(mode: str, args, options: tuple[str, ...], reads: tupl
 
 
 def check_workdir(path: str, *, create: bool) -> None:
-    """A usable run directory: a directory (made when ``create``), writable when ``create``; a URL
-    (``gs://...``) is left to the storage layer."""
-    if "://" in path:
-        return
+    """A usable run directory: a directory (made when ``create``), writable when ``create``."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"--workdir {path} is a file, not a directory; give a directory for the run")
     if not create:
