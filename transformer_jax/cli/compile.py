@@ -63,8 +63,8 @@ def _lines(name: str, r: dict) -> list[str]:
     if roof:
         out.append(
             f"  roofline estimate: compute {roof['compute_s'] * 1e3:.1f} ms, HBM {roof['hbm_s'] * 1e3:.1f} ms, "
-            f"collectives {roof['collective_s'] * 1e3:.1f} ms -> step ~{r['estimated_step_s'] * 1e3:.1f} ms, "
-            f"MFU ~{r['estimated_mfu']:.0%} (an estimate: the slowest of the three at peak rates)"
+            f"collectives {roof['collective_s'] * 1e3:.1f} ms -> step >= {r['estimated_step_s'] * 1e3:.1f} ms, "
+            f"MFU <= {r['estimated_mfu']:.0%} (an estimate and a bound: each part at its peak rate, fully overlapped)"
         )
     return out
 

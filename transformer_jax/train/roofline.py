@@ -1,10 +1,12 @@
 """A roofline estimate of a compiled step's time: the slowest of its compute at the chip's peak,
 its HBM traffic at the chip's bandwidth and its collectives at the interconnect's bandwidth.
 
-An estimate, not a measurement: the three overlap in a real step (the estimate is their maximum,
-a lower bound on the time), kernels reach a fraction of peak, and collectives between slices go
-over the slower data-centre network, which is counted here only for a multi-slice target's
-all-reduces of the gradients (the data axis spans the slices).
+An estimate, not a measurement, and a bound: every part runs at its peak rate and the three overlap
+perfectly, so the step takes at least this long and its MFU is at most the figure (a compute-bound
+step is 100% by construction). Kernels reach a fraction of peak in practice. Collectives between
+slices go over the slower data-centre network, counted here only for a multi-slice target's
+all-reduces of the gradients (the data axis spans the slices). Without XLA's byte count (GPU
+targets) the HBM traffic is each buffer read or written once, which underestimates it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ def estimate(report: dict, target: Target | None) -> dict:
     ``estimated_mfu`` (model-formula FLOPs over the estimated time at the chips' peak) of a
     `train.aot.compile_train` report; None where the target's figures are unknown (a local CPU)."""
     none = {"roofline": None, "estimated_step_s": None, "estimated_mfu": None}
-    if target is None or report.get("bytes_per_device") is None:
+    if target is None or not report.get("fits") or "arguments" not in (report.get("bytes_per_device") or {}):
         return none
     chip, chips = target.chip, report["chips"]
     model_flops = report["flops_per_step"]["model_formula"]
