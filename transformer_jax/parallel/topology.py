@@ -16,8 +16,15 @@ import os
 from transformer_jax.core.targets import Target
 
 _PLUGINS = {"tpu": ("libtpu", "libtpu"), "gpu": ("jax_plugins.xla_cuda12", "jax-cuda12-plugin")}
-# libtpu looks for a TPU VM's metadata server and host names unless told there is none.
-_LIBTPU_QUIET = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
+# libtpu looks for a TPU VM's metadata server and host names unless told there is none, and holds a
+# machine-wide lock file that fails a second process compiling at the same time (two test workers:
+# "Internal error when accessing libtpu multi-process lockfile"); compiling claims no TPU.
+_LIBTPU_QUIET = {
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "TPU_WORKER_ID": "0",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+}
 
 
 class MissingCompilerError(ValueError):
