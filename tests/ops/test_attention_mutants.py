@@ -59,7 +59,7 @@ def test_cudnn_on_cpu_names_the_device_it_needs():
     with pytest.raises(ValueError) as err:
         attention(q, k, v, impl="cudnn")
     assert str(err.value) == (
-        f"impl='cudnn' needs a GPU, but the default JAX backend is {jax.default_backend()!r}; "
+        f"impl='cudnn' needs a GPU, but the program is compiled for {jax.default_backend()!r}; "
         "use impl='auto', impl='xla' or impl='chunked'"
     )
 

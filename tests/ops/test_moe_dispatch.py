@@ -3,7 +3,6 @@ exactly the assignments beyond capacity, and survive extreme load skew."""
 
 import functools
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +60,11 @@ def _run(name, cfg, x, experts, weights, valid=None, seed=0):
 
 
 def _assert_trees_close(a, b, tol=1e-5):
-    chex.assert_trees_all_close(a, b, atol=tol, rtol=tol)
+    """Close to float32 rounding of each leaf's scale: under extreme skew one expert's gradient sums
+    every token (entries up to ~29, where naive and ragged both sit 3e-5 from a float64 reference)."""
+    for x, ref in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        scale = max(1.0, float(jnp.max(jnp.abs(ref))))
+        np.testing.assert_allclose(x, ref, atol=tol * scale, rtol=tol)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
