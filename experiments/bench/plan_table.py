@@ -84,7 +84,8 @@ def _cell(r: dict, estimate: bool) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| model | target | batch x seq | xla attention, per chip | splash (TPU) / pallas_gpu (GPU), per chip; TPU roofline |",
+        "| model | target | batch x seq | xla attention, per chip "
+        "| splash (TPU) / pallas_gpu (GPU), per chip; TPU roofline |",
         "| --- | --- | --- | --- | --- |",
     ]
     for r in rows:
