@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import tempfile
 import time
 from typing import Any
+
+from transformer_jax.core import envflags
 
 SMOKE_ENV = "TRANSFORMER_JAX_SMOKE"
 REUSE_ENV = "TRANSFORMER_JAX_REUSE_RUNS"
@@ -19,7 +20,7 @@ def smoke() -> bool:
 
 
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "0") not in ("", "0", "false", "False")
+    return bool(envflags.switch(name))
 
 
 _smoke_mode = smoke  # `pick`'s keyword shadows the function
@@ -55,7 +56,7 @@ def results_dir(notebook: str) -> pathlib.Path:
 
 def runs_dir(notebook: str) -> pathlib.Path:
     """Where a notebook's training runs write checkpoints and logs (never committed)."""
-    base = pathlib.Path(os.environ.get("TRANSFORMER_JAX_RUNS", tempfile.gettempdir())) / "transformer_jax_runs"
+    base = pathlib.Path(envflags.value("TRANSFORMER_JAX_RUNS") or tempfile.gettempdir()) / "transformer_jax_runs"
     path = base / ("smoke_" + notebook if smoke() else notebook)
     path.mkdir(parents=True, exist_ok=True)
     return path

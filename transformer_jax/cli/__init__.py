@@ -1,4 +1,4 @@
-"""Command line: ``transformer-jax train | eval | sample | translate | export | bench | compile``
+"""Command line: ``transformer-jax train | eval | sample | translate | export | bench | compile | prepare``
 (also ``python -m transformer_jax``).
 
 Each command lives in its own module with ``register(subparsers)`` and ``run(args) -> dict``;
@@ -8,13 +8,12 @@ every command prints one JSON object as its last line of output.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 
-from transformer_jax.cli import bench, compile, evaluate, export, sample, train, translate
+from transformer_jax.cli import bench, compile, evaluate, export, prepare, sample, train, translate
 
-COMMANDS = (train, evaluate, sample, translate, export, bench, compile)
+COMMANDS = (train, evaluate, sample, translate, export, bench, compile, prepare)
 
 
 def out_of_memory(e: Exception) -> str:
@@ -42,7 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. From the real command line (``argv`` None) the process first re-executes
     itself with huge pages for malloc and then tunes glibc malloc (`transformer_jax.cli.hostmem`)."""
     from transformer_jax.cli import hostmem
+    from transformer_jax.core import envflags
 
+    try:
+        envflags.check_switches()
+    except envflags.SwitchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    debug = envflags.switch("TRANSFORMER_JAX_DEBUG")
     if argv is None:
         hostmem.reexec_with_hugepages(sys.argv[1:])
     hostmem.tune_malloc()
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.fn(args)
     except user_errors + file_errors as e:
-        if os.environ.get("TRANSFORMER_JAX_DEBUG"):
+        if debug:
             raise
         plain = (ConfigError, ValueError, WorkdirLockedError, CheckpointError)
         kind = "" if isinstance(e, plain) else f"{type(e).__name__}: "
@@ -69,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {kind}{message}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
     except Exception as e:  # the runtime's out-of-memory error (XlaRuntimeError: RESOURCE_EXHAUSTED)
-        if "RESOURCE_EXHAUSTED" not in str(e) or os.environ.get("TRANSFORMER_JAX_DEBUG"):
+        if "RESOURCE_EXHAUSTED" not in str(e) or debug:
             raise
         print(f"error: {out_of_memory(e)}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2

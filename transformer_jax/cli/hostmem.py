@@ -69,7 +69,7 @@ def runs_on_cpu(environ=None) -> bool:
 def applies(environ=None) -> bool:
     """True on Linux with glibc when JAX computes on the CPU (`runs_on_cpu`; the settings were
     measured for XLA:CPU's allocations only), unless ``TRANSFORMER_JAX_MALLOC=0``."""
-    if envflags.off(ENV, environ):
+    if not envflags.switch(ENV, environ):
         return False
     return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc" and runs_on_cpu(environ)
 

@@ -43,7 +43,7 @@ BACKEND_OPTIONS: dict[str, dict[str, str]] = {
 def compiler_options(backend: str | None = None) -> dict[str, str] | None:
     """The options for ``backend`` (default: the platform compiled for, ``core.targets.platform()``),
     less those set in ``XLA_FLAGS``; None when there are none or ``TRANSFORMER_JAX_XLA_DEFAULTS=0``."""
-    if envflags.off(DEFAULTS_ENV):
+    if not envflags.switch(DEFAULTS_ENV):
         return None
     flags = os.environ.get("XLA_FLAGS", "")
     options = {k: v for k, v in BACKEND_OPTIONS.get(backend or targets.platform(), {}).items() if f"--{k}" not in flags}
@@ -52,10 +52,10 @@ def compiler_options(backend: str | None = None) -> dict[str, str] | None:
 
 def donates(backend: str | None = None) -> bool:
     """Whether `jit` keeps ``donate_argnums`` on ``backend`` (default: ``core.targets.platform()``)."""
-    forced = os.environ.get(DONATE_ENV, "")
-    if forced:
-        return not envflags.is_false(forced)
-    if envflags.off(DEFAULTS_ENV):
+    forced = envflags.switch(DONATE_ENV)
+    if forced is not None:
+        return forced
+    if not envflags.switch(DEFAULTS_ENV):
         return True
     return (backend or targets.platform()) not in NO_DONATION_BACKENDS
 

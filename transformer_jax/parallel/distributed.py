@@ -4,9 +4,10 @@ cluster detection (TPU pods, SLURM, ...). Call before any other JAX work."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
+
+from transformer_jax.core import envflags
 
 ENV = {
     "coordinator": "TRANSFORMER_JAX_COORDINATOR",
@@ -15,6 +16,13 @@ ENV = {
     "local_devices": "TRANSFORMER_JAX_LOCAL_DEVICES",
     "heartbeat_timeout_s": "TRANSFORMER_JAX_HEARTBEAT_S",
 }
+
+
+def _int(var: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{var}={raw!r} is not a whole number") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +43,8 @@ class DistributedConfig:
         """Fields from TRANSFORMER_JAX_* environment variables, then ``overrides`` (non-None)."""
         values = {}
         for field, var in ENV.items():
-            if os.environ.get(var):
-                values[field] = os.environ[var] if field == "coordinator" else int(os.environ[var])
+            if (raw := envflags.value(var)) is not None:
+                values[field] = raw if field == "coordinator" else _int(var, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
