@@ -6,6 +6,7 @@ Pure Python (no JAX). ``--set`` overrides are in ``core.overrides``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import typing
@@ -36,8 +37,46 @@ def check_choice(field: str, value: str, registry: Registry | typing.Iterable[st
 
 
 def check_positive(field: str, value: float | int, *, allow_zero: bool = False) -> None:
-    if value is None or value < 0 or (value == 0 and not allow_zero):
-        fail(field, value, "must be " + ("non-negative" if allow_zero else "positive"))
+    """A finite number (not a bool) ``> 0``, or ``>= 0`` with ``allow_zero``."""
+    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or value < 0 or (value == 0 and not allow_zero):
+        fail(field, value, "must be a finite " + ("non-negative" if allow_zero else "positive") + " number")
+
+
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+_KIND_WORDS = {int: "an integer", float: "a finite number", bool: "True or False", str: "a string"}
+
+
+@functools.cache
+def _scalar_fields(cls: type) -> tuple[tuple[str, type, bool], ...]:
+    """``(name, type, optional)`` of the dataclass fields annotated ``int``, ``float``, ``bool`` or
+    ``str``, alone or ``| None`` (annotations read as written: every config module uses
+    ``from __future__ import annotations``)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        parts = [p.strip() for p in str(f.type).split("|")] if isinstance(f.type, str) else []
+        base = [p for p in parts if p != "None"]
+        if len(base) == 1 and base[0] in _SCALARS:
+            out.append((f.name, _SCALARS[base[0]], len(parts) == 2))
+    return tuple(out)
+
+
+def _is(kind: type, value: Any) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_types(cfg: Any, prefix: str) -> None:
+    """Every scalar field of the dataclass ``cfg`` holds its annotated type: ints are ints (not
+    bools or 128.5), floats are finite numbers (NaN and inf refused), ``X | None`` also takes None.
+    Errors name ``prefix.field``."""
+    for name, kind, optional in _scalar_fields(type(cfg)):
+        value = getattr(cfg, name)
+        if not (_is(kind, value) or (optional and value is None)):
+            fail(f"{prefix}.{name}", value, f"must be {_KIND_WORDS[kind]}" + (" or None" if optional else ""))
 
 
 def check_range(field: str, value: float, lo: float, hi: float, *, hi_inclusive: bool = False) -> None:
@@ -154,15 +193,16 @@ def unread_fields(cfg: Any, *, prefix: str = "", explicit: typing.Iterable[str] 
 
     A config class names its choices in ``SELECTORS``, pairs ``(field, registry)``; each entry of
     the registry declares the fields it reads (``Registry.register(..., reads=...)``). A field some
-    entry reads and the chosen one does not is unread.
+    entry reads and the chosen one does not (none of the chosen ones, for a tuple of names) is unread.
     """
     explicit = set(explicit)
     problems = []
     for field, registry in getattr(type(cfg), "SELECTORS", ()):
         choice = getattr(cfg, field)
-        if choice not in registry:
+        chosen = choice if isinstance(choice, tuple) else (choice,)  # a tuple: several entries at once
+        if not all(c in registry for c in chosen):
             continue
-        reads = set(registry.reads(choice))
+        reads = {f for c in chosen for f in registry.reads(c)}
         for name in registry.governed():
             if name in reads or name == field:
                 continue

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from transformer_jax.core.configlib import ConfigError, check_choice, check_int, fail
+from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_types, fail
 from transformer_jax.data.synthetic import TASKS
 from transformer_jax.data.variants import (
     DATASET_VARIANTS,
@@ -89,6 +89,7 @@ class DataConfig:
     )
 
     def __post_init__(self):
+        check_types(self, "data")
         check_choice("data.dataset", self.dataset, DATASET_VARIANTS)
         check_choice("data.tokenizer", self.tokenizer, TOKENIZER_VARIANTS)
         check_choice("data.packing", self.packing, PACKING_VARIANTS)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.core.configlib import check_choice, fail
+from transformer_jax.core.configlib import check_choice, check_types, fail
 from transformer_jax.core.registry import Registry
 
 STRATEGIES: Registry = Registry("decoding strategy")
@@ -33,6 +33,7 @@ class SamplingConfig:
     uniform_top_k: bool = False
 
     def __post_init__(self):
+        check_types(self, "sample")
         check_choice("sample.strategy", self.strategy, STRATEGIES, "decoding strategy")
         if self.temperature <= 0:
             fail("sample.temperature", self.temperature, "must be positive", "use strategy=greedy for T -> 0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import check_choice, check_positive, check_range, fail
+from transformer_jax.core.configlib import check_choice, check_positive, check_range, check_types, fail
 from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
@@ -107,6 +107,7 @@ class ModelConfig:
     )
 
     def __post_init__(self):
+        check_types(self, "model")
         check_choice("model.kind", self.kind, MODELS)
         if self.kind not in TRANSFORMER_KINDS:
             if self.baseline is None:

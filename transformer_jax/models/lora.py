@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from transformer_jax.core.configlib import ConfigError, check_int, check_real
+from transformer_jax.core.configlib import ConfigError, check_int, check_real, check_types
 from transformer_jax.core.registry import unknown_name_message
 from transformer_jax.models.param_roles import PROJECTIONS, adapter_mask, classify, classify_names, path_names
 from transformer_jax.nn.linear import DenseGeneral
@@ -38,6 +38,7 @@ class LoraConfig:
     targets: tuple[str, ...] = ("q", "v")
 
     def __post_init__(self):
+        check_types(self, "train.lora")
         check_int("train.lora.rank", self.rank, low=1)
         check_real("train.lora.alpha", self.alpha, low=0.0, low_open=True)
         targets = self.targets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from transformer_jax.core.configlib import check_choice, check_positive, fail
+from transformer_jax.core.configlib import check_choice, check_positive, check_types, fail
 from transformer_jax.ops import moe_dispatch, routing
 from transformer_jax.ops.activations import FFN_ACTIVATIONS
 
@@ -53,6 +53,7 @@ class MoEConfig:
     bias_update_rate: float = 0.0
 
     def __post_init__(self):
+        check_types(self, "model.moe")
         for name in ("n_experts", "every", "segments", "n_groups", "topk_groups"):
             check_positive(f"model.moe.{name}", getattr(self, name))
         if not 1 <= self.top_k <= self.n_experts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from transformer_jax.core.configlib import fail
+from transformer_jax.core.configlib import check_types, fail
 from transformer_jax.core.mesh_axes import MESH_AXES
 
 
@@ -23,6 +23,7 @@ class MeshConfig:
     expert: int = 1
 
     def __post_init__(self):
+        check_types(self, "mesh")
         sizes = self.sizes()
         if sum(1 for s in sizes.values() if s == -1) > 1:
             fail("mesh", sizes, "at most one axis may be -1 (the rest of the devices)")

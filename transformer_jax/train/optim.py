@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real
+from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real, check_types
 from transformer_jax.core.registry import Registry, unknown_name_message
 from transformer_jax.models.param_roles import DECAY_GROUPS, MATRIX_ROLES, adapter_mask, classify, path_names
 
@@ -82,6 +82,7 @@ class OptimConfig:
     SELECTORS: ClassVar = (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES))
 
     def __post_init__(self):
+        check_types(self, "train.optim")
         check_choice("train.optim.optimizer", self.optimizer, OPTIMIZERS, "optimizer")
         check_choice("train.optim.schedule", self.schedule, SCHEDULES, "schedule")
         check_real("train.optim.lr", self.lr, low=0.0, low_open=True)
