@@ -1,0 +1,391 @@
+"""``prepare``: local text, JSONL or Parquet -> sharded ArrayRecord files of token ids (``shards.py``).
+
+    from transformer_jax.data.prepare import PrepareConfig, prepare
+    summary = prepare(PrepareConfig(inputs=("corpus/",), out="prepared", tokenizer="sentencepiece"))
+
+How the files are made, so that the same inputs and options give the same bytes:
+
+  - Documents are read in input order (``documents.py``); each goes to ``val`` when a hash of its
+    UTF-8 text (keyed by ``seed``) falls below ``val_fraction``, else to ``train``, so a repeated
+    document never sits in both splits.
+  - A split's documents fill its shards in order; a shard is cut once it holds ``shard_mb`` MB of
+    text. Shard ``k`` of a split therefore holds the same documents whatever the number of workers.
+  - A trained tokenizer (char, sentencepiece) sees a sample of the train split: the documents whose
+    hash (another key) falls below ``tokenizer_sample_mb`` / input MB, at most that many MB.
+  - ``workers`` processes tokenize and write whole shards, each to ``NAME.tmp``, renamed when
+    finished and then recorded in ``manifest.json`` (written after every shard, ``complete`` false).
+    A rerun with the same inputs and options keeps the finished shards whose sha256 still matches,
+    reuses the saved tokenizer, and writes only the rest; other inputs or options in a non-empty
+    ``out`` are refused unless ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real, fail
+from transformer_jax.data import documents as docs_io
+from transformer_jax.data import shards
+from transformer_jax.data.prepare_tokenizer import SP_DEFAULTS, read_tokenizer_file, tokenizer_file
+from transformer_jax.data.prepare_tokenizer import train_named as _train_named
+from transformer_jax.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer, tokenizer_from_json
+
+SPLITS = ("train", "val")
+MB = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareConfig:
+    """The options of ``transformer-jax prepare`` (each field is the ``--flag`` of the same name)."""
+
+    inputs: tuple[str, ...]
+    out: str
+    tokenizer: str
+    vocab_size: int | None = None  # sentencepiece only (default 8000)
+    sp_model_type: str | None = None  # sentencepiece only: bpe | unigram (default bpe)
+    documents: str = "paragraph"  # text files: paragraph | line | file
+    field: str = "text"  # JSONL field / Parquet column
+    val_fraction: float = 0.0
+    seed: int = 0
+    shard_mb: float = 64.0
+    workers: int = 1
+    tokenizer_sample_mb: float = 100.0
+    decode_errors: str = "strict"
+    overwrite: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.inputs, str) or not self.inputs:
+            raise ConfigError("--input: give at least one text file, directory, .jsonl or .parquet file")
+        tokenizer_file(self.tokenizer)  # an unknown name is an error now
+        if self.tokenizer != "sentencepiece":
+            for name in ("vocab_size", "sp_model_type"):
+                if getattr(self, name) is not None:
+                    flag = "--" + name.replace("_", "-")
+                    raise ConfigError(f"{flag} is read only with --tokenizer sentencepiece, not {self.tokenizer}")
+        else:
+            check_int("--vocab-size", self.vocab_size_, low=300)  # 256 byte pieces + specials
+            check_choice("--sp-model-type", self.sp_model_type_, ("bpe", "unigram"), "SentencePiece model type")
+        check_choice("--documents", self.documents, docs_io.DOCUMENT_UNITS, "document unit")
+        check_choice("--decode-errors", self.decode_errors, ("strict", "replace"), "decode error policy")
+        check_real("--val-fraction", self.val_fraction, low=0.0, high=1.0)
+        check_real("--shard-mb", self.shard_mb, low=0.0, low_open=True)
+        check_real("--tokenizer-sample-mb", self.tokenizer_sample_mb, low=0.0, low_open=True)
+        check_int("--workers", self.workers, low=1)
+        check_int("--seed", self.seed, low=0)
+        if self.seed >= 2**32:
+            fail("--seed", self.seed, "must be in [0, 2**32)")
+        if not self.field:
+            fail("--field", self.field, "must name a JSONL field / Parquet column")
+        if Path(self.out).expanduser().exists() and not Path(self.out).expanduser().is_dir():
+            raise ConfigError(f"--out {self.out} is a file; give a directory for the shards")
+
+    @property
+    def vocab_size_(self) -> int:
+        return SP_DEFAULTS["vocab_size"] if self.vocab_size is None else self.vocab_size
+
+    @property
+    def sp_model_type_(self) -> str:
+        return SP_DEFAULTS["sp_model_type"] if self.sp_model_type is None else self.sp_model_type
+
+    def options(self) -> dict[str, Any]:
+        """What decides the shards' bytes (stored in the manifest; a rerun must match it)."""
+        path = tokenizer_file(self.tokenizer)
+        if path is not None:
+            tok: dict[str, Any] = {"file": str(path.resolve()), "sha256": docs_io.sha256_file(path)}
+        else:
+            tok = {"name": self.tokenizer}
+            if self.tokenizer != "byte":
+                tok["sample_mb"] = self.tokenizer_sample_mb
+            if self.tokenizer == "sentencepiece":
+                tok.update(vocab_size=self.vocab_size_, sp_model_type=self.sp_model_type_)
+        keys = ("documents", "field", "val_fraction", "seed", "shard_mb", "decode_errors")
+        return {"tokenizer": tok, **{k: getattr(self, k) for k in keys}}
+
+
+@dataclasses.dataclass
+class Task:
+    """One shard to write: its split, index and documents (``text_bytes`` of UTF-8)."""
+
+    split: str
+    index: int
+    docs: list[str]
+    text_bytes: int
+
+    @property
+    def file(self) -> str:
+        return shards.shard_name(self.split, self.index)
+
+
+def _unit(data: bytes, seed: int, purpose: bytes) -> float:
+    """A hash of ``data`` as a number in [0, 1), one independent hash per ``purpose``."""
+    digest = hashlib.blake2b(data, digest_size=8, key=seed.to_bytes(8, "little"), person=purpose).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
+def _documents(cfg: PrepareConfig, sources: list[docs_io.Source]) -> Iterator[tuple[str, str, bytes]]:
+    """(split, document, its UTF-8 bytes) of every input document, in order."""
+    for source in sources:
+        for doc in docs_io.read_documents(source, unit=cfg.documents, field=cfg.field, errors=cfg.decode_errors):
+            data = doc.encode("utf-8")
+            val = cfg.val_fraction > 0 and _unit(data, cfg.seed, b"val") < cfg.val_fraction
+            yield ("val" if val else "train"), doc, data
+
+
+def plan(cfg: PrepareConfig, sources: list[docs_io.Source]) -> Iterator[Task]:
+    """The shards in the order their last document is read (deterministic)."""
+    limit = cfg.shard_mb * MB
+    pending: dict[str, Task] = {s: Task(s, 0, [], 0) for s in SPLITS}
+    for split, doc, data in _documents(cfg, sources):
+        task = pending[split]
+        task.docs.append(doc)
+        task.text_bytes += len(data)
+        if task.text_bytes >= limit:
+            yield task
+            pending[split] = Task(split, task.index + 1, [], 0)
+    yield from (task for task in pending.values() if task.docs)
+
+
+def tokenizer_sample(cfg: PrepareConfig, sources: list[docs_io.Source]) -> Iterator[str]:
+    """Train-split documents sampled by hash: about ``tokenizer_sample_mb`` MB, never more."""
+    budget = cfg.tokenizer_sample_mb * MB
+    rate = min(1.0, budget / max(1, sum(s.bytes for s in sources)))
+    taken = 0
+    for split, doc, data in _documents(cfg, sources):
+        if split == "train" and (rate >= 1.0 or _unit(data, cfg.seed, b"sample") < rate):
+            taken += len(data)
+            if taken > budget:
+                return
+            yield doc
+
+
+# Workers ------------------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(tokenizer_json: str, dtype: str) -> None:
+    _WORKER["tokenizer"] = tokenizer_from_json(json.loads(tokenizer_json))
+    _WORKER["dtype"] = np.dtype(dtype)
+
+
+def write_shard(docs: list[str], path: str) -> dict[str, Any]:
+    """Tokenize ``docs`` and write them to the shard ``path`` (in a worker); returns its counts."""
+    tok: Tokenizer = _WORKER["tokenizer"]
+    arrays = [tok.encode_np(doc) for doc in docs]
+    shards.write_records(path, arrays, _WORKER["dtype"])
+    unk = tok.unk_id
+    return {
+        "documents": len(arrays),
+        "tokens": int(sum(len(a) for a in arrays)),
+        "unk_tokens": int(sum(int((a == unk).sum()) for a in arrays)) if unk >= 0 else 0,
+        "bytes": os.path.getsize(path),
+        "sha256": docs_io.sha256_file(Path(path)),
+    }
+
+
+# The run ------------------------------------------------------------------------------------
+
+_OURS = (shards.MANIFEST, shards.MANIFEST + ".tmp", TOKENIZER_FILE)
+
+
+def _is_ours(name: str) -> bool:
+    return name in _OURS or name.endswith((shards.SUFFIX, shards.SUFFIX + ".tmp"))
+
+
+def _clear(out: Path) -> None:
+    for p in out.iterdir():
+        if p.is_file() and _is_ours(p.name):
+            p.unlink()
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    diff = [f"options.{k}" for k in sorted(set(old["options"]) | set(new["options"])) if
+            old["options"].get(k) != new["options"].get(k)]  # fmt: skip
+    keys = ("path", "format", "bytes", "sha256")
+    if [{k: s.get(k) for k in keys} for s in old["sources"]] != [{k: s[k] for k in keys} for s in new["sources"]]:
+        diff.append("sources (the input files or their contents)")
+    return diff
+
+
+def _resume(cfg: PrepareConfig, out: Path, new: dict) -> tuple[dict[str, dict], Tokenizer | None]:
+    """(finished shard entries by file, saved tokenizer) to keep from an earlier run in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.overwrite:
+        _clear(out)
+    if not (out / shards.MANIFEST).is_file():
+        foreign = sorted(p.name for p in out.iterdir() if not _is_ours(p.name))
+        if foreign:
+            raise ConfigError(
+                f"--out {out} holds other files ({', '.join(foreign[:3])}) and no manifest.json; give an "
+                "empty or new directory"
+            )
+        _clear(out)
+        return {}, None
+    try:
+        old = shards.read_manifest(out)
+    except ValueError as e:
+        raise ConfigError(f"--out {out}: {e}; or add --overwrite to replace it") from None
+    diff = _differences(old, new)
+    if diff:
+        raise ConfigError(
+            f"--out {out} holds shards of other inputs or options (they differ in {', '.join(diff)}); give "
+            "another --out, or add --overwrite to replace them"
+        )
+    tok_path = out / TOKENIZER_FILE
+    if not tok_path.is_file() or docs_io.sha256_file(tok_path) != old["tokenizer"]["sha256"]:
+        _clear(out)  # without its tokenizer no shard can be trusted
+        return {}, None
+    for p in out.glob("*.tmp"):
+        p.unlink()
+    kept = {e["file"]: e for e in old["shards"]
+            if (out / e["file"]).is_file() and docs_io.sha256_file(out / e["file"]) == e["sha256"]}  # fmt: skip
+    return kept, load_tokenizer(out)
+
+
+def _train(cfg: PrepareConfig, sources: list[docs_io.Source]) -> Tokenizer:
+    path = tokenizer_file(cfg.tokenizer)
+    if path is not None:
+        return read_tokenizer_file(path)
+    texts = tokenizer_sample(cfg, sources) if cfg.tokenizer != "byte" else iter(())
+    kw = {"vocab_size": cfg.vocab_size_, "sp_model_type": cfg.sp_model_type_, "seed": cfg.seed}
+    return _train_named(cfg.tokenizer, texts, **kw)
+
+
+def _summaries(entries: list[dict]) -> dict[str, dict]:
+    out = {}
+    for split in SPLITS:
+        mine = [e for e in entries if e["split"] == split]
+        if split == "train" or mine:
+            out[split] = {k: sum(e[k] for e in mine) for k in ("documents", "tokens", "unk_tokens", "text_bytes")}
+            out[split]["shards"] = [e["file"] for e in mine]
+    return out
+
+
+def prepare(cfg: PrepareConfig, *, progress: bool | None = None) -> dict[str, Any]:
+    """Writes (or completes) the shards of ``cfg.inputs`` in ``cfg.out``; returns a summary.
+    ``progress``: show the tqdm bar (None: when stderr is a terminal)."""
+    import tqdm
+
+    start = time.perf_counter()
+    out = Path(cfg.out).expanduser()
+    sources = docs_io.input_files(cfg.inputs)
+    manifest: dict[str, Any] = {
+        "format": shards.FORMAT,
+        "format_version": shards.FORMAT_VERSION,
+        "complete": False,
+        "sources": [s.to_json() for s in sources],
+        "options": cfg.options(),
+    }
+    kept, tokenizer = _resume(cfg, out, manifest)
+    if tokenizer is None:
+        tokenizer = _train(cfg, sources)
+        tokenizer.save(out)
+    dtype = shards.token_dtype(tokenizer.vocab_size)
+    manifest |= {
+        "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size, "file": TOKENIZER_FILE,
+                      "sha256": docs_io.sha256_file(out / TOKENIZER_FILE), "bos_id": tokenizer.bos_id,
+                      "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id},
+        "dtype": dtype.str, "record": shards.RECORD, "writer_options": shards.WRITER_OPTIONS,
+        "shards": sorted(kept.values(), key=lambda e: (SPLITS.index(e["split"]), e["index"])),
+    }  # fmt: skip
+    shards.write_manifest(out, manifest)
+    total = sum(s.bytes for s in sources) if all(s.format == "text" for s in sources) else None
+    disable = None if progress is None else not progress
+    bar = tqdm.tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=disable)
+    counts = {"written": 0, "kept": 0, "bytes": 0}
+
+    def finished(task: Task, result: dict[str, Any]) -> None:
+        os.replace(out / (task.file + ".tmp"), out / task.file)
+        entry = {"file": task.file, "split": task.split, "index": task.index, "text_bytes": task.text_bytes, **result}
+        manifest["shards"].append(entry)
+        shards.write_manifest(out, manifest)
+        counts["written"] += 1
+        counts["bytes"] += task.text_bytes
+        bar.update(task.text_bytes)
+
+    def todo() -> Iterator[Task]:
+        for task in plan(cfg, sources):
+            done = kept.get(task.file)
+            if done and (done["documents"], done["text_bytes"]) == (len(task.docs), task.text_bytes):
+                counts["kept"] += 1
+                bar.update(task.text_bytes)
+                continue
+            if done:  # finished by a run that cut the shards otherwise: write it again
+                manifest["shards"] = [e for e in manifest["shards"] if e["file"] != task.file]
+            yield task
+
+    init = (json.dumps(tokenizer.to_json()), dtype.str)
+    try:
+        if cfg.workers == 1:
+            _init_worker(*init)
+            for task in todo():
+                finished(task, write_shard(task.docs, str(out / (task.file + ".tmp"))))
+        else:
+            _run_pool(cfg.workers, init, todo(), out, finished)
+    finally:
+        bar.close()
+    manifest["shards"].sort(key=lambda e: (SPLITS.index(e["split"]), e["index"]))
+    manifest["splits"] = _summaries(manifest["shards"])
+    by_path = {str(s.path): s for s in sources}
+    for entry in manifest["sources"]:
+        entry |= {"documents": by_path[entry["path"]].documents, "skipped": by_path[entry["path"]].skipped}
+    manifest["complete"] = True
+    shards.write_manifest(out, manifest)
+    seconds = time.perf_counter() - start
+    splits = manifest["splits"]
+    return {
+        "out": str(out),
+        "tokenizer": tokenizer.kind,
+        "vocab_size": tokenizer.vocab_size,
+        "dtype": dtype.str,
+        **{f"{s}_{k}": splits[s][k] for s in splits for k in ("documents", "tokens")},
+        "shards_written": counts["written"],
+        "shards_kept": counts["kept"],
+        "unk_tokens": sum(v["unk_tokens"] for v in splits.values()),
+        "mb_written": counts["bytes"] / MB,
+        "seconds": seconds,
+        "mb_per_s": counts["bytes"] / MB / seconds,
+    }
+
+
+def _run_pool(workers: int, init: tuple[str, str], tasks: Iterator[Task], out: Path, finished) -> None:
+    """Tokenize ``tasks`` in ``workers`` spawned processes, at most two shards each in flight."""
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=init)
+    inflight: dict[Future, Task] = {}
+
+    def collect(return_when) -> None:
+        done, _ = wait(inflight, return_when=return_when)
+        errors = []
+        for future in sorted(done, key=lambda f: (inflight[f].split, inflight[f].index)):
+            task, error = inflight.pop(future), future.exception()
+            if error is None:
+                finished(task, future.result())
+            else:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    try:
+        for task in tasks:
+            if len(inflight) >= 2 * workers:
+                collect(FIRST_COMPLETED)
+            inflight[pool.submit(write_shard, task.docs, str(out / (task.file + ".tmp")))] = task
+        while inflight:
+            collect(FIRST_COMPLETED)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def default_workers() -> int:
+    return max(1, min(8, (os.cpu_count() or 1)))
