@@ -26,7 +26,7 @@ from transformer_jax.core import targets
 from transformer_jax.core.registry import Registry
 from transformer_jax.ops.chunked_attention import _check_qkv, chunked_attention
 from transformer_jax.ops.linear_attention import linear_attention
-from transformer_jax.ops.masks import AttentionMask
+from transformer_jax.ops.masks import AttentionMask, as_mask
 from transformer_jax.ops.pallas_attention import (
     PALLAS_GPU_TAKES,
     SPLASH_TAKES,
@@ -50,7 +50,7 @@ def attention(
     k_BSKD: Float[Array, "B S K D"],
     v_BSKD: Float[Array, "B S K D"],
     *,
-    mask: AttentionMask | None = None,
+    mask: AttentionMask | Bool[Array, "B|1 H|1 T S"] | None = None,
     bias: Float[Array, "B|1 H|1 T S"] | None = None,
     scale: float | None = None,
     kind: str = "softmax",
@@ -61,7 +61,8 @@ def attention(
 ) -> Float[Array, "B T H D"]:
     """Attention of T queries over S keys; returns [B, T, H, D].
 
-    mask: which keys each query sees (None = all). bias: additive, added to the scaled logits
+    mask: which keys each query sees (None = all; an `AttentionMask`, or a boolean array such as
+    ``causal_mask(T)``, True = visible, broadcastable to [B|1, H|1, T, S]). bias: additive, added to the scaled logits
     (differentiable). scale defaults to 1/sqrt(D). kind: ATTENTION_KINDS name; impl:
     ATTENTION_IMPLS name (ignored by kind="linear"; "auto" picks one per backend and mask);
     window: required by kind="sliding_window"; block_size: query/key tile size of the blockwise
@@ -70,6 +71,7 @@ def attention(
     """
     _check_qkv(q_BTHD, k_BSKD, v_BSKD)
     B, T, H, _ = q_BTHD.shape
+    mask = as_mask(mask)
     if mask is not None:
         mask.validate(T, k_BSKD.shape[1], B, H)
     kind_fn = ATTENTION_KINDS.get(kind)

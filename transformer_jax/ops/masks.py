@@ -86,6 +86,21 @@ def _slice_last(x: Array, start, size: int, axis: int) -> Array:
     return jax.lax.dynamic_slice_in_dim(x, start, size, axis=axis)
 
 
+def as_mask(mask: AttentionMask | Array | None) -> AttentionMask | None:
+    """``mask`` as an `AttentionMask`: a boolean array (True = visible, broadcastable to
+    [B|1, H|1, T, S], e.g. ``causal_mask(T)``) becomes its ``dense`` part."""
+    if mask is None or isinstance(mask, AttentionMask):
+        return mask
+    dtype = getattr(mask, "dtype", None)
+    if dtype is not None and jnp.issubdtype(dtype, jnp.bool_):
+        return AttentionMask(dense=mask)
+    raise TypeError(
+        f"mask must be an AttentionMask or a boolean array (True = visible), not {type(mask).__name__}"
+        + (f" of {dtype}" if dtype is not None else "")
+        + "; an additive float mask goes in bias=..., and AttentionMask(causal=True) is causal without a T x S array"
+    )
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class AttentionMask:

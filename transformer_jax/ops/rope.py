@@ -162,6 +162,16 @@ ROPE_PAIRINGS.register("split", _rotate_split)  # GPT-NeoX / HF LLaMA rotate_hal
 ROPE_PAIRINGS.register("adjacent", _rotate_adjacent)  # RoFormer / Meta LLaMA
 
 
+def _check_positions(shape: tuple[int, ...], x_shape: tuple[int, ...]) -> None:
+    """positions must be [T] or [B|1, T] for x of shape [B, T, H, D]."""
+    B, T = x_shape[0], x_shape[1]
+    if len(shape) not in (1, 2) or shape[-1] != T or (len(shape) == 2 and shape[0] not in (1, B)):
+        raise ValueError(
+            f"positions_BT has shape {shape}; expected [T] or [B|1, T] = [{B}|1, {T}] for x_BTHD of shape "
+            f"{tuple(x_shape)} (one position per token: e.g. jnp.arange(T), or offset + jnp.arange(T) when decoding)"
+        )
+
+
 def apply_rope(
     x_BTHD: Float[Array, "B T H D"],
     positions_BT: Int[ArrayLike, "B T"],
@@ -183,6 +193,7 @@ def apply_rope(
     head_dim = x_BTHD.shape[-1]
     if head_dim % 2:
         raise ValueError(f"head_dim={head_dim} (last axis of x_BTHD) must be even for RoPE")
+    _check_positions(jnp.shape(positions_BT), x_BTHD.shape)
     inv_freq, attention_factor = rope_frequencies(head_dim, theta=theta, scaling=scaling)
     angles_BT1F = jnp.asarray(positions_BT, jnp.float32)[..., None, None] * inv_freq
     cos = jnp.cos(angles_BT1F) * attention_factor
