@@ -97,6 +97,8 @@ def test_sentencepiece_trained_on_the_sample(tmp_path, docs_file):
     assert summary["train_tokens"] < sum(map(len, docs)) / 2  # pieces, not characters
     assert shards.manifest["options"]["tokenizer"] == {
         "name": "sentencepiece", "sample_mb": 100.0, "vocab_size": 400, "sp_model_type": "bpe"}  # fmt: skip
+    _, saved = run(tmp_path, [path], str(shards.directory / "tokenizer.json"), out="saved", shard_mb=0.002)
+    assert shard_bytes(saved.directory) == shard_bytes(shards.directory)  # the saved model, not retrained
 
 
 def test_hugging_face_tokenizer_json(tmp_path, docs_file):

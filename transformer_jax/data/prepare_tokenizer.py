@@ -56,9 +56,10 @@ def read_tokenizer_file(path: Path) -> Tokenizer:
         data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"--tokenizer {path}: not a JSON tokenizer file ({e})") from None
-    if isinstance(data, dict) and "type" in data and "model" not in data:
+    hugging_face = isinstance(data, dict) and isinstance(data.get("model"), dict)
+    if isinstance(data, dict) and "type" in data and not hugging_face:
         return tokenizer_from_json(data)
-    if not isinstance(data, dict) or "model" not in data:
+    if not hugging_face:
         raise ValueError(f"--tokenizer {path}: neither a Hugging Face tokenizer.json (no 'model') nor one of ours")
     try:
         return HFTokenizer(text, _hf_config(path.parent))
