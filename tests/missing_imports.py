@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-INSTALL = "pip install torch==2.13.0 && pip install -c constraints.txt -e '.[dev,interop,tpu,lmeval]' (README.md)"
+INSTALL = (
+    "pip install torch==2.13.0 && "
+    "pip install -c constraints.txt -e '.[dev,interop,tpu,lmeval,docs,tensorboard,wandb]' (README.md)"
+)
 
 
 def _reason(report: pytest.CollectReport) -> str:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import ConfigError, check_choice, check_positive, check_range, fail
+from transformer_jax.core.configlib import ConfigError, check_choice, check_positive, check_range, check_types, fail
 from transformer_jax.core.registry import Registry
 from transformer_jax.data.config import DataConfig
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.kinds import TRANSFORMER_KINDS
 from transformer_jax.models.lora import LoraConfig
 from transformer_jax.parallel.config import MeshConfig
+from transformer_jax.train.loggers import DEFAULT_LOGGERS, LOGGERS
 from transformer_jax.train.optim import OptimConfig
 
 NONFINITE_POLICIES: Registry[str] = Registry("non-finite policy")
@@ -33,6 +34,10 @@ class TrainConfig:
     config and tokenizer) the run starts from (``train --init-from DIR``). ``lora`` (None: off,
     ``--set train.lora=on``): train rank-r adapters on a frozen ``init_from`` base instead of
     every weight; its checkpoints hold the adapters and a fingerprint of the base.
+
+    ``loggers``: where metrics go, by name (``train.loggers.LOGGERS``; ``--set
+    train.loggers=jsonl,tensorboard,wandb``); a logger whose package is missing stops the run
+    before it starts, naming the extra to install.
     """
 
     steps: int = 2000
@@ -62,10 +67,14 @@ class TrainConfig:
     profile: str | None = None  # "START:STOP": a jax.profiler trace of steps START..STOP in WORKDIR/profile/
     init_from: str | None = None  # pretrained weights: a Hugging Face model directory or a run's workdir
     lora: LoraConfig | None = None  # LoRA adapters on a frozen init_from base (None: train every weight)
+    loggers: tuple[str, ...] = DEFAULT_LOGGERS  # metric loggers by name: jsonl, tensorboard, wandb
+    wandb_project: str = "transformer-jax"  # read by the wandb logger only
+    wandb_entity: str | None = None  # wandb team or user (None: the logged-in user's default)
 
-    SELECTORS: ClassVar = (("nonfinite", NONFINITE_POLICIES),)
+    SELECTORS: ClassVar = (("nonfinite", NONFINITE_POLICIES), ("loggers", LOGGERS))
 
     def __post_init__(self):
+        check_types(self, "train")
         check_positive("train.steps", self.steps)
         check_positive("train.batch_size", self.batch_size)
         check_positive("train.grad_accum", self.grad_accum)
@@ -97,6 +106,7 @@ class TrainConfig:
         check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
         if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
             fail("train.init_from", self.init_from, "must be a directory path", "or None to train from scratch")
+        self._check_loggers()
         if self.lora is not None and self.init_from is None:
             fail(
                 "train.lora",
@@ -104,6 +114,18 @@ class TrainConfig:
                 "LoRA adapts pretrained weights, and train.init_from is None",
                 "set train.init_from (train --init-from DIR) or turn LoRA off (train.lora=none)",
             )
+
+    def _check_loggers(self) -> None:
+        if not isinstance(self.loggers, tuple) or not all(isinstance(n, str) for n in self.loggers):
+            fail("train.loggers", self.loggers, "must be a tuple of logger names", "e.g. ('jsonl', 'tensorboard')")
+        for name in self.loggers:
+            check_choice("train.loggers", name, LOGGERS)
+        if len(set(self.loggers)) != len(self.loggers):
+            fail("train.loggers", self.loggers, "names a logger twice", "list each logger once")
+        if not isinstance(self.wandb_project, str) or not self.wandb_project.strip():
+            fail("train.wandb_project", self.wandb_project, "must be a non-empty project name")
+        if self.wandb_entity is not None and (not isinstance(self.wandb_entity, str) or not self.wandb_entity.strip()):
+            fail("train.wandb_entity", self.wandb_entity, "must be a team or user name", "or None for your default")
 
     def profile_steps(self) -> tuple[int, int]:
         """(START, STOP) of ``profile="START:STOP"`` (1-based steps, inclusive)."""

@@ -26,7 +26,8 @@ from transformer_jax.train.config import Config
 from transformer_jax.train.entry import entry_point
 from transformer_jax.train.experiment import absolute_paths
 from transformer_jax.train.lock import WorkdirLock
-from transformer_jax.train.metrics import MetricsWriter, ProgressBar
+from transformer_jax.train.loggers import check_installed
+from transformer_jax.train.metrics import MetricsWriter, ProgressBar, logger_settings
 from transformer_jax.train.optim import warn_schedule
 from transformer_jax.train.run import checkpoint_view, setup
 from transformer_jax.train.step import jit_train_step
@@ -37,6 +38,7 @@ def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None =
     ``restore_step``) and returns the final summary (the command line prints it as its last line).
     A config field that the chosen variants do not read, set to a non-default value, is an error."""
     configlib.check_reads(cfg)
+    check_installed(cfg.train.loggers)  # a missing logger package stops the run before it starts
     cfg = absolute_paths(cfg)  # the stored config.json works from any directory
     with WorkdirLock(workdir, enabled=jax.process_index() == 0):
         entry = entry_point(cfg.model.kind)
@@ -159,7 +161,12 @@ class Trainer:
         self._announce()
         key = jax.random.key(tc.seed)
         self.it = run.data.train_iterator(self.data_state)
-        self.writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=self.start_step or None)
+        self.writer = MetricsWriter(
+            self.workdir,
+            enabled=self.is_main,
+            resume_step=self.start_step or None,
+            **logger_settings(self.cfg),
+        )
         self.bar = ProgressBar(tc.steps, initial=self.start_step, enabled=self.is_main)
         step = self.start_step
         try:
@@ -219,7 +226,18 @@ class Trainer:
 # settings that leave the trained weights alone: changing them on resume needs no warning
 _BOOKKEEPING = frozenset(
     "train." + f
-    for f in ("max_minutes", "log_every", "sample_every", "sample_tokens", "sample_prompt", "profile", "peak_flops")
+    for f in (
+        "max_minutes",
+        "log_every",
+        "sample_every",
+        "sample_tokens",
+        "sample_prompt",
+        "profile",
+        "peak_flops",
+        "loggers",
+        "wandb_project",
+        "wandb_entity",
+    )
 ) | {"name", "train.per_layer_grad_norms"}
 
 

@@ -1,33 +1,38 @@
-"""Metric logging: JSON lines plus TensorBoard event files, and a tqdm progress bar.
+"""Metric logging to the loggers a run names in its config (``train.loggers``: JSON lines,
+TensorBoard, Weights & Biases; see ``train.loggers``), and a tqdm progress bar.
 
-``workdir/metrics.jsonl`` holds one JSON object per `MetricsWriter.write` call,
-``{"step": 100, "time": 1796245310.2, "loss": 2.31, "grad_norm": 0.8, "layer_rms": [1.0, 1.1]}``,
-``time`` being the Unix time of the write (so curves can be drawn against wall-clock). The output is
-strict JSON: non-finite floats are written as the strings ``"nan"``, ``"inf"``, ``"-inf"``, and
-`read_metrics` turns them back into floats. ``workdir/tb/`` holds the same scalars as TensorBoard
-event files (tensorboardX; no TensorFlow); a vector ``v`` becomes the scalars ``v/0``, ``v/1``...
+`MetricsWriter.write` stamps each record with its step and the Unix time of the write,
+``{"step": 100, "time": 1796245310.2, "loss": 2.31, "grad_norm": 0.8, "layer_rms": [1.0, 1.1]}``
+(so curves can be drawn against wall-clock), and hands it to every logger; `read_metrics` reads
+``workdir/metrics.jsonl`` (the ``jsonl`` logger) back.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import pathlib
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 import tqdm
 
-METRICS_FILE = "metrics.jsonl"
-TB_DIR = "tb"
-_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+from transformer_jax.core import configlib
+from transformer_jax.train.loggers import (
+    DEFAULT_LOGGERS,
+    METRICS_FILE,
+    TB_DIR,
+    Logger,
+    LoggerContext,
+    open_loggers,
+    read_lines,
+)
 
 
 def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -63,74 +68,40 @@ def _to_python(name: str, value: Any) -> Any:
     )
 
 
-def _encode(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, list):
-        return [_encode(v) for v in value]
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, str) and value in _NONFINITE:
-        return _NONFINITE[value]
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
-
-
-def _scalars(name: str, value: Any):
-    """(tag, float) pairs for TensorBoard: ``name`` itself, or ``name/i[/j...]`` for arrays."""
-    if isinstance(value, str):
-        return
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0:
-        yield name, float(arr)
-        return
-    for index in np.ndindex(arr.shape):
-        yield name + "".join(f"/{i}" for i in index), float(arr[index])
-
-
 class MetricsWriter:
-    """Writes ``{"step": step, **metrics}`` to ``workdir/metrics.jsonl`` and ``workdir/tb/``.
+    """Writes ``{"step": step, "time": now, **metrics}`` to each of ``loggers`` (names of
+    ``train.loggers.LOGGERS``; by default JSON lines and TensorBoard) in ``workdir``.
 
     ``enabled=False`` (every process but process 0) writes nothing and creates no files.
-    ``resume_step``: when resuming from a checkpoint at that step, records with a larger step
-    are dropped from the JSON lines and TensorBoard is told to purge them (``purge_step``), so a
-    restarted run does not leave duplicate steps behind. Nested dicts are flattened into
-    ``"eval/loss"`` keys; strings go to the JSON lines only. The JSON file is flushed after each
-    write; TensorBoard on `flush` (and every 30 s).
+    ``resume_step``: when resuming from a checkpoint at that step, the loggers drop or purge the
+    records of later steps (see ``train.loggers``), so a restarted run leaves no duplicate steps.
+    Nested dicts are flattened into ``"eval/loss"`` keys. ``run_config``, ``name`` and the
+    ``wandb_*`` settings go to `LoggerContext` (a wandb run shows them).
     """
 
-    def __init__(self, workdir: str | os.PathLike, *, enabled: bool = True, resume_step: int | None = None):
+    def __init__(
+        self,
+        workdir: str | os.PathLike,
+        *,
+        enabled: bool = True,
+        resume_step: int | None = None,
+        loggers: Iterable[str] = DEFAULT_LOGGERS,
+        **context: Any,
+    ):
         self.workdir = pathlib.Path(workdir)
         self.enabled = enabled
-        self._file = None
-        self._tb = None
+        self._loggers: list[Logger] | None = None
         if not enabled:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
-        path = self.workdir / METRICS_FILE
-        if resume_step is not None and path.exists():
-            kept = [r for r in _read_lines(path) if int(r.get("step", -1)) <= resume_step]
-            with open(path, "w") as f:
-                f.writelines(json.dumps(_encode_record(r), allow_nan=False) + "\n" for r in kept)
-        self._file = open(path, "a")  # noqa: SIM115 - closed by close()
-        import tensorboardX  # deferred: it pulls in protobuf
-
-        self._tb = tensorboardX.SummaryWriter(
-            str(self.workdir / TB_DIR),
-            purge_step=None if resume_step is None else resume_step + 1,
-            flush_secs=30,
-        )
+        self._loggers = open_loggers(loggers, LoggerContext(self.workdir, resume_step, **context))
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Log ``metrics`` (scalars, arrays, nested dicts; numpy/jax values allowed) at ``step``."""
         if not self.enabled:
             return
-        if self._file is None:
+        if self._loggers is None:
             raise RuntimeError("MetricsWriter.write after close()")
-        assert self._tb is not None  # opened and closed together with _file
         flat = _flatten(metrics)
         if "step" in flat:
             raise ValueError("metrics must not contain a 'step' key; pass the step as `step`")
@@ -138,25 +109,17 @@ class MetricsWriter:
             raise ValueError("metrics must not contain a 'time' key: the writer stamps each record with it")
         record: dict[str, Any] = {"step": int(step), "time": time.time()}
         record.update({name: _to_python(name, value) for name, value in flat.items()})
-        self._file.write(json.dumps(_encode_record(record), allow_nan=False) + "\n")
-        self._file.flush()
-        for name, value in record.items():
-            if name not in ("step", "time"):
-                for tag, scalar in _scalars(name, value):
-                    self._tb.add_scalar(tag, scalar, global_step=record["step"])
+        for logger in self._loggers:
+            logger.write(record)
 
     def flush(self) -> None:
-        if self.enabled and self._file is not None:
-            assert self._tb is not None  # opened and closed together with _file
-            self._file.flush()
-            self._tb.flush()
+        for logger in self._loggers or ():
+            logger.flush()
 
     def close(self) -> None:
-        if self.enabled and self._file is not None:
-            assert self._tb is not None  # opened and closed together with _file
-            self._file.close()
-            self._tb.close()
-            self._file = self._tb = None
+        loggers, self._loggers = self._loggers or [], None
+        for logger in loggers:
+            logger.close()
 
     def __enter__(self) -> MetricsWriter:
         return self
@@ -165,24 +128,16 @@ class MetricsWriter:
         self.close()
 
 
-def _encode_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _encode(v) for k, v in record.items()}
-
-
-def _read_lines(path: pathlib.Path) -> list[dict[str, Any]]:
-    lines = path.read_text().splitlines()
-    records = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # a line cut short by a crash
-                break
-            raise ValueError(f"{path}:{i + 1} is not valid JSON: {line[:80]!r}") from None
-        records.append({k: _decode(v) for k, v in record.items()})
-    return records
+def logger_settings(cfg: Any) -> dict[str, Any]:
+    """`MetricsWriter`'s keywords from an experiment ``Config``: its loggers, name and settings."""
+    tc = cfg.train
+    return {
+        "loggers": tc.loggers,
+        "run_config": configlib.to_dict(cfg),
+        "name": cfg.name,
+        "wandb_project": tc.wandb_project,
+        "wandb_entity": tc.wandb_entity,
+    }
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -190,7 +145,7 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
     path = pathlib.Path(workdir) / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"no {METRICS_FILE} in workdir={str(workdir)!r}")
-    return _read_lines(path)
+    return read_lines(path)
 
 
 class _LineStream(io.TextIOBase):
@@ -272,3 +227,14 @@ class ProgressBar:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+__all__ = [
+    "DEFAULT_LOGGERS",
+    "METRICS_FILE",
+    "TB_DIR",
+    "MetricsWriter",
+    "ProgressBar",
+    "logger_settings",
+    "read_metrics",
+]

@@ -29,7 +29,7 @@ from transformer_jax.models.baselines.ngram import NGramLM
 from transformer_jax.train.config import Config
 from transformer_jax.train.entry import ENTRY_POINTS, EntryPoint
 from transformer_jax.train.experiment import workdir_config
-from transformer_jax.train.metrics import MetricsWriter
+from transformer_jax.train.metrics import MetricsWriter, logger_settings
 
 NGRAM_FILE = "ngram.npz"
 
@@ -110,7 +110,7 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
     )
     train = score(model, data.eval_batches("train", cfg.train.eval_batches), accuracy=False)
     val = score(model, data.eval_batches("val", cfg.train.eval_batches))
-    with MetricsWriter(workdir) as writer:
+    with MetricsWriter(workdir, **logger_settings(cfg)) as writer:
         writer.write(
             0,
             {

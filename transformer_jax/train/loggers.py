@@ -1,0 +1,251 @@
+"""Metric loggers chosen by name (``train.loggers``): ``jsonl``, ``tensorboard``, ``wandb``.
+
+`MetricsWriter` (``train.metrics``) checks and flattens each record, ``{"step": 100, "time":
+1796245310.2, "train/loss": 2.31, "train/layer_rms": [1.0, 1.1]}``, and hands it to every chosen
+logger. Each logger is registered with the module it imports and the extra that installs it, so a
+logger whose package is missing is an error naming the extra (`check_installed`), never a skip.
+
+- ``jsonl``: ``workdir/metrics.jsonl``, one strict-JSON object per record (non-finite floats as the
+  strings ``"nan"``, ``"inf"``, ``"-inf"``; ``metrics.read_metrics`` turns them back).
+- ``tensorboard``: event files in ``workdir/tb/`` (tensorboardX, a dependency; the viewer is the
+  ``tensorboard`` extra: ``tensorboard --logdir WORKDIR/tb``); a vector ``v`` is logged as the
+  scalars ``v/0``, ``v/1``...; strings are not logged.
+- ``wandb``: one Weights & Biases run per invocation, its files in ``workdir/wandb/`` (or
+  ``$WANDB_DIR``), grouped by the workdir's name, with the run's config; scalars as for TensorBoard,
+  strings as text. ``WANDB_MODE=offline`` logs without network (``wandb sync`` uploads later).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import pathlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from transformer_jax.core.configlib import fail
+from transformer_jax.core.registry import Registry
+
+METRICS_FILE = "metrics.jsonl"
+TB_DIR = "tb"
+WANDB_DIR = "wandb"
+DEFAULT_LOGGERS = ("jsonl", "tensorboard")  # train.loggers by default
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggerContext:
+    """What a logger may need when it opens: where, from which step, and the run's settings."""
+
+    workdir: pathlib.Path
+    resume_step: int | None = None  # resuming from this checkpoint step: later records are stale
+    run_config: Mapping[str, Any] | None = None  # the run's config as a dict (wandb shows it)
+    name: str = "experiment"
+    wandb_project: str = "transformer-jax"
+    wandb_entity: str | None = None
+
+
+class Logger(abc.ABC):
+    """Receives every record (``step``, ``time`` and flat metric names) until `close`."""
+
+    @abc.abstractmethod
+    def write(self, record: Mapping[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Push buffered records out."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggerSpec:
+    """A registered logger: how to open it, the module it imports, the extra that installs it."""
+
+    open: Callable[[LoggerContext], Logger]
+    module: str
+    extra: str | None  # None: the module is a dependency of transformer-jax
+    what: str
+
+
+LOGGERS: Registry[LoggerSpec] = Registry("logger")
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def check_installed(names: Iterable[str], field: str = "train.loggers") -> None:
+    """Raises a ``ConfigError`` naming the extra to install for the first logger of ``names``
+    whose package is missing (the command line exits 2 with it)."""
+    names = tuple(names)
+    for name in names:
+        spec = LOGGERS.get(name)
+        if not _installed(spec.module):
+            extra = f"'transformer-jax[{spec.extra}]'" if spec.extra else "transformer-jax"
+            fail(
+                field,
+                names,
+                f"the {name!r} logger needs the {spec.module!r} package, which is not installed",
+                f"install it with `pip install -c constraints.txt {extra}` or remove {name!r} from {field}",
+            )
+
+
+def open_loggers(names: Iterable[str], ctx: LoggerContext) -> list[Logger]:
+    """The loggers ``names`` opened in ``ctx.workdir`` (each checked with `check_installed` first)."""
+    names = tuple(names)
+    check_installed(names)
+    return [LOGGERS.get(name).open(ctx) for name in names]
+
+
+def scalars(name: str, value: Any) -> Iterator[tuple[str, float]]:
+    """(tag, float) pairs: ``name`` itself, or ``name/i[/j...]`` for arrays; none for strings."""
+    if isinstance(value, str):
+        return
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        yield name, float(arr)
+        return
+    for index in np.ndindex(arr.shape):
+        yield name + "".join(f"/{i}" for i in index), float(arr[index])
+
+
+# JSON lines ---------------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str) and value in _NONFINITE:
+        return _NONFINITE[value]
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def encode_line(record: Mapping[str, Any]) -> str:
+    return json.dumps({k: _encode(v) for k, v in record.items()}, allow_nan=False) + "\n"
+
+
+def read_lines(path: pathlib.Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; a last line cut short by a crash is dropped."""
+    lines = path.read_text().splitlines()
+    records = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # a line cut short by a crash
+                break
+            raise ValueError(f"{path}:{i + 1} is not valid JSON: {line[:80]!r}") from None
+        records.append({k: _decode(v) for k, v in record.items()})
+    return records
+
+
+class JsonLines(Logger):
+    """``workdir/metrics.jsonl``; on resume, records after ``resume_step`` are dropped first."""
+
+    def __init__(self, ctx: LoggerContext):
+        path = ctx.workdir / METRICS_FILE
+        if ctx.resume_step is not None and path.exists():
+            kept = [r for r in read_lines(path) if int(r.get("step", -1)) <= ctx.resume_step]
+            path.write_text("".join(encode_line(r) for r in kept))
+        self._file = open(path, "a")  # noqa: SIM115 - closed by close()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._file.write(encode_line(record))
+        self._file.flush()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoard(Logger):
+    """Event files in ``workdir/tb/``; on resume, TensorBoard is told to purge the later steps."""
+
+    def __init__(self, ctx: LoggerContext):
+        import tensorboardX  # deferred: it pulls in protobuf
+
+        self._tb = tensorboardX.SummaryWriter(
+            str(ctx.workdir / TB_DIR),
+            purge_step=None if ctx.resume_step is None else ctx.resume_step + 1,
+            flush_secs=30,
+        )
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        for name, value in record.items():
+            if name not in ("step", "time"):
+                for tag, scalar in scalars(name, value):
+                    self._tb.add_scalar(tag, scalar, global_step=record["step"])
+
+    def flush(self) -> None:
+        self._tb.flush()
+
+    def close(self) -> None:
+        self._tb.close()
+
+
+class WandB(Logger):
+    """A Weights & Biases run: one per invocation (a resumed run starts a new one, named with its
+    start step, in the same group), so every run's steps only increase."""
+
+    def __init__(self, ctx: LoggerContext):
+        import wandb
+
+        start = "" if ctx.resume_step is None else f" (from step {ctx.resume_step})"
+        self._run = wandb.init(
+            project=ctx.wandb_project,
+            entity=ctx.wandb_entity,
+            dir=None if os.environ.get("WANDB_DIR") else str(ctx.workdir),
+            group=ctx.workdir.resolve().name,
+            name=f"{ctx.name}{start}",
+            job_type="train",
+            config=dict(ctx.run_config or {}),
+        )
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        values: dict[str, Any] = {}
+        for name, value in record.items():
+            if name in ("step", "time"):
+                continue
+            if isinstance(value, str):
+                values[name] = value
+            else:
+                values.update(scalars(name, value))
+        self._run.log(values, step=int(record["step"]))
+
+    def flush(self) -> None:
+        """Nothing to do: wandb streams each record to its own process."""
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+LOGGERS.register("jsonl", LoggerSpec(JsonLines, "json", None, f"one JSON object per record in {METRICS_FILE}"))
+LOGGERS.register(
+    "tensorboard",
+    LoggerSpec(TensorBoard, "tensorboardX", None, f"TensorBoard event files in {TB_DIR}/ (viewer: extra tensorboard)"),
+)
+LOGGERS.register(
+    "wandb",
+    LoggerSpec(WandB, "wandb", "wandb", "a Weights & Biases run (WANDB_MODE=offline: no network)"),
+    reads=("wandb_project", "wandb_entity"),
+)
