@@ -23,7 +23,7 @@ from transformer_jax.decode.strategies import SamplingConfig
 
 
 def _prefill(model, seq_BL, start: int):
-    check_length(model.cfg, seq_BL.shape[1], "prompt length + max_new_tokens")
+    check_length(getattr(model, "cfg", None), seq_BL.shape[1], "prompt length + max_new_tokens")
     logits, aux = model(seq_BL[:, :start], cache=model.init_cache(seq_BL.shape[0], seq_BL.shape[1]))
     return logits, aux["cache"]
 
@@ -110,7 +110,8 @@ def generate(
     """Up to ``max_new_tokens`` new tokens per prompt (fewer after an ``eos_id``) chosen by
     ``sampling`` (greedy, temperature, top-k, top-p); deterministic for a ``key``.
 
-    Pass a DecoderLM, or a graphdef and its state(s) (``(params, model_state)`` of a TrainState).
+    Pass a DecoderLM or any nnx.Module with its interface (`decode.loop.CachedLM`), or a graphdef
+    and its state(s) (``(params, model_state)`` of a TrainState).
     ``prompt_lengths_B`` (default: all ``P``) gives right-padded prompts their lengths.
     ``return_logits`` keeps every step's logits in ``Generation.logits`` (tests, scoring).
     """

@@ -15,6 +15,7 @@ cached attention has no per-row ``kv_valid`` to hide the padding slots.)
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable
 
 import jax
@@ -26,6 +27,19 @@ from transformer_jax.decode.strategies import SamplingConfig, pick
 
 # step(tokens_B1, cache) -> (logits_BV of the next position, cache)
 Step = Callable[[Int[Array, "B 1"], object], tuple[Float[Array, "B V"], object]]
+
+
+@typing.runtime_checkable
+class CachedLM(typing.Protocol):
+    """What `generate` and `beam_search` need of a decoder-only model (an ``nnx.Module``; the
+    package's ``DecoderLM`` is one): ``init_cache(batch, max_len)`` returns the empty cache (any
+    pytree; arrays with a batch axis hold it first, except our models' own KV caches), and
+    ``model(tokens_BT, cache=cache)`` returns ``(logits_BTV, {"cache": cache})`` for tokens written
+    at the cache's next ``T`` positions. An optional ``cfg`` lets decoding check learned positions."""
+
+    def init_cache(self, batch: int, max_len: int) -> typing.Any: ...
+
+    def __call__(self, tokens_BT: Int[Array, "B T"], *, cache: typing.Any) -> tuple[Float[Array, "B T V"], dict]: ...
 
 
 @jax.tree_util.register_dataclass
@@ -124,7 +138,14 @@ def as_graph(model_or_graphdef, params):
     if params is None:
         from flax import nnx
 
-        graphdef, *states = nnx.split(model_or_graphdef)
+        model = model_or_graphdef
+        if not isinstance(model, nnx.Module) or not isinstance(model, CachedLM):
+            raise TypeError(
+                f"decoding takes an nnx.Module with init_cache(batch, max_len) and "
+                f"__call__(tokens_BT, cache=...) -> (logits_BTV, {{'cache': ...}}) (decode.loop.CachedLM), "
+                f"or a graphdef with its params; got {type(model).__name__}"
+            )
+        graphdef, *states = nnx.split(model)
         return graphdef, tuple(states)
     return model_or_graphdef, params
 
@@ -136,7 +157,10 @@ def merge(graphdef, params):
 
 
 def check_length(cfg, length: int, what: str) -> None:
-    """Learned position tables (of the Transformer kinds) end at ``model.max_len``."""
+    """Learned position tables (of the Transformer kinds) end at ``model.max_len``; a model of
+    another project (``cfg`` None or not ours) is trusted with its own lengths."""
+    if getattr(cfg, "position", None) is None:
+        return
     if cfg.kind in ("decoder_lm", "encoder_decoder") and cfg.position == "learned" and length > cfg.max_len:
         raise ValueError(
             f"{what}: decoding needs {length} positions but model.max_len={cfg.max_len} (a learned "
