@@ -103,12 +103,12 @@ def test_notebook_pairs_match_and_hold_no_outputs(source):
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in ipynb.cells if c.cell_type == "code")
 
 
-def test_readme_gallery_is_generated_from_the_committed_results():
-    readme = ablation.repo_root() / "README.md"
-    text = readme.read_text()
+def test_docs_gallery_is_generated_from_the_committed_results():
+    page = ablation.repo_root() / ablation.GALLERY_PAGE
+    text = page.read_text()
     section = text.split(ablation.GALLERY_START, 1)[1].split(ablation.GALLERY_END, 1)[0]
     assert section.strip() == ablation.gallery_markdown().strip(), (
-        "README gallery is stale: run `python -m transformer_jax.ablation`"
+        f"the gallery of {ablation.GALLERY_PAGE} is stale: run `python -m transformer_jax.ablation`"
     )
 
 
@@ -130,7 +130,10 @@ def test_gallery_lists_full_results_with_figures_and_verdicts(tmp_path):
     md = ablation.gallery_markdown(tmp_path)
     assert "### demo" in md and "experiments/results/demo/loss.png" in md and "| claim |" in md
     assert "smoky" not in md
-    readme = tmp_path / "README.md"
-    readme.write_text(f"top\n{ablation.GALLERY_START}\nold\n{ablation.GALLERY_END}\nbottom\n")
-    assert ablation.update_readme_gallery(readme) and not ablation.update_readme_gallery(readme)
-    assert "### demo" in readme.read_text() and readme.read_text().endswith("bottom\n")
+    page = tmp_path / ablation.GALLERY_PAGE
+    page.parent.mkdir()
+    page.write_text(f"top\n{ablation.GALLERY_START}\nold\n{ablation.GALLERY_END}\nbottom\n")
+    assert ablation.update_gallery(root=tmp_path) and not ablation.update_gallery(root=tmp_path)
+    assert "### demo" in page.read_text() and page.read_text().endswith("bottom\n")
+    # figures are linked from the page's folder (docs/), so they show on the site and the repository
+    assert "](../experiments/results/demo/loss.png)" in page.read_text()

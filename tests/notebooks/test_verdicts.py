@@ -1,7 +1,7 @@
 """Verdicts on synthetic results whose answer is known.
 
 The package's part (``transformer_jax.ablation``): ``verdict`` (True / False / None -> holds /
-does not hold / inconclusive), ``verdict_table``, the README gallery that shows FULL runs'
+does not hold / inconclusive), ``verdict_table``, the docs gallery that shows FULL runs'
 tables, and ``Curves.diverged`` / ``final_val`` / ``final_or`` that notebooks feed into their
 comparisons. The protocol's statistics are tested in ``tests/ablation``.
 
@@ -65,14 +65,14 @@ def test_gallery_shows_the_verdicts_of_full_runs_only(tmp_path):
     assert full in gallery and "Smoke claim" not in gallery and "a_smoke" not in gallery
     assert gallery.startswith("### b_full") and "commit 0123456789ab," in gallery
 
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{ablation.GALLERY_START}\nSTALE GALLERY\n{ablation.GALLERY_END}\noutro\n")
-    assert ablation.update_readme_gallery(readme) and not ablation.update_readme_gallery(readme)
-    text = readme.read_text()
+    page = tmp_path / "page.md"
+    page.write_text(f"intro\n{ablation.GALLERY_START}\nSTALE GALLERY\n{ablation.GALLERY_END}\noutro\n")
+    assert ablation.update_gallery(page, root=tmp_path) and not ablation.update_gallery(page, root=tmp_path)
+    text = page.read_text()
     assert full in text and "STALE" not in text and text.startswith("intro\n") and text.endswith("outro\n")
-    readme.write_text("no markers\n")
+    page.write_text("no markers\n")
     with pytest.raises(ValueError, match="gallery"):
-        ablation.update_readme_gallery(readme)
+        ablation.update_gallery(page, root=tmp_path)
 
 
 def _curves(train, val, **summary):

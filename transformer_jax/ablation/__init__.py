@@ -49,13 +49,14 @@ from transformer_jax.ablation.protocol import (
 )
 from transformer_jax.ablation.results import (
     GALLERY_END,
+    GALLERY_PAGE,
     GALLERY_START,
     PREDATES,
     VERDICTS,
     config_dict,
     gallery_markdown,
     save_results,
-    update_readme_gallery,
+    update_gallery,
     verdict,
     verdict_table,
 )
@@ -95,6 +96,7 @@ from transformer_jax.ablation.tuning import (
 
 __all__ = [
     "GALLERY_END",
+    "GALLERY_PAGE",
     "GALLERY_START",
     "PREDATES",
     "PROTOCOL",
@@ -149,7 +151,7 @@ __all__ = [
     "t_quantile",
     "time_steps",
     "train_curves",
-    "update_readme_gallery",
+    "update_gallery",
     "verdict",
     "verdict_table",
     "with_lr",

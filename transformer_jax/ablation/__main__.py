@@ -1,5 +1,6 @@
-"""``python -m transformer_jax.ablation``: rewrite README's gallery from the committed FULL results."""
+"""``python -m transformer_jax.ablation``: rewrite the gallery of docs/notebooks.md from the committed
+FULL results."""
 
-from transformer_jax.ablation.results import update_readme_gallery
+from transformer_jax.ablation.results import GALLERY_PAGE, update_gallery
 
-print("README gallery", "updated" if update_readme_gallery() else "already up to date")
+print(GALLERY_PAGE, "gallery", "updated" if update_gallery() else "already up to date")

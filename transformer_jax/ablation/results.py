@@ -1,9 +1,10 @@
-"""Results of a notebook: ``results.json`` with provenance, verdict tables, the README gallery."""
+"""Results of a notebook: ``results.json`` with provenance, verdict tables, the docs gallery."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import time
 from collections.abc import Mapping, Sequence
@@ -114,23 +115,28 @@ def verdict_table(rows: Sequence[tuple[str, str, str]]) -> str:
 
 
 GALLERY_START, GALLERY_END = "<!-- gallery:start -->", "<!-- gallery:end -->"
+GALLERY_PAGE = "docs/notebooks.md"  # the page, relative to the checkout, whose gallery section is generated
 PREDATES = (
     "**This result predates the protocol** (one run per arm, no interval: n=1), so by the protocol "
     "every verdict above is inconclusive until the notebook is re-run with seeds."
 )
 
 
-def gallery_markdown(root: pathlib.Path | None = None) -> str:
-    """The README gallery: for each ``experiments/results/<notebook>/results.json`` of a FULL run
-    (sorted by name), a heading, its PNG figures and its verdict table, with commit and date."""
+def gallery_markdown(root: pathlib.Path | None = None, page_dir: pathlib.Path | None = None) -> str:
+    """The gallery of ``GALLERY_PAGE``: for each ``experiments/results/<notebook>/results.json`` of a
+    FULL run (sorted by name), a heading, its PNG figures and its verdict table, with commit and date.
+    Figures are linked relative to ``page_dir``, the folder of the page (default: that of
+    ``GALLERY_PAGE`` under ``root``)."""
     root = repo_root() if root is None else root
+    page_dir = (root / GALLERY_PAGE).parent if page_dir is None else page_dir
+    link = lambda png: pathlib.Path(os.path.relpath(png, page_dir)).as_posix()
     parts = []
     for path in sorted((root / "experiments" / "results").glob("*/results.json")):
         record = json.loads(path.read_text())
         if record.get("mode") != "full":
             continue
         folder = path.parent.relative_to(root).as_posix()
-        figures = "\n".join(f"![{png.stem}]({folder}/{png.name})" for png in sorted(path.parent.glob("*.png")))
+        figures = "\n".join(f"![{png.stem}]({link(png)})" for png in sorted(path.parent.glob("*.png")))
         table = record["results"].get("verdicts", "")
         if record.get("protocol") != PROTOCOL:
             table += f"\n\n{PREDATES}"
@@ -142,16 +148,18 @@ def gallery_markdown(root: pathlib.Path | None = None) -> str:
     return "\n\n".join(parts) if parts else "(no FULL results committed yet)"
 
 
-def update_readme_gallery(readme: pathlib.Path | None = None) -> bool:
-    """Rewrites the part of README.md between the gallery markers from `gallery_markdown`;
-    returns whether it changed."""
-    readme = repo_root() / "README.md" if readme is None else readme
-    text = readme.read_text()
+def update_gallery(page: pathlib.Path | None = None, root: pathlib.Path | None = None) -> bool:
+    """Rewrites the part of ``page`` (default ``GALLERY_PAGE``) between the gallery markers from
+    `gallery_markdown` of the results under ``root`` (default: the checkout); returns whether it
+    changed."""
+    root = repo_root() if root is None else root
+    page = root / GALLERY_PAGE if page is None else page
+    text = page.read_text()
     if GALLERY_START not in text or GALLERY_END not in text:
-        raise ValueError(f"{readme} has no {GALLERY_START} ... {GALLERY_END} section to fill")
+        raise ValueError(f"{page} has no {GALLERY_START} ... {GALLERY_END} section to fill")
     head, rest = text.split(GALLERY_START, 1)
     _, tail = rest.split(GALLERY_END, 1)
-    new = f"{head}{GALLERY_START}\n{gallery_markdown(readme.parent)}\n{GALLERY_END}{tail}"
+    new = f"{head}{GALLERY_START}\n{gallery_markdown(root, page.parent)}\n{GALLERY_END}{tail}"
     if new != text:
-        readme.write_text(new)
+        page.write_text(new)
     return new != text
