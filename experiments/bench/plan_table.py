@@ -1,5 +1,6 @@
-"""README's "Plan a run on TPUs or GPUs" table: what GPT-2 124M and the 336M llama recipe need per
-chip, and their roofline estimates, on v5e-4, v5p-8, v6e-8 and h100x8, compiled on this machine.
+"""The table of docs/scaling.md, "Plan a run on TPUs or GPUs": what GPT-2 124M and the 336M llama
+recipe need per chip, and their roofline estimates, on v5e-4, v5p-8, v6e-8 and h100x8, compiled on
+this machine.
 
 Each model is compiled with FSDP over every chip at 2 sequences per chip, with ``xla`` attention
 (the T x T scores in memory) and with the platform's kernel (splash on TPU, pallas_gpu on GPU).

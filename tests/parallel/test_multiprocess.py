@@ -109,7 +109,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def test_surviving_process_exits_when_its_peer_dies(tmp_path):
-    """README: "a killed peer stops the survivor within the heartbeat timeout"."""
+    """docs/scaling.md: "a killed peer stops the survivor within the heartbeat timeout"."""
     port = _port()
     sets = [
         "train.batch_size=8",

@@ -1,6 +1,6 @@
 """The 336M LLaMA-like model (``llama_like``: 24 layers, d_model 1024, 16 heads / 4 KV heads, SwiGLU
 2816) at sequence 2048 in bfloat16 activations with float32 parameters and AdamW, layers scanned:
-the recipe that ``transformer-jax compile`` plans pod runs with (README, "Plan a run on TPUs or
+the recipe that ``transformer-jax compile`` plans pod runs with (docs/scaling.md, "Plan a run on TPUs or
 GPUs") and the GPU benchmark measures. Global batch 32 x 2048 tokens; set ``mesh.*`` and
 ``train.batch_size`` for the slice (``--set mesh.fsdp=4 train.batch_size=8`` on a v5p-8).
 
