@@ -45,3 +45,20 @@ def test_bad_inputs_exit_2_with_one_message(tmp_path):
     _refused(cli("prepare", "--input", str(tmp_path / "d.jsonl"), "--out", out, "--tokenizer", "char",
                  "--vocab-size", "500", check=False),
              "--vocab-size is read only with --tokenizer sentencepiece")  # fmt: skip
+
+
+def test_help_states_the_config_defaults():
+    import dataclasses
+
+    from transformer_jax.cli import build_parser
+    from transformer_jax.cli.prepare import OPTIONS
+    from transformer_jax.data.prepare import PrepareConfig
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["prepare"]
+    helps = {a.dest: a.help for a in sub._actions}
+    defaults = {f.name: f.default for f in dataclasses.fields(PrepareConfig)}
+    assert "default: the CPU count" in helps["workers"]  # the command line's own default (default_workers)
+    for name in OPTIONS:
+        if defaults[name] is not None and name != "workers":
+            value = f"{defaults[name]:g}" if isinstance(defaults[name], float) else str(defaults[name])
+            assert f"default {value}" in helps[name], (name, helps[name])

@@ -139,6 +139,10 @@ def test_validation_split_by_document_hash(tmp_path, docs_file):
     assert shards.manifest["splits"]["val"]["documents"] == len(val)
     _, other_seed = run(tmp_path, [corpus], "char", out="seed1", val_fraction=0.25, seed=1)
     assert decoded(other_seed, "val") != val
+    (tmp_path / "one.txt").write_text("a single document\n")
+    with pytest.warns(UserWarning, match="--val-fraction 0.01 put none of the documents in a val split"):
+        _, single = run(tmp_path, [tmp_path / "one.txt"], "char", out="single", val_fraction=0.01)
+    assert single.splits == ("train",)
 
 
 def test_same_inputs_same_bytes_for_one_and_two_workers(tmp_path, docs_file):
@@ -255,5 +259,8 @@ def test_bad_inputs_name_the_file_and_line(tmp_path):
         run(tmp_path, [tmp_path / "c.txt"], "byte", out="c")
     with pytest.raises(FileNotFoundError, match="--input: .*missing.txt does not exist"):
         run(tmp_path, [tmp_path / "missing.txt"], "byte", out="d")
+    (tmp_path / "blank.jsonl").write_text('{"text": " "}\n{"text": ""}\n')
+    with pytest.raises(ValueError, match=r"no non-blank document for the train split \(2 blank ones skipped\)"):
+        run(tmp_path, [tmp_path / "blank.jsonl"], "byte", out="e")
     assert os.path.isdir(tmp_path / "out")  # the failed runs left their manifest, incomplete
     assert not read_manifest(tmp_path / "out")["complete"]

@@ -21,29 +21,37 @@ resumes when run again with the same arguments: finished shards (checksums check
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
 def register(sub) -> None:
     # Defaults are PrepareConfig's (None here: not given); importing it at parser time would load the data stack.
-    p = sub.add_parser("prepare", help="tokenize local text / JSONL / Parquet into ArrayRecord shards")
+    p = sub.add_parser(
+        "prepare",
+        help="tokenize local text / JSONL / Parquet into ArrayRecord shards",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--input", action="extend", nargs="+", required=True, metavar="PATH",
                    help="text file, directory, .jsonl or .parquet (repeatable; comma-separated lists too)")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the shards and manifest.json")
     p.add_argument("--tokenizer", required=True, metavar="T",
                    help="char | byte | sentencepiece (trained here), or the path of a tokenizer.json")  # fmt: skip
-    p.add_argument("--vocab-size", type=int, help="sentencepiece only (default 8000)")
-    p.add_argument("--sp-model-type", help="sentencepiece only: bpe | unigram (default bpe)")
-    p.add_argument("--documents", help="text files: paragraph | line | file (default paragraph)")
-    p.add_argument("--field", help="the JSONL field / Parquet column holding the text (default text)")
-    p.add_argument("--val-fraction", type=float, help="share of documents (by a hash of their text) in a val split "
-                   "(default 0: none)")  # fmt: skip
-    p.add_argument("--seed", type=int, help="keys the split and sample hashes (default 0)")
-    p.add_argument("--shard-mb", type=float, help="MB of text per shard (default 64)")
-    p.add_argument("--workers", type=int, help="tokenizing processes (default: the CPU count, at most 8)")
-    p.add_argument("--tokenizer-sample-mb", type=float, help="MB of train text a char/sentencepiece tokenizer is "
-                   "trained on (default 100)")  # fmt: skip
-    p.add_argument("--decode-errors", help="text files: strict | replace non-UTF-8 bytes (default strict)")
+    p.add_argument("--vocab-size", metavar="N", type=int, help="sentencepiece only (default 8000)")
+    p.add_argument("--sp-model-type", metavar="TYPE", help="sentencepiece only: bpe | unigram (default bpe)")
+    p.add_argument("--documents", metavar="UNIT", help="text files: paragraph | line | file (default paragraph)")
+    p.add_argument("--field", metavar="NAME", help="the JSONL field / Parquet column holding the text (default text)")
+    p.add_argument("--val-fraction", metavar="F", type=float,
+                   help="share of documents (by a hash of their text) in a val split (default 0: none)")  # fmt: skip
+    p.add_argument("--seed", metavar="N", type=int, help="keys the split and sample hashes (default 0)")
+    p.add_argument("--shard-mb", metavar="MB", type=float, help="MB of text per shard (default 64)")
+    p.add_argument("--workers", metavar="N", type=int, help="tokenizing processes (default: the CPU count, at most 8)")
+    p.add_argument("--tokenizer-sample-mb", metavar="MB", type=float,
+                   help="MB of train text a char/sentencepiece tokenizer is trained on (default 100)")  # fmt: skip
+    p.add_argument(
+        "--decode-errors", metavar="POLICY", help="text files: strict | replace non-UTF-8 bytes (default strict)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace the shards of other inputs/options in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
     p.set_defaults(fn=run)

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -340,6 +341,14 @@ def prepare(cfg: PrepareConfig, *, progress: bool | None = None) -> dict[str, An
     by_path = {str(s.path): s for s in sources}
     for entry in manifest["sources"]:
         entry |= {"documents": by_path[entry["path"]].documents, "skipped": by_path[entry["path"]].skipped}
+    if not manifest["splits"]["train"]["documents"]:
+        skipped = sum(s.skipped for s in sources)
+        raise ValueError(
+            f"--input {', '.join(cfg.inputs)}: no non-blank document for the train split ({skipped} blank ones "
+            "skipped); check --field, --documents and --val-fraction"
+        )
+    if cfg.val_fraction and "val" not in manifest["splits"]:
+        warnings.warn(f"--val-fraction {cfg.val_fraction} put none of the documents in a val split", stacklevel=2)
     manifest["complete"] = True
     shards.write_manifest(out, manifest)
     seconds = time.perf_counter() - start
