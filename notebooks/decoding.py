@@ -39,23 +39,28 @@
 # regression's t interval.
 
 # %%
-# On Colab: install your copy of transformer-jax first (it has no PyPI release). Name it in SOURCE:
-# a git URL ("git+https://github.com/YOU/transformer-jax") or an uploaded wheel
-# ("/content/transformer_jax-0.1.0-py3-none-any.whl"); add "[gpu]" for a GPU runtime, e.g.
-# "transformer-jax[gpu] @ git+https://github.com/YOU/transformer-jax". TRANSFORMER_JAX_SOURCE also works.
+# On Colab (or wherever transformer-jax is not installed yet) this cell installs it from its
+# repository, at the versions of its constraints.txt, with the CUDA or TPU build of jax when the
+# runtime has a GPU or TPU. For a fork or a wheel instead, set TRANSFORMER_JAX_SOURCE to its git URL
+# ("git+https://github.com/YOU/transformer-jax") or path ("/content/transformer_jax-0.1.0-py3-none-any.whl").
+import glob
 import importlib.util
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
 if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax") is None:
-    SOURCE = os.environ.get("TRANSFORMER_JAX_SOURCE", "")  # or write your copy's pip spec here
-    if not SOURCE:
-        raise SystemExit(
-            "transformer-jax is not installed and has no PyPI release: set TRANSFORMER_JAX_SOURCE (or SOURCE "
-            "in this cell) to a git URL or a wheel of your copy (see the comment above), then run the cell again"
-        )
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", SOURCE], check=True)
+    REPOSITORY = "https://github.com/transformer-jax/transformer-jax"  # pyproject.toml [project.urls]
+    source = os.environ.get("TRANSFORMER_JAX_SOURCE") or f"git+{REPOSITORY}"
+    if os.path.exists(source):
+        source = pathlib.Path(source).resolve().as_uri()
+    tpu = os.environ.get("TPU_ACCELERATOR_TYPE") or glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+    extra = "[gpu]" if shutil.which("nvidia-smi") else "[tpu]" if tpu else ""
+    constraints = f"{REPOSITORY}/raw/main/constraints.txt"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "-c", constraints, f"transformer-jax{extra} @ {source}"]
+    subprocess.run(pip, check=True)
 
 # %%
 import dataclasses

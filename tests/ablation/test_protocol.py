@@ -109,8 +109,9 @@ def _commit(root, notebook, **record):
 
 
 def test_committed_note_and_gallery_for_results_that_predate_the_protocol(monkeypatch, tmp_path):
-    monkeypatch.setattr(protocol, "repo_root", lambda: tmp_path)
     monkeypatch.setattr(paths, "repo_root", lambda: tmp_path)
+    monkeypatch.delenv(paths.RESULTS_ENV, raising=False)
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
     assert ablation.committed_note("old") == "No FULL result of old is committed yet."
     _commit(tmp_path, "old")
     _commit(tmp_path, "new", protocol=ablation.PROTOCOL)

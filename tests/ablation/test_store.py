@@ -70,6 +70,8 @@ def test_smoke_summaries_go_to_a_temporary_folder_and_read_back(smoke):
 def test_full_summaries_go_under_experiments_results(monkeypatch, tmp_path):
     monkeypatch.setenv(ablation.SMOKE_ENV, "0")
     monkeypatch.setattr(paths, "repo_root", lambda: tmp_path)
+    monkeypatch.delenv(paths.RESULTS_ENV, raising=False)
+    (tmp_path / "experiments" / "results").mkdir(parents=True)  # a checkout has it
     assert store.runs_store("nb") == tmp_path / "experiments" / "results" / "nb" / "runs"
 
 

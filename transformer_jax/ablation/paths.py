@@ -1,8 +1,18 @@
-"""Where a notebook's results and runs go, by mode (SMOKE for CI, FULL otherwise), and the commit."""
+"""Where a notebook's results and runs go, by mode (SMOKE for CI, FULL otherwise), and the commit.
+
+FULL mode keeps a notebook's ``results.json``, figures and run summaries (which later sittings read
+back instead of training again) in ``experiments/results/<notebook>/`` of a transformer-jax checkout:
+the one this package was installed from (``pip install -e``), else the one holding the working
+directory, or wherever ``TRANSFORMER_JAX_RESULTS`` points. With none of them (a non-editable install
+run outside a clone), FULL mode stops at the notebook's first cell with `ResultsNotFoundError`,
+saying where to get the committed summaries and how long training them again takes.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import pathlib
+import re
 import subprocess
 import tempfile
 import time
@@ -12,6 +22,25 @@ from transformer_jax.core import envflags
 
 SMOKE_ENV = "TRANSFORMER_JAX_SMOKE"
 REUSE_ENV = "TRANSFORMER_JAX_REUSE_RUNS"
+RESULTS_ENV = "TRANSFORMER_JAX_RESULTS"
+PROJECT = "transformer-jax"
+
+FULL_HOURS = {
+    "attention_scaling": 3.6,
+    "causal_mask": 1.5,
+    "decoding": 1.9,
+    "language_model_history": 2.5,
+    "mixture_of_experts": 5.8,
+    "norm_placement": 5.1,
+    "positional_encoding": 6.6,
+}
+"""Hours a FULL sitting trains when it reuses nothing: the larger of the summed training wall-clock
+of the committed runs and the sitting's own (``wall_clock`` of the committed ``results.json``, on the
+2-core machine that made them; a test keeps the two equal)."""
+
+
+class ResultsNotFoundError(FileNotFoundError):
+    """FULL mode outside a checkout: no committed results to read, nowhere agreed to write."""
 
 
 def smoke() -> bool:
@@ -31,25 +60,88 @@ def pick(*, smoke: Any, full: Any) -> Any:
     return smoke if _smoke_mode() else full
 
 
+def _is_checkout(path: pathlib.Path) -> bool:
+    try:
+        text = (path / "pyproject.toml").read_text()
+    except OSError:
+        return False
+    return re.search(rf'^name = "{PROJECT}"$', text, re.M) is not None
+
+
 def repo_root() -> pathlib.Path:
-    """The checkout this package was installed from (editable install), else the working directory."""
+    """The checkout this package was installed from (editable install), else the checkout that
+    holds the working directory, else the working directory."""
     here = pathlib.Path(__file__).resolve().parents[2]
-    return here if (here / "pyproject.toml").is_file() else pathlib.Path.cwd()
+    if _is_checkout(here):
+        return here
+    cwd = pathlib.Path.cwd()
+    return next((p for p in (cwd, *cwd.parents) if _is_checkout(p)), cwd)
+
+
+def results_root() -> pathlib.Path | None:
+    """Where FULL results live: ``$TRANSFORMER_JAX_RESULTS``, else the checkout's
+    ``experiments/results``; None when neither exists (`results_dir` then stops in FULL mode)."""
+    chosen = envflags.value(RESULTS_ENV)
+    if chosen is not None:
+        return pathlib.Path(chosen).expanduser()
+    path = repo_root() / "experiments" / "results"
+    return path if path.is_dir() else None
+
+
+def repository_url() -> str:
+    """The repository's address: ``[project.urls] Repository`` of pyproject.toml, read from the
+    installed metadata (else from the checkout's pyproject.toml)."""
+    try:
+        urls = importlib.metadata.metadata(PROJECT).get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "repository":
+            return url.strip()
+    found = re.search(r'^Repository = "([^"]+)"$', _read(repo_root() / "pyproject.toml"), re.M)
+    return found.group(1) if found else f"the {PROJECT} repository"
+
+
+def _read(path: pathlib.Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def missing_results_message(notebook: str) -> str:
+    """What FULL mode says outside a checkout: where the committed run summaries are, how to use
+    them, and what training everything again costs."""
+    hours = FULL_HOURS.get(notebook)
+    cost = f"about {hours:g} h of training on the 2-core CPU machine that made them" if hours else "hours"
+    url = repository_url()
+    return (
+        f"FULL mode reads {notebook}'s committed run summaries from experiments/results/{notebook}/runs/ "
+        f"of a {PROJECT} checkout, and found none ({RESULTS_ENV} is unset; no checkout holds "
+        f"{repo_root()} and the package is not installed from one). To reuse them: git clone {url}, "
+        f"`pip install -c constraints.txt -e '.[dev]'` in the clone and run the notebook there, or set "
+        f"{RESULTS_ENV}=<clone>/experiments/results. To train every run again instead ({cost}), set "
+        f"{RESULTS_ENV} to a folder for the new results. SMOKE mode ({SMOKE_ENV}=1) needs neither."
+    )
 
 
 _SMOKE_DIR: pathlib.Path | None = None
 
 
 def results_dir(notebook: str) -> pathlib.Path:
-    """``experiments/results/<notebook>/`` of the checkout (FULL), or a temporary folder (SMOKE,
-    so that CI never touches committed results)."""
+    """``<results_root()>/<notebook>/`` (FULL; `ResultsNotFoundError` when there is no results
+    root), or a temporary folder (SMOKE, so that CI never touches committed results)."""
     global _SMOKE_DIR
     if smoke():
         if _SMOKE_DIR is None:
             _SMOKE_DIR = pathlib.Path(tempfile.mkdtemp(prefix="tj_smoke_"))
         path = _SMOKE_DIR / notebook
     else:
-        path = repo_root() / "experiments" / "results" / notebook
+        root = results_root()
+        if root is None:
+            raise ResultsNotFoundError(missing_results_message(notebook))
+        path = root / notebook
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from transformer_jax.ablation.paths import pick, repo_root
+from transformer_jax.ablation.paths import (
+    ResultsNotFoundError,
+    missing_results_message,
+    pick,
+    results_root,
+    smoke,
+)
 from transformer_jax.ablation.stats import Comparison, Values, combine, t_interval
 
 PROTOCOL = "issue-19/v1"
@@ -103,8 +109,14 @@ def pick_lr(dev_loss: Mapping[float, float | Sequence[float]]) -> dict[str, Any]
 def committed_note(notebook: str) -> str:
     """What the committed FULL ``experiments/results/<notebook>/results.json`` may claim: a
     result saved under the protocol is cited as is; one that predates it (no per-seed numbers, no
-    intervals) is inconclusive by the protocol, whatever its table says."""
-    path = repo_root() / "experiments" / "results" / notebook / "results.json"
+    intervals) is inconclusive by the protocol, whatever its table says. Every notebook prints it
+    first, so FULL mode without a results root stops here (`paths.ResultsNotFoundError`)."""
+    root = results_root()
+    if root is None:
+        if not smoke():
+            raise ResultsNotFoundError(missing_results_message(notebook))
+        return f"No committed result of {notebook} here: this is not a checkout."
+    path = root / notebook / "results.json"
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -52,6 +52,18 @@ VARIABLES: dict[str, Variable] = {
         Variable("TRANSFORMER_JAX_REUSE_RUNS", "a notebook reads back a finished run of the same config"),
         Variable("TRANSFORMER_JAX_RETRAIN", "a notebook retrains every run instead of reading committed ones"),
         Variable("TRANSFORMER_JAX_RUNS", "folder of the notebooks' runs (unset: the system temp folder)", None, False),
+        Variable(
+            "TRANSFORMER_JAX_RESULTS",
+            "folder of the notebooks' FULL results and run summaries (unset: experiments/results of the checkout)",
+            None,
+            False,
+        ),
+        Variable(
+            "TRANSFORMER_JAX_SOURCE",
+            "the notebooks' install cell on Colab: pip source (git URL, wheel) to install instead of the repository",
+            None,
+            False,
+        ),
         Variable("TRANSFORMER_JAX_COORDINATOR", "host:port of process 0 for a multi-process run", None, False),
         Variable("TRANSFORMER_JAX_NUM_PROCESSES", "number of processes of a multi-process run", None, False),
         Variable("TRANSFORMER_JAX_PROCESS_ID", "this process's index in a multi-process run", None, False),
