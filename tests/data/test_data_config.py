@@ -9,7 +9,7 @@ from transformer_jax.data import DataConfig
     "field,value,listed",
     [
         ("dataset", "shakespear", "did you mean 'shakespeare'"),
-        ("dataset", "wikipedia", "shakespeare, text, parallel, tfds, copy, reverse, sort, associative_recall"),
+        ("dataset", "wikipedia", "shakespeare, text, parallel, tfds, prepared, copy, reverse, sort, associative_"),
         ("tokenizer", "wordpiece", "char, byte, sentencepiece"),
         ("packing", "pad", "stream, documents"),
         ("sp_model_type", "wordpiece", "bpe, unigram"),

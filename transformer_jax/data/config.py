@@ -28,9 +28,13 @@ from transformer_jax.data.variants import (
 class DataConfig:
     """Data options (``--set data.FIELD=VALUE``).
 
-    dataset: shakespeare | text | parallel | tfds | copy | reverse | sort | associative_recall.
+    dataset: shakespeare | text | parallel | tfds | prepared | copy | reverse | sort | associative_recall.
     path / val_path: text files (one, comma-separated, or a directory); ``val_path`` replaces the
-      90/10 character split. dir / src_lang / tgt_lang: parallel corpus ``{split}.{lang}[.gz]``.
+      90/10 character split. With ``prepared``, ``path`` is a directory that ``transformer-jax
+      prepare`` wrote: training streams its shards (``streaming.py``), each process its own slice of
+      the documents, validation reads its ``val`` split (required), and the tokenizer is the one
+      saved there (so ``tokenizer`` and its options, ``document_split`` and the split options are
+      not settable with it). dir / src_lang / tgt_lang: parallel corpus ``{split}.{lang}[.gz]``.
     tfds_name: TFDS catalog name (``tiny_shakespeare``, ``lm1b``, ``wmt14_translate/de-en``),
       read from ``cache_dir``; ``tfds_download`` allows preparing it (needs network).
     tokenizer: char | byte | sentencepiece (``vocab_size``, ``sp_model_type``), trained on the
@@ -40,7 +44,9 @@ class DataConfig:
       max_src_len: seq2seq source length (EOS included).
     packing: ``stream`` (concatenate, cut windows; random offset per epoch) or ``documents``
       (first-fit packing of whole documents with segment ids; ``document_split`` says what a
-      document is in a plain text corpus: blank-line ``paragraph`` or ``line``).
+      document is in a plain text corpus: blank-line ``paragraph`` or ``line``). Prepared shards:
+      ``stream`` concatenates ``[BOS] doc [EOS]`` in shuffled order and cuts windows; ``documents``
+      packs them, cutting a document longer than ``seq_len`` into pieces (nothing dropped).
     task_format: synthetic tasks only, ``lm`` (prompt SEP answer) or ``seq2seq``.
     max_records_in_memory: splits with at most this many records are decoded into memory once
       (fast); larger ones are read lazily from the array_record files.

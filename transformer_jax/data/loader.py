@@ -15,11 +15,13 @@ import copy
 import hashlib
 import json
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grain
 import numpy as np
+
+from transformer_jax.data.rows import shard_and_batch
 
 if TYPE_CHECKING:
     from transformer_jax.data.config import DataConfig
@@ -142,6 +144,17 @@ class Pipeline(abc.ABC):
             self._eval_rows[split] = self.rows(split)
         return self._eval_rows[split]
 
+    def eval_batches(
+        self, split: str, batch_size: int, process_index: int, process_count: int, max_batches: int | None
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """This process's batches of one pass over ``split`` in order (``rows.shard_and_batch``)."""
+        rows = self.eval_rows(split)
+        return shard_and_batch(rows, batch_size, process_index, process_count, self.zero_row(), max_batches)
+
+    def fingerprint_extra(self) -> dict[str, Any]:
+        """What else decides the batch order besides the config and tokenizer (e.g. the data's checksums)."""
+        return {}
+
     def split_size(self, split: str) -> dict[str, int]:
         """Examples (rows) and target tokens (weight 1) in one pass over ``split``."""
         rows = self.eval_rows(split) if split != "train" else self.rows(split)
@@ -190,7 +203,7 @@ class DataIterator:
             raise ValueError(
                 f"the iterator state was saved for another data pipeline (fingerprint "
                 f"{state['fingerprint']} != {self.fingerprint}): the data config, batch size, "
-                "process index/count or tokenizer differ from the run that saved it"
+                "process index/count, tokenizer or prepared shards differ from the run that saved it"
             )
         self._it.set_state(copy.deepcopy(state["grain"]))
 

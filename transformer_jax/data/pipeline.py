@@ -23,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from transformer_jax.data import loader, rows
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.data import loader
 from transformer_jax.data.config import DataConfig
 from transformer_jax.data.lm import PACKINGS
 from transformer_jax.data.seq2seq import PromptLMPipeline, Seq2SeqPipeline
 from transformer_jax.data.sources import Corpus, load_corpus
+from transformer_jax.data.streaming import TOKEN_PACKINGS
 from transformer_jax.data.tokenizers import SymbolTokenizer, Tokenizer, train_tokenizer
 
 
@@ -51,7 +53,12 @@ class Data:
         self.batch_size = batch_size
         self.process_index, self.process_count = process_index, process_count
         self.fingerprint = loader.pipeline_fingerprint(
-            cfg, tokenizer.to_json(), batch_size=batch_size, process_index=process_index, process_count=process_count
+            cfg,
+            tokenizer.to_json(),
+            batch_size=batch_size,
+            process_index=process_index,
+            process_count=process_count,
+            **pipeline.fingerprint_extra(),
         )
 
     @property
@@ -78,14 +85,7 @@ class Data:
     def eval_batches(self, split: str = "val", max_batches: int | None = None) -> Iterator[dict[str, np.ndarray]]:
         """One deterministic pass over ``split`` in order; the last batch is padded (weight 0)."""
         split = "val" if split == "validation" else split
-        return rows.shard_and_batch(
-            self.pipeline.eval_rows(split),
-            self.batch_size,
-            self.process_index,
-            self.process_count,
-            self.pipeline.zero_row(),
-            max_batches,
-        )
+        return self.pipeline.eval_batches(split, self.batch_size, self.process_index, self.process_count, max_batches)
 
     @cached_property
     def split_sizes(self) -> dict[str, dict[str, int]]:
@@ -114,7 +114,10 @@ def build_data(
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index={process_index} must be in [0, process_count={process_count})")
     corpus = load_corpus(cfg)
-    if corpus.kind == "synthetic":
+    if corpus.kind == "tokens":
+        tokenizer = _prepared_tokenizer(cfg, corpus, tokenizer)
+        task, pipeline_cls = "lm", TOKEN_PACKINGS.get(cfg.packing)
+    elif corpus.kind == "synthetic":
         tokenizer = tokenizer or SymbolTokenizer(cfg.synthetic_vocab)
         task = cfg.task_format
         pipeline_cls = PromptLMPipeline if task == "lm" else Seq2SeqPipeline
@@ -133,3 +136,21 @@ def build_data(
         process_index=process_index,
         process_count=process_count,
     )
+
+
+def _prepared_tokenizer(cfg: DataConfig, corpus: Corpus, given: Tokenizer | None) -> Tokenizer:
+    """The tokenizer saved with the shards; one given (a checkpoint's) must be the same."""
+    shards = corpus.info["shards"]
+    if "val" not in shards.splits:
+        raise ConfigError(
+            f"data.path={cfg.path} has no val split to validate on; prepare the corpus again with "
+            "`--val-fraction` (e.g. 0.01) into another --out"
+        )
+    tokenizer = shards.tokenizer()
+    if given is not None and given.to_json() != tokenizer.to_json():
+        raise ConfigError(
+            f"data.path={cfg.path} holds another tokenizer ({tokenizer.kind}, {tokenizer.vocab_size} ids) than "
+            f"the checkpoint ({given.kind}, {given.vocab_size} ids): train on the shards the run was started "
+            "with, or start a new run in another workdir"
+        )
+    return tokenizer

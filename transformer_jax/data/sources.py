@@ -5,6 +5,8 @@ A ``Corpus`` gives random-access, decoded records per split (``train``, ``val``,
     sentences) or ordered chunks of one text (our text builder), joined with ``joiner``.
   - ``kind="seq2seq"``: ``(src, tgt)`` string pairs.
   - ``kind="synthetic"``: ``(prompt, answer)`` symbol lists (see ``synthetic.py``).
+  - ``kind="tokens"``: documents as token-id arrays read lazily from prepared shards
+    (``shards.TokenShards`` in ``info["shards"]``, which also holds the tokenizer).
 TFDS is imported only when a TFDS-backed dataset is built.
 """
 
@@ -188,6 +190,22 @@ def tfds_dataset(cfg: DataConfig) -> Corpus:
     return Corpus(
         f"tfds:{cfg.tfds_name}", kind, splits, records_are_documents=many, joiner="\n" if many else "", info=info
     )
+
+
+@DATASETS.register("prepared")
+def prepared_dataset(cfg: DataConfig) -> Corpus:
+    """Token shards written by ``transformer-jax prepare`` in ``data.path`` (read lazily)."""
+    from transformer_jax.data.shards import TokenShards
+
+    assert cfg.path is not None  # DataConfig requires it for dataset="prepared"
+    path = Path(cfg.path).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"data.path: {cfg.path} is not a directory; give the --out directory of `transformer-jax prepare`"
+        )
+    shards = TokenShards(path)
+    splits = {split: shards.documents(split) for split in shards.splits}
+    return Corpus(f"prepared:{path}", "tokens", splits, records_are_documents=True, info={"shards": shards})
 
 
 def synthetic_dataset(cfg: DataConfig, task: str) -> Corpus:

@@ -24,7 +24,7 @@ class DatasetVariant:
 
 
 _CORPUS = ("tokenizer", "tokenizer_max_records", "decode_errors", "cache_dir", "max_records_in_memory")
-_TEXT = (*_CORPUS, "packing", "val_path", "val_fraction", "chunk_chars")
+_TEXT = (*_CORPUS, "packing", "document_split", "val_path", "val_fraction", "chunk_chars")
 _SYNTHETIC = ("task_format", "synthetic_train_size", "synthetic_val_size", "synthetic_min_len",
               "synthetic_max_len", "synthetic_vocab")  # fmt: skip
 
@@ -41,7 +41,12 @@ DATASET_VARIANTS.register(
 DATASET_VARIANTS.register(
     "tfds",
     DatasetVariant("catalog", ("tfds_name", "a TFDS catalog name such as tiny_shakespeare")),
-    reads=(*_CORPUS, "packing", "tfds_name", "tfds_download", "src_lang", "tgt_lang"),
+    reads=(*_CORPUS, "packing", "document_split", "tfds_name", "tfds_download", "src_lang", "tgt_lang"),
+)
+DATASET_VARIANTS.register(  # tokenizer, documents and splits were fixed by `prepare`: none is read here
+    "prepared",
+    DatasetVariant("lm", ("path", "a directory written by `transformer-jax prepare`")),
+    reads=("path", "packing"),
 )
 for _task in TASKS:
     DATASET_VARIANTS.register(_task, DatasetVariant("synthetic"), reads=_SYNTHETIC)

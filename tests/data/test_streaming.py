@@ -1,0 +1,240 @@
+"""``data.dataset=prepared``: training streams token shards written by ``prepare``, packed on the fly.
+
+References are numpy written here: the ``[BOS] doc [EOS]`` stream cut into windows, a document cut
+into pieces. Behaviour: two processes read disjoint slices that cover the split; a resumed iterator
+gives exactly the batches of an uninterrupted one; settings the shards fix are refused."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.data.conftest import make_documents
+from transformer_jax.core import configlib
+from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.tokens import BOS_ID, EOS_ID
+from transformer_jax.data import DataConfig, build_data, load_tokenizer
+from transformer_jax.data.prepare import PrepareConfig, prepare
+from transformer_jax.data.shards import TokenShards
+
+T, B = 16, 4
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prepared")
+    (root / "corpus.txt").write_text("\n\n".join(make_documents(150, seed=3)) + "\n")
+    out = root / "shards"
+    prepare(PrepareConfig(inputs=(str(root / "corpus.txt"),), out=str(out), tokenizer="char", shard_mb=0.002,
+                          val_fraction=0.1), progress=False)  # fmt: skip
+    shards = TokenShards(out)
+    assert len(shards.files("train")) > 3 and "val" in shards.splits
+    return out, [np.asarray(d, np.int64) for d in shards.documents("train")]
+
+
+def data_of(path, *, process_index=0, process_count=1, batch_size=B, **kw):
+    cfg = DataConfig(dataset="prepared", path=str(path), seq_len=T, **kw)
+    return build_data(cfg, batch_size=batch_size, process_index=process_index, process_count=process_count)
+
+
+def take(data, n, state=None):
+    with data.train_iterator(state) as it:
+        return [next(it) for _ in range(n)]
+
+
+def framed(docs) -> np.ndarray:
+    return np.concatenate([np.concatenate([[BOS_ID], d, [EOS_ID]]) for d in docs])
+
+
+def stream_of(batches) -> np.ndarray:
+    """The token stream that consecutive stride-T windows of T+1 tokens were cut from."""
+    rows = [np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1) for b in batches]
+    windows = np.concatenate(rows)
+    return np.concatenate([windows[0], *(w[1:] for w in windows[1:])])
+
+
+def documents_in(stream) -> list[tuple]:
+    """The documents of a ``[BOS] doc [EOS] ...`` stream (complete ones only)."""
+    ends = np.flatnonzero(stream == EOS_ID)
+    starts = np.flatnonzero(stream == BOS_ID)
+    return [tuple(stream[s + 1 : e]) for s, e in zip(starts, ends, strict=False) if s < e]
+
+
+def test_stream_batches_equal_numpy_windows_across_epochs(prepared):
+    path, docs = prepared
+    stream = framed(docs + docs)  # two epochs, in order (no shuffle)
+    n = (len(framed(docs)) // (B * T)) + 3
+    spec = {k: v[1] for k, v in data_of(path).batch_spec().items()}
+    for k, batch in enumerate(take(data_of(path, shuffle=False), n)):
+        for r in range(B):
+            s = (k * B + r) * T
+            np.testing.assert_array_equal(batch["inputs"][r], stream[s : s + T])
+            np.testing.assert_array_equal(batch["targets"][r], stream[s + 1 : s + T + 1])
+        np.testing.assert_array_equal(batch["segment_ids"], np.ones((B, T)))
+        np.testing.assert_array_equal(batch["positions"], np.tile(np.arange(T), (B, 1)))
+        np.testing.assert_array_equal(batch["weights"], np.ones((B, T)))
+        assert {k: v.dtype for k, v in batch.items()} == spec
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_two_processes_read_disjoint_slices_covering_the_split(prepared, shuffle):
+    path, docs = prepared
+    seen = []
+    for p in range(2):
+        mine = docs[p::2]
+        epoch = len(framed(mine))
+        batches = take(data_of(path, process_index=p, process_count=2, batch_size=2, shuffle=shuffle), epoch // 32 + 2)
+        stream = stream_of(batches)[:epoch]  # this process's first epoch
+        got = documents_in(stream)
+        assert len(got) == len(mine)
+        if not shuffle:
+            np.testing.assert_array_equal(stream, framed(mine))
+        seen.append(got)
+    assert not set(seen[0]) & set(seen[1])
+    assert sorted(seen[0] + seen[1]) == sorted(tuple(d) for d in docs)
+
+
+def test_epochs_are_reshuffled(prepared):
+    path, docs = prepared
+    epoch = len(framed(docs))
+    stream = stream_of(take(data_of(path), 2 * epoch // (B * T) + 2))
+    first, second = documents_in(stream[:epoch]), documents_in(stream[epoch : 2 * epoch])
+    assert sorted(first) == sorted(second) == sorted(tuple(d) for d in docs)
+    assert first != second and first != [tuple(d) for d in docs]
+
+
+def pieces_of(docs) -> list[tuple]:
+    """Each document ``[BOS] ids [EOS]`` cut into consecutive (inputs, targets) of <= T, naively."""
+    out = []
+    for d in docs:
+        x = [BOS_ID, *d.tolist(), EOS_ID]
+        s = 0
+        while s < len(x) - 1:
+            e = min(s + T, len(x) - 1)
+            out.append((tuple(x[s:e]), tuple(x[s + 1 : e + 1])))
+            s = e
+    return out
+
+
+def segments_of(batch) -> list[tuple]:
+    out = []
+    for r in range(len(batch["inputs"])):
+        seg = batch["segment_ids"][r]
+        real = seg > 0
+        assert not real[np.argmin(real) :].any() if not real.all() else True  # padding only at the end
+        np.testing.assert_array_equal(batch["weights"][r], real.astype(np.float32))
+        for s in np.unique(seg[real]):
+            idx = np.flatnonzero(seg == s)
+            assert idx[-1] - idx[0] == len(idx) - 1  # contiguous
+            np.testing.assert_array_equal(batch["positions"][r][idx], np.arange(len(idx)))
+            out.append((tuple(batch["inputs"][r][idx]), tuple(batch["targets"][r][idx])))
+        assert not batch["inputs"][r][~real].any() and not batch["positions"][r][~real].any()
+    return out
+
+
+def test_documents_packing_keeps_segments_and_covers_every_piece(prepared):
+    path, docs = prepared
+    pieces = pieces_of(docs)
+    assert max(len(d) for d in docs) + 2 > T + 1  # some documents are cut into several pieces
+    batches = take(data_of(path, packing="documents", shuffle=False), len(pieces) // B + 4)
+    segments = [s for batch in batches for s in segments_of(batch)]
+    assert max(b["segment_ids"].max() for b in batches) > 1  # rows hold several pieces
+    assert set(segments) <= set(pieces)
+    assert set(segments[: len(pieces) + 2 * B]) == set(pieces)  # one epoch, give or take the open bins
+
+
+@pytest.mark.parametrize("packing", ["stream", "documents"])
+@pytest.mark.parametrize("process", [0, 1])
+def test_resume_from_a_saved_state_is_exact(prepared, packing, process):
+    path, _ = prepared
+    data = data_of(path, packing=packing, process_index=process, process_count=2, batch_size=2)
+    straight = take(data, 12)
+    for k in (1, 5, 9):
+        with data.train_iterator() as it:
+            for _ in range(k):
+                next(it)
+            state = json.loads(json.dumps(it.get_state()))  # as a checkpoint stores it
+        again = data_of(path, packing=packing, process_index=process, process_count=2, batch_size=2, prefetch=0)
+        for a, b in zip(straight[k:], take(again, 12 - k, state), strict=True):
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_a_state_of_another_process_count_is_refused(prepared):
+    path, _ = prepared
+    with data_of(path, process_count=2, batch_size=2).train_iterator() as it:
+        next(it)
+        state = it.get_state()
+    with pytest.raises(ValueError, match="process index/count"):
+        data_of(path, batch_size=2).train_iterator(state)
+
+
+def test_eval_rows_are_the_val_stream_in_order_and_sharded_evenly(prepared):
+    path, _ = prepared
+    val = [np.asarray(d, np.int64) for d in TokenShards(path).documents("val")]
+    stream = framed(val)
+    n_rows = -(-(len(stream) - 1) // T)
+    whole = list(data_of(path).eval_batches("val"))
+    inputs = np.concatenate([b["inputs"] for b in whole])[:n_rows]
+    targets = np.concatenate([b["targets"] for b in whole])[:n_rows]
+    weights = np.concatenate([b["weights"] for b in whole])
+    padded = np.zeros(n_rows * T + 1, np.int64)
+    padded[: len(stream)] = stream
+    starts = np.arange(n_rows)[:, None] * T + np.arange(T)
+    real = starts < len(stream) - 1
+    np.testing.assert_array_equal(inputs, np.where(real, padded[starts], 0))
+    np.testing.assert_array_equal(targets, np.where(real, padded[starts + 1], 0))
+    assert weights.sum() == len(stream) - 1 == data_of(path).split_sizes["val"]["tokens"]
+    shards = [list(data_of(path, process_index=p, process_count=2).eval_batches("val")) for p in range(2)]
+    per_process = -(-n_rows // 2)
+    assert len(shards[0]) == len(shards[1]) == -(-per_process // B)
+    mine = [np.concatenate([b["inputs"] for b in s]) for s in shards]
+    np.testing.assert_array_equal(mine[0][: len(inputs[0::2])], inputs[0::2])
+    np.testing.assert_array_equal(mine[1][: len(inputs[1::2])], inputs[1::2])
+    assert [len(list(data_of(path, process_index=p, process_count=2).eval_batches("val", 1))) for p in (0, 1)] == [1, 1]
+
+
+def test_documents_eval_counts_every_target_once(prepared):
+    path, _ = prepared
+    val = [np.asarray(d, np.int64) for d in TokenShards(path).documents("val")]
+    batches = list(data_of(path, packing="documents").eval_batches("val"))
+    segments = [s for b in batches for s in segments_of(b)]
+    assert sorted(segments) == sorted(pieces_of(val))
+    assert sum(b["weights"].sum() for b in batches) == sum(len(d) + 1 for d in val)
+
+
+def test_the_tokenizer_is_the_prepared_one_and_settings_it_fixes_are_refused(prepared, tmp_path):
+    path, _ = prepared
+    data = data_of(path)
+    assert data.tokenizer.to_json() == load_tokenizer(path).to_json() and data.vocab_size == data.tokenizer.vocab_size
+    for field, value in (("tokenizer", "byte"), ("document_split", "line"), ("val_fraction", 0.2)):
+        cfg = DataConfig(dataset="prepared", path=str(path), packing="documents", **{field: value})
+        with pytest.raises(ConfigError, match=f"data.{field}=.* is not read with data.dataset='prepared'"):
+            configlib.check_reads(cfg, prefix="data.")
+    configlib.check_reads(DataConfig(dataset="prepared", path=str(path), packing="documents"), prefix="data.")
+    with pytest.raises(ConfigError, match="data.path is required when data.dataset='prepared'"):
+        DataConfig(dataset="prepared")
+    with pytest.raises(FileNotFoundError, match="data.path: .* is not a directory"):
+        data_of(tmp_path / "missing")
+    from transformer_jax.data import ByteTokenizer
+
+    cfg = DataConfig(dataset="prepared", path=str(path), seq_len=T)
+    with pytest.raises(ConfigError, match="holds another tokenizer"):
+        build_data(cfg, batch_size=B, tokenizer=ByteTokenizer())
+
+
+def test_shards_without_a_val_split_are_refused(tmp_path):
+    (tmp_path / "c.txt").write_text("\n\n".join(make_documents(20)) + "\n")
+    prepare(PrepareConfig(inputs=(str(tmp_path / "c.txt"),), out=str(tmp_path / "p"), tokenizer="byte"), progress=False)
+    with pytest.raises(ConfigError, match="has no val split .* `--val-fraction`"):
+        data_of(tmp_path / "p")
+
+
+def test_the_pipeline_registries_match_the_config_choices():
+    from transformer_jax.data.lm import PACKINGS
+    from transformer_jax.data.sources import DATASETS
+    from transformer_jax.data.streaming import TOKEN_PACKINGS
+    from transformer_jax.data.variants import DATASET_VARIANTS, PACKING_VARIANTS
+
+    assert set(DATASETS.names()) == set(DATASET_VARIANTS.names())
+    assert set(PACKINGS.names()) == set(TOKEN_PACKINGS.names()) == set(PACKING_VARIANTS.names())
