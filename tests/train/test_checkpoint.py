@@ -43,3 +43,14 @@ def test_workdirs_are_epath_paths_local_ones_absolute(tmp_path, monkeypatch):
     assert str(ckpts.last.directory) == str(tmp_path / "run" / "checkpoints")
     assert str(ckpts.best.directory) == str(tmp_path / "run" / "best")
     ckpts.close()
+
+
+def test_data_positions_of_another_process_count_are_refused_naming_both():
+    import pytest
+
+    from transformer_jax.train.checkpoint import CheckpointError
+    from transformer_jax.train.loop import _own_data_state
+
+    assert _own_data_state({"processes": [{"grain": 1}]}) == {"grain": 1}
+    with pytest.raises(CheckpointError, match="data position of 2 processes but 1 are running.*resume with 2"):
+        _own_data_state({"processes": [{"grain": 1}, {"grain": 2}]})

@@ -288,7 +288,8 @@ def _own_data_state(saved: dict) -> dict:
     if len(states) != jax.process_count():
         raise CheckpointError(
             f"the checkpoint holds the data position of {len(states)} processes but "
-            f"{jax.process_count()} are running; resume with the same number of processes"
+            f"{jax.process_count()} are running: each process reads its own slice of the data, so "
+            f"the positions do not carry over; resume with {len(states)} processes"
         )
     return states[jax.process_index()]
 
