@@ -7,7 +7,8 @@
 
 Batch formats are documented in ``pipeline.py``; modules: ``config`` (DataConfig),
 ``builders`` (TFDS builders), ``sources`` (datasets by name), ``tokenizers``, ``lm`` /
-``seq2seq`` (pipelines), ``synthetic``, ``shakespeare`` (offline corpus), ``bench``.
+``seq2seq`` (pipelines), ``prepare`` / ``shards`` (token shards) and ``streaming`` (training on them,
+``data.dataset=prepared``), ``synthetic``, ``shakespeare`` (offline corpus), ``bench``.
 """
 
 from transformer_jax.data.config import DataConfig

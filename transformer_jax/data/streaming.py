@@ -22,6 +22,7 @@ document of the next window and the offset into it (a few integers, whatever the
 
 from __future__ import annotations
 
+import abc
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -148,12 +149,13 @@ class PreparedLM(loader.Pipeline):
         """The documents of ``split`` in order, once."""
         return iter(self.corpus.split(split))
 
+    @abc.abstractmethod
     def eval_row_iter(self, split: str) -> Iterator[dict[str, np.ndarray]]:
-        raise NotImplementedError
+        """The rows of one pass over ``split`` in order, generated lazily."""
 
+    @abc.abstractmethod
     def eval_row_count(self, split: str, cap: int | None) -> int:
         """Rows of one pass over ``split`` (at most ``cap``)."""
-        raise NotImplementedError
 
     def rows(self, split: str) -> dict[str, np.ndarray]:
         return rows.stack_rows(list(self.eval_row_iter(split)))
