@@ -47,6 +47,7 @@ _GEMMA = dict(
     query_pre_attn_scalar=24,
     layer_types=["sliding_attention", "full_attention"],
 )
+_QWEN3_MOE = dict(_LLAMA, head_dim=24, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
 # model_type -> config.json arguments of a tiny model (2 layers, d 64, large init so top-2 margins are wide)
 CASES = {
     "gpt2": dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, initializer_range=0.25),
@@ -65,13 +66,17 @@ CASES = {
     "mistral": dict(_LLAMA, sliding_window=WINDOW),
     "qwen2": dict(_LLAMA),
     "mixtral": dict(_LLAMA, sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2),
+    "qwen3": dict(_LLAMA, head_dim=24),
+    # a dense first layer (mlp_only_layers), weights renormalised / all layers routed, raw softmax weights
+    "qwen3_moe": dict(_QWEN3_MOE, mlp_only_layers=[0], norm_topk_prob=True),
+    "qwen3_moe_all": dict(_QWEN3_MOE, norm_topk_prob=False),
     "gemma2": dict(_GEMMA, attn_logit_softcapping=20.0, final_logit_softcapping=15.0),
     "gemma3_text": dict(_GEMMA, rope_parameters={
         "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
         "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
     }),
 }  # fmt: skip
-MODEL_TYPE = {"llama3": "llama"}
+MODEL_TYPE = {"llama3": "llama", "qwen3_moe_all": "qwen3_moe"}
 
 
 @contextlib.contextmanager

@@ -70,6 +70,7 @@ def _canonical(cfg: ModelConfig) -> dict[str, Any]:
         d["norm_bias"] = True
     if cfg.moe is not None:
         d["moe"] = {f.name: getattr(cfg.moe, f.name) for f in dataclasses.fields(cfg.moe)}
+        d["moe"].update(d_expert=cfg.moe.d_expert or cfg.resolved_d_ff, ffn=cfg.moe.ffn or cfg.ffn)
         for name in _MOE_EXECUTION_FIELDS:
             d["moe"].pop(name)
     return d

@@ -58,7 +58,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
-def _fused_gate_up(hf: str, ours: str) -> Link:
+def fused_gate_up(hf: str, ours: str) -> Link:
     """transformers 5's in-memory layout: gate|up stacked [E, 2F, D] -> w_gate, w_in [E, D, F]."""
 
     def to_ours(w):
@@ -71,7 +71,7 @@ def _fused_gate_up(hf: str, ours: str) -> Link:
     return Link((hf,), (f"{ours}.w_gate", f"{ours}.w_in"), to_ours, to_hf)
 
 
-def _fused_down(hf: str, ours: str) -> Link:
+def fused_down(hf: str, ours: str) -> Link:
     return Link(
         (hf,),
         (ours,),
@@ -95,8 +95,8 @@ def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
         if fused:
             links += [
                 linear(f"{p}.mlp.gate.weight", f"{ffn}.router.kernel", (cfg.d_model,), (E,)),
-                _fused_gate_up(f"{p}.mlp.experts.gate_up_proj", ffn),
-                _fused_down(f"{p}.mlp.experts.down_proj", f"{ffn}.w_out"),
+                fused_gate_up(f"{p}.mlp.experts.gate_up_proj", ffn),
+                fused_down(f"{p}.mlp.experts.down_proj", f"{ffn}.w_out"),
             ]
             continue
         m = f"{p}.block_sparse_moe"

@@ -12,13 +12,19 @@ from transformer_jax.models.hf.llama import block_links, decoder_fields, decoder
 from transformer_jax.models.hf.spec import ConfigReader, Family, register
 
 
-def _config(r: ConfigReader) -> dict[str, Any]:
-    r.expect("use_sliding_window", (False,), "Qwen2's sliding window on the upper layers has no mapping")
+def full_attention_only(r: ConfigReader) -> None:
+    """Qwen's window keys, accepted only when every layer attends to the whole prefix (shared by
+    Qwen2, Qwen3 and Qwen3-MoE): ``use_sliding_window`` false, ``layer_types`` all full."""
+    r.expect("use_sliding_window", (False,), "Qwen's sliding window on the upper layers has no mapping")
     r.ignore("sliding_window", "max_window_layers")
     n = r.need("num_hidden_layers")
     types = r.get("layer_types", ["full_attention"] * n)
     if list(types) != ["full_attention"] * n:
-        raise r.unsupported("layer_types", "only full attention in every layer is supported for qwen2")
+        raise r.unsupported("layer_types", f"only full attention in every layer is supported for {r.family}")
+
+
+def _config(r: ConfigReader) -> dict[str, Any]:
+    full_attention_only(r)
     return {**decoder_fields(r), "use_bias": False, "qkv_bias": True}
 
 
