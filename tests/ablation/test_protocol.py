@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer_jax import ablation
-from transformer_jax.ablation import paths, protocol
+from transformer_jax.ablation import paths
 
 HOLDS, FAILS, UNSURE = ablation.VERDICTS
 

@@ -62,7 +62,8 @@ def test_unread_field_on_the_command_line_is_refused_before_training(tmp_path):
 def test_options_a_command_does_not_read_are_refused(tmp_path):
     _refused(cli("bench", "train", "--set", "model.n_layers=2", check=False), "bench train does not read --set")
     _refused(cli("bench", "compile", "--config", TINY, check=False), "bench compile does not read --config")
-    _refused(cli("bench", "moe", "--steps", "0", check=False), "--steps=0: must be a finite positive number")  # was replaced by 10
+    # --steps 0 was replaced by 10
+    _refused(cli("bench", "moe", "--steps", "0", check=False), "--steps=0: must be a finite positive number")
     _refused(cli("sample", "--workdir", str(tmp_path), "--strategy", "greedy", "--top-k", "5", check=False),
              "--strategy greedy does not read --top-k")  # fmt: skip
 
