@@ -77,8 +77,8 @@ class Trainer:
         self.flops_per_token = flops.model_flops_per_token(m, self.cfg.data.seq_len)
         self.peak_flops = self.tc.peak_flops or _peak_flops()  # measured outside any mesh context
         self.meta = {"config": configlib.to_dict(self.cfg), "tokenizer": run.data.tokenizer.to_json()}
-        if self.start_step and self.is_main:
-            _warn_changed_settings(run.checkpoints, self.start_step, self.meta["config"])
+        if self.start_step:  # in every process: Orbax restores the metadata with a barrier of all
+            _warn_changed_settings(run.checkpoints, self.start_step, self.meta["config"], warn=self.is_main)
         if run.base is not None:
             self.meta["base"] = run.base
         self.state = run.state
@@ -241,11 +241,11 @@ _BOOKKEEPING = frozenset(
 ) | {"name", "train.per_layer_grad_norms"}
 
 
-def _warn_changed_settings(checkpoints, step: int, config: dict) -> None:
-    """Warns, naming each field, when a run resumes checkpoint ``step`` under settings other than
-    those it was trained with so far (the steps before it keep the saved ones)."""
+def _warn_changed_settings(checkpoints, step: int, config: dict, *, warn: bool = True) -> None:
+    """Warns (if ``warn``), naming each field, when a run resumes checkpoint ``step`` under settings
+    other than those it was trained with so far (the steps before it keep the saved ones)."""
     saved = checkpoints.restore_meta(step).get("config")
-    if not isinstance(saved, dict):
+    if not warn or not isinstance(saved, dict):
         return
     changed = [c for c in configlib.changed_fields(saved, config) if c[0] not in _BOOKKEEPING]
     if changed:
