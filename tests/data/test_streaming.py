@@ -238,3 +238,32 @@ def test_the_pipeline_registries_match_the_config_choices():
 
     assert set(DATASETS.names()) == set(DATASET_VARIANTS.names())
     assert set(PACKINGS.names()) == set(TOKEN_PACKINGS.names()) == set(PACKING_VARIANTS.names())
+
+
+def test_training_reads_records_as_it_needs_them(tmp_path, monkeypatch):
+    """Nothing of the split is read up front: building the data reads no record, and a few batches
+    read a few records (those of the windows plus grain's read-ahead), not the split."""
+    (tmp_path / "c.txt").write_text("\n".join(f"line {i} of a corpus" for i in range(3000)) + "\n")
+    prepare(PrepareConfig(inputs=(str(tmp_path / "c.txt"),), out=str(tmp_path / "p"), tokenizer="byte",
+                          documents="line", val_fraction=0.05), progress=False)  # fmt: skip
+    log: dict[str, list] = {}
+
+    class Counting:
+        def __init__(self, source):
+            self.source, self.reads = source, log["reads"]  # a stopped iterator's reads go to its own list
+
+        def __len__(self):
+            return len(self.source)
+
+        def __getitem__(self, i):
+            self.reads.append(i)
+            return self.source[i]
+
+    real = TokenShards.source
+    monkeypatch.setattr(TokenShards, "source", lambda self, split: Counting(real(self, split)))
+    for packing in ("stream", "documents"):
+        reads = log["reads"] = []
+        data = data_of(tmp_path / "p", packing=packing, read_threads=1)
+        assert data.split_sizes["train"]["tokens"] > 50_000 and not reads
+        take(data, 2)
+        assert 0 < len(reads) < 200, len(reads)
