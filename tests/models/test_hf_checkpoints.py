@@ -145,18 +145,28 @@ def test_sharded_checkpoint_both_ways(llama_dir, tmp_path):
 
 
 def _trace_placements(monkeypatch) -> list:
-    """The (shape, sharding) of every array placed through jax.device_put (sharding None: the
-    default device) or jax.make_array_from_callback from now on, in order."""
+    """The (shape, sharding, from_host) of every array placed through jax.device_put (sharding None:
+    the default device) or jax.make_array_from_callback from now on, in order; ``from_host``: every
+    piece given to the devices was a numpy array (a tensor put on a device another way first, e.g.
+    by ``jnp.asarray``, and sliced there, is not)."""
     placed = []
     put, from_callback = jax.device_put, jax.make_array_from_callback
 
     def device_put(x, device=None, *args, **kwargs):
-        placed.append((np.shape(x), device))
+        placed.append((np.shape(x), device, isinstance(x, np.ndarray)))
         return put(x, device, *args, **kwargs)
 
-    def make_array_from_callback(shape, sharding, *args, **kwargs):
-        placed.append((tuple(shape), sharding))
-        return from_callback(shape, sharding, *args, **kwargs)
+    def make_array_from_callback(shape, sharding, data_callback, *args, **kwargs):
+        kinds = set()
+
+        def traced(index):
+            piece = data_callback(index)
+            kinds.add(isinstance(piece, np.ndarray))
+            return piece
+
+        out = from_callback(shape, sharding, traced, *args, **kwargs)
+        placed.append((tuple(shape), sharding, kinds == {True}))
+        return out
 
     monkeypatch.setattr(jax, "device_put", device_put)
     monkeypatch.setattr(jax, "make_array_from_callback", make_array_from_callback)
@@ -164,8 +174,9 @@ def _trace_placements(monkeypatch) -> list:
 
 
 def _assert_placed_straight(placed: list, model, mesh, min_split: int) -> None:
-    """Each variable of ``model`` was placed once, straight into its sharding on ``mesh`` (its
-    logical axes under LOGICAL_RULES), and nothing else was placed; at least ``min_split`` are split."""
+    """Each variable of ``model`` was placed once, straight from host memory into its sharding on
+    ``mesh`` (its logical axes under LOGICAL_RULES), and nothing else was placed; at least
+    ``min_split`` are split."""
     want, n_split = collections.Counter(), 0
     for key, var in nnx.to_flat_state(nnx.state(model)):
         spec = logical_to_spec(var.get_metadata().get("logical_axes"), var.shape, dict(mesh.shape), LOGICAL_RULES)
@@ -173,9 +184,10 @@ def _assert_placed_straight(placed: list, model, mesh, min_split: int) -> None:
         want[(tuple(var.shape), spec)] += 1
         n_split += any(s is not None for s in spec)
     assert n_split >= min_split
-    for shape, sharding in placed:
+    for shape, sharding, from_host in placed:
         assert isinstance(sharding, jax.sharding.NamedSharding) and sharding.mesh == mesh, (shape, sharding)
-    assert collections.Counter((shape, sharding.spec) for shape, sharding in placed) == want
+        assert from_host, f"{shape}: placed from an array already on a device, not from host memory"
+    assert collections.Counter((shape, sharding.spec) for shape, sharding, _ in placed) == want
 
 
 def test_loads_straight_onto_a_mesh(llama_dir, monkeypatch):
