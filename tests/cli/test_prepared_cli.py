@@ -36,4 +36,4 @@ def test_train_on_prepared_shards_and_resume_exactly(tmp_path):
     assert straight["val_loss"] == resumed["val_loss"] and straight["train_loss"] == resumed["train_loss"]
     assert _losses(tmp_path / "a") == _losses(tmp_path / "c")
     data = [json.loads((tmp_path / w / "checkpoints" / "4" / "data" / "metadata").read_text()) for w in "ac"]
-    assert data[0] == data[1] and set(data[0]["processes"][0]["grain"]) == {"parent", "offset"}
+    assert data[0] == data[1] and len(json.dumps(data[0])) < 1000  # a few indices, whatever the corpus

@@ -46,20 +46,6 @@ def framed(docs) -> np.ndarray:
     return np.concatenate([np.concatenate([[BOS_ID], d, [EOS_ID]]) for d in docs])
 
 
-def stream_of(batches) -> np.ndarray:
-    """The token stream that consecutive stride-T windows of T+1 tokens were cut from."""
-    rows = [np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1) for b in batches]
-    windows = np.concatenate(rows)
-    return np.concatenate([windows[0], *(w[1:] for w in windows[1:])])
-
-
-def documents_in(stream) -> list[tuple]:
-    """The documents of a ``[BOS] doc [EOS] ...`` stream (complete ones only)."""
-    ends = np.flatnonzero(stream == EOS_ID)
-    starts = np.flatnonzero(stream == BOS_ID)
-    return [tuple(stream[s + 1 : e]) for s, e in zip(starts, ends, strict=False) if s < e]
-
-
 def test_stream_batches_equal_numpy_windows_across_epochs(prepared):
     path, docs = prepared
     stream = framed(docs + docs)  # two epochs, in order (no shuffle)
@@ -76,29 +62,38 @@ def test_stream_batches_equal_numpy_windows_across_epochs(prepared):
         assert {k: v.dtype for k, v in batch.items()} == spec
 
 
+def rows_of(batches) -> list[tuple]:
+    """Each batch row as its window of T + 1 tokens."""
+    return [tuple(r) for b in batches for r in np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1)]
+
+
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_two_processes_read_disjoint_slices_covering_the_split(prepared, shuffle):
     path, docs = prepared
-    seen = []
+    firsts = []
     for p in range(2):
-        mine = docs[p::2]
-        epoch = len(framed(mine))
-        batches = take(data_of(path, process_index=p, process_count=2, batch_size=2, shuffle=shuffle), epoch // 32 + 2)
-        stream = stream_of(batches)[:epoch]  # this process's first epoch
-        got = documents_in(stream)
-        assert len(got) == len(mine)
-        if not shuffle:
-            np.testing.assert_array_equal(stream, framed(mine))
-        seen.append(got)
-    assert not set(seen[0]) & set(seen[1])
-    assert sorted(seen[0] + seen[1]) == sorted(tuple(d) for d in docs)
+        data = data_of(path, process_index=p, process_count=2, batch_size=2, shuffle=shuffle)
+        epoch = len(range(p, len(docs), 2))
+        it = iter(data.pipeline.documents("train", p, 2))
+        order = [np.asarray(next(it), np.int64) for _ in range(2 * epoch)]  # two epochs
+        firsts.append([tuple(d) for d in order[:epoch]])
+        stream = framed(order)
+        n = 256 if shuffle else 100  # rows: one shuffle window (data.pipeline.window(2)) or any number
+        assert not shuffle or data.pipeline.window(2) == n
+        naive = [tuple(stream[k * T : k * T + T + 1]) for k in range(n)]
+        got = rows_of(take(data, n // 2))
+        if shuffle:
+            assert sorted(got) == sorted(naive) and got != naive
+        else:
+            assert got == naive
+    assert not set(firsts[0]) & set(firsts[1])
+    assert sorted(firsts[0] + firsts[1]) == sorted(tuple(d) for d in docs)
 
 
 def test_epochs_are_reshuffled(prepared):
     path, docs = prepared
-    epoch = len(framed(docs))
-    stream = stream_of(take(data_of(path), 2 * epoch // (B * T) + 2))
-    first, second = documents_in(stream[:epoch]), documents_in(stream[epoch : 2 * epoch])
+    it = iter(data_of(path).pipeline.documents("train", 0, 1))
+    first, second = ([tuple(next(it)) for _ in docs] for _ in range(2))
     assert sorted(first) == sorted(second) == sorted(tuple(d) for d in docs)
     assert first != second and first != [tuple(d) for d in docs]
 

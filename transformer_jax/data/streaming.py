@@ -7,7 +7,9 @@ and repeated, read lazily by ``read_threads`` threads, then packed (``T = seq_le
 
   - ``stream``: the documents as ``[BOS] ids [EOS]`` one after another; row k is the window
     ``stream[k*T : k*T + T + 1]`` (inputs ``window[:-1]``, targets ``window[1:]``), so every token
-    but the first is a target once. One segment per row, as in ``lm.StreamLM``.
+    but the first is a target once. One segment per row, as in ``lm.StreamLM``. With ``data.shuffle``,
+    rows are shuffled within windows of ``max(256, 8 * batch)`` rows, so a batch does not hold
+    consecutive windows of the same documents.
   - ``documents``: ``[BOS] ids [EOS]`` cut into pieces of at most ``T + 1`` tokens overlapping by
     one (a document longer than ``seq_len`` becomes several segments; nothing is dropped), packed
     first-fit (grain's ``FirstFitPackIterDataset``) with segment ids and positions.
@@ -34,6 +36,7 @@ from transformer_jax.core.registry import Registry
 from transformer_jax.data import loader, rows
 
 TOKEN_PACKINGS: Registry[type[PreparedLM]] = Registry("packing")
+SHUFFLE_WINDOW_ROWS = 256
 
 
 class _Decode:
@@ -50,15 +53,16 @@ def _framed(ids: np.ndarray, bos: int, eos: int) -> np.ndarray:
     return np.concatenate(([bos], np.asarray(ids, np.int32), [eos])).astype(np.int32)
 
 
-def window_row(window: np.ndarray) -> dict[str, np.ndarray]:
-    """A window of ``T + 1`` stream tokens as one LM row of length T (one segment)."""
-    T = len(window) - 1
+def window_rows(windows: np.ndarray) -> dict[str, np.ndarray]:
+    """Windows ``[..., T + 1]`` of stream tokens as LM rows ``[..., T]`` (one segment each)."""
+    T = windows.shape[-1] - 1
+    shape = (*windows.shape[:-1], T)
     return {
-        "inputs": window[:-1].astype(np.int32),
-        "targets": window[1:].astype(np.int32),
-        "segment_ids": np.ones(T, np.int32),
-        "positions": np.arange(T, dtype=np.int32),
-        "weights": np.ones(T, np.float32),
+        "inputs": windows[..., :-1].astype(np.int32),
+        "targets": windows[..., 1:].astype(np.int32),
+        "segment_ids": np.ones(shape, np.int32),
+        "positions": np.broadcast_to(np.arange(T, dtype=np.int32), shape).copy(),
+        "weights": np.ones(shape, np.float32),
     }
 
 
@@ -69,7 +73,7 @@ class _WindowsIterator(grain.DatasetIterator):
         self._docs: list[tuple[Any, np.ndarray]] = []  # (parent state before the document, its framed ids)
         self._offset = 0  # into self._docs[0]
 
-    def __next__(self) -> dict[str, np.ndarray]:
+    def __next__(self) -> np.ndarray:
         need = self._T + 1
         have = sum(len(d) for _, d in self._docs) - self._offset
         while have < need:
@@ -86,7 +90,7 @@ class _WindowsIterator(grain.DatasetIterator):
         self._offset += self._T
         while self._offset >= len(self._docs[0][1]):
             self._offset -= len(self._docs.pop(0)[1])
-        return window_row(np.concatenate(parts))
+        return np.concatenate(parts)
 
     def get_state(self) -> dict[str, Any]:
         if not self._docs:
@@ -99,7 +103,7 @@ class _WindowsIterator(grain.DatasetIterator):
 
 
 class StreamWindows(grain.IterDataset):
-    """Documents (token-id arrays) -> LM rows of the windows of their ``[BOS] ids [EOS]`` stream."""
+    """Documents (token-id arrays) -> the windows ``[T + 1]`` of their ``[BOS] ids [EOS]`` stream."""
 
     def __init__(self, parent: grain.IterDataset, T: int, bos: int, eos: int):
         super().__init__(parent)
@@ -194,8 +198,17 @@ class PreparedLM(loader.Pipeline):
 @TOKEN_PACKINGS.register("stream")
 class PreparedStream(PreparedLM):
     def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
-        it = StreamWindows(self.documents("train", process_index, process_count), self.cfg.seq_len, self.bos, self.eos)
-        return loader.prefetch(it.batch(batch_size, drop_remainder=True), self.cfg)
+        docs = self.documents("train", process_index, process_count)
+        it = StreamWindows(docs, self.cfg.seq_len, self.bos, self.eos)
+        if self.cfg.shuffle:  # consecutive windows hold the same documents: spread them over batches
+            window = self.window(batch_size)
+            it = grain.experimental.WindowShuffleIterDataset(it, window_size=window, seed=self.cfg.seed)
+        return loader.prefetch(it.batch(batch_size, drop_remainder=True).map(window_rows), self.cfg)
+
+    @staticmethod
+    def window(batch_size: int) -> int:
+        """Rows shuffled together (grain re-reads at most this many on restore)."""
+        return max(SHUFFLE_WINDOW_ROWS, 8 * batch_size)
 
     def eval_row_iter(self, split: str) -> Iterator[dict[str, np.ndarray]]:
         """Stride-T windows from the first token; the last one padded (segment 0, weight 0)."""
@@ -207,7 +220,7 @@ class PreparedStream(PreparedLM):
                 stream = np.concatenate(buffer)
                 full = (len(stream) - 1) // T
                 for k in range(full):
-                    yield window_row(stream[k * T : k * T + T + 1])
+                    yield window_rows(stream[k * T : k * T + T + 1])
                 buffer, n = [stream[full * T :]], len(stream) - full * T
         tail = np.concatenate(buffer) if buffer else np.zeros(0, np.int32)
         if len(tail) > 1:
