@@ -58,7 +58,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
-def fused_gate_up(hf: str, ours: str) -> Link:
+def _fused_gate_up(hf: str, ours: str) -> Link:
     """transformers 5's in-memory layout: gate|up stacked [E, 2F, D] -> w_gate, w_in [E, D, F]."""
 
     def to_ours(w):
@@ -71,7 +71,7 @@ def fused_gate_up(hf: str, ours: str) -> Link:
     return Link((hf,), (f"{ours}.w_gate", f"{ours}.w_in"), to_ours, to_hf)
 
 
-def fused_down(hf: str, ours: str) -> Link:
+def _fused_down(hf: str, ours: str) -> Link:
     return Link(
         (hf,),
         (ours,),
@@ -80,9 +80,24 @@ def fused_down(hf: str, ours: str) -> Link:
     )
 
 
-def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
+def expert_links(
+    cfg: ModelConfig, ffn: str, router: str, experts: str, names: AbstractSet[str] | None, projections: tuple[str, ...]
+) -> list[Link]:
+    """One MoE layer's router [D, E] and experts: from transformers 5's fused in-memory layout
+    (``{experts}.gate_up_proj`` [E, 2F, D], ``{experts}.down_proj``) when ``names`` has it, else one
+    tensor per expert, ``{experts}.{e}.{name}.weight`` for the gate, up and down ``projections``."""
     assert cfg.moe is not None
     E = cfg.moe.n_experts
+    links = [linear(f"{router}.weight", f"{ffn}.router.kernel", (cfg.d_model,), (E,))]
+    if names is not None and f"{experts}.gate_up_proj" in names:
+        fused = [_fused_gate_up(f"{experts}.gate_up_proj", ffn), _fused_down(f"{experts}.down_proj", f"{ffn}.w_out")]
+        return links + fused
+    for theirs, ours in zip(projections, ("w_gate", "w_in", "w_out"), strict=True):
+        links.append(stacked_linear([f"{experts}.{e}.{theirs}.weight" for e in range(E)], f"{ffn}.{ours}"))
+    return links
+
+
+def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
     fused = names is not None and "model.layers.0.mlp.experts.gate_up_proj" in names
     links = ends_links(cfg, names)
     for i in range(cfg.n_layers):
@@ -92,17 +107,8 @@ def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
             copy(f"{p}.input_layernorm.weight", f"{layer(i)}.self_attn_norm.scale"),
             copy(f"{p}.post_attention_layernorm.weight", f"{layer(i)}.ffn_norm.scale"),
         ]
-        if fused:
-            links += [
-                linear(f"{p}.mlp.gate.weight", f"{ffn}.router.kernel", (cfg.d_model,), (E,)),
-                fused_gate_up(f"{p}.mlp.experts.gate_up_proj", ffn),
-                fused_down(f"{p}.mlp.experts.down_proj", f"{ffn}.w_out"),
-            ]
-            continue
-        m = f"{p}.block_sparse_moe"
-        links.append(linear(f"{m}.gate.weight", f"{ffn}.router.kernel", (cfg.d_model,), (E,)))
-        for w, ours in (("w1", "w_gate"), ("w3", "w_in"), ("w2", "w_out")):
-            links.append(stacked_linear([f"{m}.experts.{e}.{w}.weight" for e in range(E)], f"{ffn}.{ours}"))
+        m = f"{p}.mlp" if fused else f"{p}.block_sparse_moe"
+        links += expert_links(cfg, ffn, f"{m}.gate", f"{m}.experts", names, ("w1", "w3", "w2"))
     return links
 
 

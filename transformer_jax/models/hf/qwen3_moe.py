@@ -21,9 +21,9 @@ from typing import Any
 
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.llama import attention_links, ends_links, layer, mlp_links, rotary_buffer
-from transformer_jax.models.hf.mixtral import fused_down, fused_gate_up
+from transformer_jax.models.hf.mixtral import expert_links
 from transformer_jax.models.hf.qwen3 import qwen3_fields, qwen3_hf
-from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, linear, register, stacked_linear
+from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, register
 from transformer_jax.models.moe_config import MoEConfig
 
 
@@ -91,9 +91,11 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+
+
 def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
     assert cfg.moe is not None
-    E = cfg.moe.n_experts
     links = ends_links(cfg, names)
     for i in range(cfg.n_layers):
         p, ffn = f"model.layers.{i}", f"{layer(i)}.ffn"
@@ -105,15 +107,7 @@ def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
         if (i + 1) % cfg.moe.every:
             links += mlp_links(cfg, i, f"{p}.mlp")
             continue
-        links.append(linear(f"{p}.mlp.gate.weight", f"{ffn}.router.kernel", (cfg.d_model,), (E,)))
-        if names is not None and f"{p}.mlp.experts.gate_up_proj" in names:
-            links += [
-                fused_gate_up(f"{p}.mlp.experts.gate_up_proj", ffn),
-                fused_down(f"{p}.mlp.experts.down_proj", f"{ffn}.w_out"),
-            ]
-            continue
-        for theirs, ours in (("gate_proj", "w_gate"), ("up_proj", "w_in"), ("down_proj", "w_out")):
-            links.append(stacked_linear([f"{p}.mlp.experts.{e}.{theirs}.weight" for e in range(E)], f"{ffn}.{ours}"))
+        links += expert_links(cfg, ffn, f"{p}.mlp.gate", f"{p}.mlp.experts", names, PROJECTIONS)
     return links
 
 
