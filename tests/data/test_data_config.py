@@ -9,7 +9,7 @@ from transformer_jax.data import DataConfig
     "field,value,listed",
     [
         ("dataset", "shakespear", "did you mean 'shakespeare'"),
-        ("dataset", "wikipedia", "shakespeare, text, parallel, tfds, prepared, copy, reverse, sort, associative_"),
+        ("dataset", "wikipedia", "shakespeare, text, parallel, tfds, prepared, mixture, copy, reverse, sort"),
         ("tokenizer", "wordpiece", "char, byte, sentencepiece"),
         ("packing", "pad", "stream, documents"),
         ("sp_model_type", "wordpiece", "bpe, unigram"),

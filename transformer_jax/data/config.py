@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_types, fail
+from transformer_jax.data.mixspec import parse_mixture, parse_schedule
 from transformer_jax.data.synthetic import TASKS
 from transformer_jax.data.variants import (
     DATASET_VARIANTS,
@@ -28,13 +29,19 @@ from transformer_jax.data.variants import (
 class DataConfig:
     """Data options (``--set data.FIELD=VALUE``).
 
-    dataset: shakespeare | text | parallel | tfds | prepared | copy | reverse | sort | associative_recall.
+    dataset: shakespeare | text | parallel | tfds | prepared | mixture | copy | reverse | sort | associative_recall.
     path / val_path: text files (one, comma-separated, or a directory); ``val_path`` replaces the
       90/10 character split. With ``prepared``, ``path`` is a directory that ``transformer-jax
       prepare`` wrote: training streams its shards (``streaming.py``), each process its own slice of
       the documents, validation reads its ``val`` split (required), and the tokenizer is the one
       saved there (so ``tokenizer`` and its options, ``document_split`` and the split options are
       not settable with it). dir / src_lang / tgt_lang: parallel corpus ``{split}.{lang}[.gz]``.
+    mixture: with ``dataset=mixture``, named prepared directories and weights,
+      ``"web=/p/web:0.7,code=/p/code:0.3"`` (``mixture.py``): each row of a batch comes from one
+      source, drawn with these weights (deterministic given ``seed``); all sources share one
+      tokenizer; each batch row carries its ``source_ids`` and the loss is reported per source.
+      mixture_schedule: later stages of weights, ``"1000:web=0.5,code=0.5;..."`` (from that step on;
+      steps increase; stage 0 is ``mixture``'s weights).
     tfds_name: TFDS catalog name (``tiny_shakespeare``, ``lm1b``, ``wmt14_translate/de-en``),
       read from ``cache_dir``; ``tfds_download`` allows preparing it (needs network).
     tokenizer: char | byte | sentencepiece (``vocab_size``, ``sp_model_type``), trained on the
@@ -59,6 +66,8 @@ class DataConfig:
     dir: str | None = None
     src_lang: str = "de"
     tgt_lang: str = "en"
+    mixture: str | None = None
+    mixture_schedule: str | None = None
     tfds_name: str | None = None
     tfds_download: bool = False
     tokenizer: str = "char"
@@ -106,6 +115,8 @@ class DataConfig:
         required = DATASET_VARIANTS.get(self.dataset).required
         if required is not None and not getattr(self, required[0]):
             raise ConfigError(f"data.{required[0]} is required when data.dataset={self.dataset!r}: give {required[1]}")
+        if self.mixture is not None:
+            parse_schedule(self.mixture_schedule, tuple(s.name for s in parse_mixture(self.mixture)))
         if self.src_lang == self.tgt_lang:
             fail("data.tgt_lang", self.tgt_lang, "equals data.src_lang", "give two different language suffixes")
         if not 0.0 < self.val_fraction < 1.0:

@@ -27,6 +27,7 @@ from transformer_jax.core.configlib import ConfigError
 from transformer_jax.data import loader
 from transformer_jax.data.config import DataConfig
 from transformer_jax.data.lm import PACKINGS
+from transformer_jax.data.mixture import MixturePipeline, mixture_tokenizer
 from transformer_jax.data.seq2seq import PromptLMPipeline, Seq2SeqPipeline
 from transformer_jax.data.sources import Corpus, load_corpus
 from transformer_jax.data.streaming import TOKEN_PACKINGS
@@ -64,6 +65,11 @@ class Data:
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The names of a mixture's sources (``batch["source_ids"]`` indexes them); () otherwise."""
+        return self.pipeline.names if isinstance(self.pipeline, MixturePipeline) else ()
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -114,7 +120,10 @@ def build_data(
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index={process_index} must be in [0, process_count={process_count})")
     corpus = load_corpus(cfg)
-    if corpus.kind == "tokens":
+    if corpus.kind == "mixture":
+        tokenizer = mixture_tokenizer(cfg, corpus, tokenizer)
+        task, pipeline_cls = "lm", MixturePipeline
+    elif corpus.kind == "tokens":
         tokenizer = _prepared_tokenizer(cfg, corpus, tokenizer)
         task, pipeline_cls = "lm", TOKEN_PACKINGS.get(cfg.packing)
     elif corpus.kind == "synthetic":

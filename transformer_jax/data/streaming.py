@@ -132,6 +132,27 @@ class _Pieces(grain.experimental.FlatMapTransform):
         return document_pieces(element, self.T, self.bos, self.eos)
 
 
+def eval_batches_of(
+    rows_iter: Iterator[dict[str, np.ndarray]],
+    n: int,
+    zero: dict[str, np.ndarray],
+    batch_size: int,
+    process_index: int,
+    process_count: int,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Rows ``process_index::process_count`` of the first ``n`` of ``rows_iter`` in batches, the
+    last padded with ``zero``; every process gets the same number of batches."""
+    per_process = -(-n // process_count)
+    n_batches = -(-per_process // batch_size)
+    mine = itertools.islice(rows_iter, process_index, n, process_count)
+    for _ in range(n_batches):
+        batch = {k: np.broadcast_to(v, (batch_size, *v.shape)).copy() for k, v in zero.items()}
+        for i, row in enumerate(itertools.islice(mine, batch_size)):
+            for k, v in row.items():
+                batch[k][i] = v
+        yield batch
+
+
 class PreparedLM(loader.Pipeline):
     """A packing of prepared shards: training batches (grain) and lazy evaluation batches."""
 
@@ -154,6 +175,10 @@ class PreparedLM(loader.Pipeline):
         return iter(self.corpus.split(split))
 
     @abc.abstractmethod
+    def train_rows(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
+        """This process's training rows, unbatched (``batch_size`` sizes shuffle windows and packing bins)."""
+
+    @abc.abstractmethod
     def eval_row_iter(self, split: str) -> Iterator[dict[str, np.ndarray]]:
         """The rows of one pass over ``split`` in order, generated lazily."""
 
@@ -169,16 +194,7 @@ class PreparedLM(loader.Pipeline):
     ) -> Iterator[dict[str, np.ndarray]]:
         cap = None if max_batches is None else max_batches * batch_size * process_count
         n = self.eval_row_count(split, cap)
-        per_process = -(-n // process_count)
-        n_batches = -(-per_process // batch_size)  # the same in every process
-        mine = itertools.islice(self.eval_row_iter(split), process_index, n, process_count)
-        zero = self.zero_row()
-        for _ in range(n_batches):
-            batch = {k: np.broadcast_to(v, (batch_size, *v.shape)).copy() for k, v in zero.items()}
-            for i, row in enumerate(itertools.islice(mine, batch_size)):
-                for k, v in row.items():
-                    batch[k][i] = v
-            yield batch
+        return eval_batches_of(self.eval_row_iter(split), n, self.zero_row(), batch_size, process_index, process_count)
 
     def _split_totals(self, split: str) -> tuple[int, int]:
         """(documents, tokens without BOS/EOS) of ``split``, from the manifest."""
@@ -197,12 +213,19 @@ class PreparedLM(loader.Pipeline):
 
 @TOKEN_PACKINGS.register("stream")
 class PreparedStream(PreparedLM):
-    def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
+    def train_windows(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
         docs = self.documents("train", process_index, process_count)
         it = StreamWindows(docs, self.cfg.seq_len, self.bos, self.eos)
         if self.cfg.shuffle:  # consecutive windows hold the same documents: spread them over batches
             window = self.window(batch_size)
             it = grain.experimental.WindowShuffleIterDataset(it, window_size=window, seed=self.cfg.seed)
+        return it
+
+    def train_rows(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
+        return self.train_windows(batch_size, process_index, process_count).map(window_rows)
+
+    def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
+        it = self.train_windows(batch_size, process_index, process_count)
         return loader.prefetch(it.batch(batch_size, drop_remainder=True).map(window_rows), self.cfg)
 
     @staticmethod
@@ -243,6 +266,10 @@ class PreparedDocuments(PreparedLM):
         self._counts: dict[tuple[str, int | None], int] = {}
 
     def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
+        it = self.train_rows(batch_size, process_index, process_count).batch(batch_size, drop_remainder=True)
+        return loader.prefetch(it, self.cfg)
+
+    def train_rows(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
         T = self.cfg.seq_len
         docs = self.documents("train", process_index, process_count)
         it = grain.experimental.FlatMapIterDataset(docs, _Pieces(T, self.bos, self.eos))
@@ -253,8 +280,7 @@ class PreparedDocuments(PreparedLM):
             seed=self.cfg.seed,
             shuffle_bins=self.cfg.shuffle,
         )
-        it = it.map(rows.packed_to_lm).batch(batch_size, drop_remainder=True)
-        return loader.prefetch(it, self.cfg)
+        return it.map(rows.packed_to_lm)
 
     def eval_row_iter(self, split: str) -> Iterator[dict[str, np.ndarray]]:
         T = self.cfg.seq_len

@@ -48,6 +48,11 @@ DATASET_VARIANTS.register(  # tokenizer, documents and splits were fixed by `pre
     DatasetVariant("lm", ("path", "a directory written by `transformer-jax prepare`")),
     reads=("path", "packing"),
 )
+DATASET_VARIANTS.register(  # each source is a prepared directory: as `prepared`, nothing else is read
+    "mixture",
+    DatasetVariant("lm", ("mixture", "NAME=PATH:WEIGHT,... of directories written by `transformer-jax prepare`")),
+    reads=("mixture", "mixture_schedule", "packing"),
+)
 for _task in TASKS:
     DATASET_VARIANTS.register(_task, DatasetVariant("synthetic"), reads=_SYNTHETIC)
 
