@@ -24,7 +24,9 @@ def cross_entropy(
     weights_BT: Float[Array, "B T"] | None = None,
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
-) -> dict[str, Float[Array, ""]]:
+    groups_B: Int[Array, " B"] | None = None,
+    n_groups: int = 0,
+) -> dict[str, Float[Array, "..."]]:
     """Weighted token cross-entropy, returned as float32 scalar sums.
 
     With ``lse = logsumexp(logits)``, ``nll = lse - logits[target]`` and smoothing ``eps``
@@ -39,6 +41,10 @@ def cross_entropy(
     padding). A target outside ``[0, V)`` (e.g. -1 or -100 padding) is treated as weight 0, like
     PyTorch's ``ignore_index``: it never produces NaN and is not counted in ``weight_sum``. Callers
     should still mark padding with weight 0 explicitly.
+
+    With ``groups_B`` (each row's group in ``[0, n_groups)``, e.g. its data source), also
+    ``nll_sum_by_group`` and ``weight_sum_by_group`` [n_groups]: the row sums of ``nll * w`` and
+    ``w`` added per group (a segment sum; a fixed size, so jit-friendly).
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1)")
@@ -66,13 +72,19 @@ def cross_entropy(
     def wsum(v):
         return jnp.sum(jnp.where(w != 0, v * w, 0.0))
 
-    return {
+    out = {
         "loss_sum": wsum(smoothed + z),
         "nll_sum": wsum(nll),
         "z_loss_sum": wsum(z),
         "correct_sum": wsum(correct),
         "weight_sum": jnp.sum(w),
     }
+    if groups_B is not None:
+        row_nll_B = jnp.sum(jnp.where(w != 0, nll * w, 0.0), axis=tuple(range(1, w.ndim)))
+        row_weight_B = jnp.sum(w, axis=tuple(range(1, w.ndim)))
+        out["nll_sum_by_group"] = jax.ops.segment_sum(row_nll_B, groups_B, num_segments=n_groups)
+        out["weight_sum_by_group"] = jax.ops.segment_sum(row_weight_B, groups_B, num_segments=n_groups)
+    return out
 
 
 def token_weighted_mean(total: Array, weight_sum: Array) -> Array:

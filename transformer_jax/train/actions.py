@@ -15,11 +15,13 @@ import math
 import os
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
+from transformer_jax.eval.evaluate import per_source_losses
 from transformer_jax.train.checkpoint import all_finite
 
 log = logging.getLogger("transformer_jax.train")
@@ -51,8 +53,13 @@ class Action:
         """Called once when the loop ends at ``step``."""
 
 
-def reduce_metrics(metrics: list[dict]) -> dict[str, Any]:
-    """Token-weighted means of the sums, last values of the rest, over a logging interval."""
+SOURCE_SUMS = ("source/loss_sum", "source/weight_sum")
+_SUMS = ("loss_sum", "objective_sum", "correct_sum", "weight_sum", "finite", "nonfinite_grads", *SOURCE_SUMS)
+
+
+def reduce_metrics(metrics: list[dict], sources: Sequence[str] = ()) -> dict[str, Any]:
+    """Token-weighted means of the sums, last values of the rest, over a logging interval; with
+    ``sources`` (a mixture's names), ``loss/NAME`` over the interval's targets of each source."""
     weight = sum(float(m["weight_sum"]) for m in metrics)
     out = {
         "loss": sum(float(m["loss_sum"]) for m in metrics) / max(weight, 1.0),
@@ -62,8 +69,11 @@ def reduce_metrics(metrics: list[dict]) -> dict[str, Any]:
     }
     out["perplexity"] = math.exp(min(out["loss"], 700.0))
     for k, v in metrics[-1].items():
-        if k not in ("loss_sum", "objective_sum", "correct_sum", "weight_sum", "finite", "nonfinite_grads"):
+        if k not in _SUMS:
             out[k] = np.asarray(v).tolist()
+    if sources:
+        nll, weight = (sum(np.asarray(m[k], np.float64) for m in metrics) for k in SOURCE_SUMS)
+        out.update(per_source_losses(sources, nll, weight))
     out["nonfinite_grads"] = next((m["nonfinite_grads"] for m in metrics if not bool(m["finite"])), None)
     return out
 
@@ -97,8 +107,17 @@ class Log(Action):
 
     every: int  # train.log_every, never None
 
-    def __init__(self, tc, *, tokens_key: str, flops_per_token: float, peak_flops: float | None, start_step: int):
-        self.every, self.tc, self.tokens_key = tc.log_every, tc, tokens_key
+    def __init__(
+        self,
+        tc,
+        *,
+        tokens_key: str,
+        flops_per_token: float,
+        peak_flops: float | None,
+        start_step: int,
+        sources: Sequence[str] = (),
+    ):
+        self.every, self.tc, self.tokens_key, self.sources = tc.log_every, tc, tokens_key, tuple(sources)
         self.flops_per_token, self.peak = flops_per_token, peak_flops
         self.pending: list[dict] = []
         self.since_step, self.since_time, self.excluded = start_step, time.time(), 0.0
@@ -122,7 +141,7 @@ class Log(Action):
         self.excluded += seconds
 
     def run(self, loop, step: int) -> None:
-        logged = reduce_metrics(jax.device_get(self.pending))  # waits for the interval's steps
+        logged = reduce_metrics(jax.device_get(self.pending), self.sources)  # waits for the interval's steps
         now = time.time()
         elapsed = max(now - self.since_time - self.excluded, 1e-9)
         tok_s = self.tokens_per_step * (step - self.since_step) / elapsed if step > self.since_step else None

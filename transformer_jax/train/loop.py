@@ -66,10 +66,13 @@ class Trainer:
             warn_schedule(self.tc.optim, self.tc.steps)
         self.start_step = int(jax.device_get(run.state.step))
         self.task = TASKS.get(run.data.task)
-        self.train_step = jit_train_step(run.graphdef, run.tx, self.task, self.tc, run.schedule, run.state)
+        self.sources = run.data.sources
+        self.train_step = jit_train_step(
+            run.graphdef, run.tx, self.task, self.tc, run.schedule, run.state, n_sources=len(self.sources)
+        )
         if targets.platform() != "cpu":  # an accelerator: the step's memory against the device's, before step 1
             aot.check_fits(self.train_step, run.state, self.cfg, run.mesh)
-        self.eval_step = compiler.jit(make_eval_step(run.graphdef, self.task))
+        self.eval_step = compiler.jit(make_eval_step(run.graphdef, self.task, len(self.sources)))
         m = self.cfg.model
         self.n_params = count_params(m)
         trainable = split_adapters(run.state.params)[0] if self.tc.lora is not None else run.state.params
@@ -94,7 +97,8 @@ class Trainer:
     def validate(self, state) -> dict[str, float]:
         """Validation metrics of ``state`` (loss, perplexity, accuracy, and the task's extras)."""
         run, tc = self.run_, self.tc
-        result = evaluate(self.eval_step, state, run.data.eval_batches("val", tc.eval_batches), run.put_batch)
+        batches = run.data.eval_batches("val", tc.eval_batches)
+        result = evaluate(self.eval_step, state, batches, run.put_batch, self.sources)
         if self.task.extra_eval is not None and tc.extra_eval:
             result.update(self.task.extra_eval(run, state, "val", tc.eval_batches))
         if tc.best_metric not in result:
@@ -149,6 +153,7 @@ class Trainer:
             flops_per_token=self.flops_per_token,
             peak_flops=self.peak_flops,
             start_step=self.start_step,
+            sources=self.sources,
         )
         validate = actions.Validate(tc)
         checkpoint = actions.Checkpoint(tc, validate, start_step=self.start_step)

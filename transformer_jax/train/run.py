@@ -172,10 +172,12 @@ def setup(
 def _restore_or_init(cfg, workdir, ckpts, mesh, restore, best, restore_step, fallback) -> tuple[Run, dict | None]:
     tc = cfg.train
     tx, schedule = make_optimizer(tc.optim, tc.steps, adapters_only=tc.lora is not None)
-    sharding = batch_sharding(mesh)
+    shardings = {ndim: batch_sharding(mesh, ndim) for ndim in (1, 2)}  # [B] source ids, [B, T] rows
 
     def put_batch(batch: dict) -> dict:
-        return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
+        return {
+            k: jax.make_array_from_process_local_data(shardings[np.ndim(v)], np.asarray(v)) for k, v in batch.items()
+        }
 
     def run_of(cfg, data, graphdef, state, step, base):
         return Run(cfg, data, graphdef, mesh, state, ckpts, put_batch, tx, schedule, step, base)

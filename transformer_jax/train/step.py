@@ -10,6 +10,7 @@ import optax
 from flax import nnx
 
 from transformer_jax.core import compiler
+from transformer_jax.data.mixture import SOURCE_IDS
 from transformer_jax.eval.tasks import Task
 from transformer_jax.models.param_roles import adapter_mask
 from transformer_jax.ops.losses import cross_entropy
@@ -41,7 +42,12 @@ def _split_micro(batch: dict, n: int) -> dict:
 
 
 def make_train_step(
-    graphdef, tx: optax.GradientTransformation, task: Task, cfg: TrainConfig, schedule: Callable
+    graphdef,
+    tx: optax.GradientTransformation,
+    task: Task,
+    cfg: TrainConfig,
+    schedule: Callable,
+    n_sources: int = 0,
 ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
     """``step(state, batch, key) -> (state, metrics)``: token-weighted mean cross-entropy (label
     smoothing, z-loss, plus the aux losses the model returns in ``aux["losses"]``) over
@@ -50,6 +56,10 @@ def make_train_step(
     Model variables other than parameters (``state.model_state``) are threaded through the
     micro-batches: whatever the forward pass writes to them (e.g. MoE balancing biases) is kept.
     Scalars or per-layer arrays in ``aux["metrics"]`` are averaged and reported.
+
+    With ``n_sources`` (a data mixture), ``batch["source_ids"]`` [B] names each row's source and the
+    metrics add ``source/loss_sum`` and ``source/weight_sum`` [n_sources] (NLL and target weights
+    per source; ``actions.reduce_metrics`` turns them into ``loss/NAME``).
 
     With ``cfg.lora`` only the LoRA adapters train: the other parameters enter the loss through
     ``stop_gradient`` (zero gradients, none of their backward products computed) and leave the
@@ -69,6 +79,7 @@ def make_train_step(
             weights_BT=micro[task.weights],
             label_smoothing=cfg.label_smoothing,
             z_loss=cfg.z_loss,
+            **({"groups_B": micro[SOURCE_IDS], "n_groups": n_sources} if n_sources else {}),
         )
         aux_losses = aux.get("losses", {}) if isinstance(aux, dict) else {}
         aux_metrics = aux.get("metrics", {}) if isinstance(aux, dict) else {}
@@ -135,6 +146,9 @@ def make_train_step(
             "skips": new_state.skips,
             **{k: v / cfg.grad_accum for k, v in sums.items() if k.startswith(("aux/", "aux_metrics/"))},
         }
+        if n_sources:
+            metrics["source/loss_sum"] = sums["nll_sum_by_group"]
+            metrics["source/weight_sum"] = sums["weight_sum_by_group"]
         if cfg.per_layer_grad_norms:
             metrics.update({f"grad_norm/{k}": v for k, v in per_layer_norms(grads).items()})
         metrics["nonfinite_grads"] = jax.tree.map(lambda g: ~jnp.all(jnp.isfinite(g)), grads)
@@ -144,9 +158,15 @@ def make_train_step(
 
 
 def jit_train_step(
-    graphdef, tx: optax.GradientTransformation, task: Task, cfg: TrainConfig, schedule: Callable, state: TrainState
+    graphdef,
+    tx: optax.GradientTransformation,
+    task: Task,
+    cfg: TrainConfig,
+    schedule: Callable,
+    state: TrainState,
+    n_sources: int = 0,
 ):
     """The jitted `make_train_step` that ``train`` runs (and ``compile`` compiles): the state is
     donated and the new state keeps ``state``'s shardings (arrays or ShapeDtypeStructs)."""
-    step = make_train_step(graphdef, tx, task, cfg, schedule)
+    step = make_train_step(graphdef, tx, task, cfg, schedule, n_sources)
     return compiler.jit(step, donate_argnums=(0,), out_shardings=(state_sharding_tree(state), None))
