@@ -2,12 +2,13 @@
 
 An adapted projection computes ``y = x W + b + (alpha / r) (x A) B`` with ``A`` [In, r] drawn
 from N(0, 1/fan_in) and ``B`` [r, Out] zero, so the adapted model starts equal to its base.
-``apply_lora`` attaches an adapter (`LoraAdapter`, params ``lora/a`` and ``lora/b``) to every
-``DenseGeneral`` whose kernel `param_roles.classify` names one of ``targets`` (``q``, ``k``,
-``v``, ``o``, ``up``, ``gate``, ``down``); a scanned stack's kernels carry a leading ``layers``
-axis and so do their adapters. ``merge_lora`` folds ``(alpha / r) A B`` into ``W`` (for export).
-Training only the adapters is the optimizer's business (``train.optim``, through
-`param_roles.adapter_mask`).
+``apply_lora`` attaches an adapter (`LoraAdapter`, params ``lora/a`` and ``lora/b``, role
+``adapter``) to every ``DenseGeneral`` whose kernel's ``projection`` metadata (set by the module that
+owns it: ``nn.Attention``, ``nn.FeedForward``) is one of ``targets`` (``q``, ``k``, ``v``, ``o``,
+``up``, ``gate``, ``down``); a scanned stack's kernels carry a leading ``layers`` axis and so do
+their adapters. ``merge_lora`` folds ``(alpha / r) A B`` into ``W`` (for export). Training only
+the adapters is the optimizer's business (``train.optim``, through the roles of
+`models.model_roles`; `split_adapters` and `param_roles.adapter_mask` read a plain dict's paths).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from jaxtyping import Array, Float
 
 from transformer_jax.core.configlib import ConfigError, check_int, check_real, check_types
 from transformer_jax.core.registry import unknown_name_message
-from transformer_jax.models.param_roles import PROJECTIONS, adapter_mask, classify, classify_names, path_names
+from transformer_jax.models.model_roles import is_param_info, model_param_infos
+from transformer_jax.models.param_roles import PROJECTIONS, adapter_mask, classify_names, path_names
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.ops import linear as linear_ops
 
@@ -64,8 +66,8 @@ class LoraAdapter(nnx.Module):
     [r, *Out]; both stored in float32, multiplied in ``dtype``."""
 
     def __init__(self, a: jax.Array, b: jax.Array, *, a_axes, b_axes, n_in: int, scale: float, dtype):
-        self.a = nnx.Param(a, logical_axes=tuple(a_axes))
-        self.b = nnx.Param(b, logical_axes=tuple(b_axes))
+        self.a = nnx.Param(a, logical_axes=tuple(a_axes), role="adapter")
+        self.b = nnx.Param(b, logical_axes=tuple(b_axes), role="adapter")
         self.n_in = n_in
         self.scale = scale
         self.dtype = dtype
@@ -80,13 +82,12 @@ def _name(path) -> str:
 
 
 def projections(model: nnx.Module) -> list[tuple[str, str, DenseGeneral]]:
-    """``(path, projection name, module)`` of every ``DenseGeneral`` of ``model`` that is a named
-    projection (`param_roles.PROJECTIONS`), in graph order."""
+    """``(path, projection name, module)`` of every ``DenseGeneral`` of ``model`` whose kernel names
+    its projection (metadata ``projection``, one of `param_roles.PROJECTIONS`), in graph order."""
     out = []
     for path, node in nnx.iter_graph(model):
         if isinstance(node, DenseGeneral):
-            names = [str(p) for p in path] + ["kernel"]
-            proj = classify_names(names, tuple(node.kernel.shape)).projection
+            proj = node.kernel.get_metadata().get("projection")
             if proj is not None:
                 out.append((_name(path), proj, node))
     return out
@@ -94,10 +95,9 @@ def projections(model: nnx.Module) -> list[tuple[str, str, DenseGeneral]]:
 
 def _check_experts(model: nnx.Module, targets: tuple[str, ...]) -> None:
     """Routed MoE experts are bare [E, ...] parameters, not ``DenseGeneral``: no adapter for them."""
-    flat = jax.tree_util.tree_flatten_with_path(nnx.state(model, nnx.Param))[0]
+    flat = jax.tree_util.tree_flatten_with_path(model_param_infos(model), is_leaf=is_param_info)[0]
     experts = []
-    for path, leaf in flat:
-        info = classify(path, leaf)
+    for path, info in flat:
         if info.role == "expert_matrix" and info.projection in targets:
             experts.append("/".join(path_names(path)))
     if experts:

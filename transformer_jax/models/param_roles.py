@@ -1,12 +1,15 @@
 """What each parameter is: its role, its weight-decay groups and, for a hidden weight, its matrix view.
 
-One classification (`classify`) that the optimizers (Muon's partition, the weight-decay mask) and
-anything else that must tell weights apart (LoRA targets) share. It reads a parameter's path and
-shape, which is all an optimizer sees: the train state holds plain nested dicts
-(``nnx.to_pure_dict``), so the ``logical_axes`` metadata of the ``nnx.Param``s is gone by then.
-The rules are written against this package's own module attribute names (``self_attn/q``,
-``ffn/w_in``, ``lm_head``, ...), and the tests check them against those logical axes for every
-preset and baseline (scanned or not).
+The vocabulary (`ROLES`, `ParamInfo`, `MatrixView`) that the optimizers (Muon's partition, the
+weight-decay mask) and LoRA share, and the path rules (`classify`).
+
+A model's roles come from its own metadata: `models.model_roles.model_param_infos` reads each
+``nnx.Param``'s ``logical_axes`` (and a declared ``role`` / ``projection``), once, from the
+abstract model; training passes that tree to the optimizer (``train.state.model_infos``). The path
+rules here are the explicit fallback for a parameter tree without metadata (a plain dict, a foreign
+checkpoint, ``infos=None``): they read a parameter's path and shape, written against this package's
+own attribute names (``self_attn/q``, ``ffn/w_in``, ``lm_head``, ...), and a test holds them equal
+to the metadata roles on every preset and baseline (scanned or not).
 
 Roles (`ROLES`):
 

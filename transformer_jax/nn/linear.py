@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +23,10 @@ class DenseGeneral(nnx.Module):
     logical axis names ``axes`` (metadata ``logical_axes``, read by ``transformer_jax.parallel``).
     Parameters are stored in ``param_dtype``; the product runs in ``dtype``. ``lora`` is None or
     an adapter module attached later (``models.lora.apply_lora``): ``y += lora(x)``.
+
+    Kernel metadata read by ``models.model_roles`` (besides ``logical_axes``): ``projection``
+    (e.g. ``"q"``, ``"up"``; LoRA targets it by that name) and ``role`` (e.g. ``"router"``, where the
+    axes alone do not say it); the bias has role ``bias``.
     """
 
     def __init__(
@@ -31,6 +36,8 @@ class DenseGeneral(nnx.Module):
         *,
         axes: tuple[str | None, ...],
         use_bias: bool = False,
+        projection: str | None = None,
+        role: str | None = None,
         kernel_init: Initializer = initializers.lecun_normal(),
         dtype: jnp.dtype = jnp.float32,
         param_dtype: jnp.dtype = jnp.float32,
@@ -41,11 +48,12 @@ class DenseGeneral(nnx.Module):
         if len(axes) != len(self.in_shape) + len(self.out_shape):
             raise ValueError(f"axes={axes} must name every kernel axis of {self.in_shape + self.out_shape}")
         self.dtype = dtype
+        named: dict[str, Any] = {k: v for k, v in (("projection", projection), ("role", role)) if v is not None}
         self.kernel = nnx.Param(
-            kernel_init(rngs.params(), self.in_shape + self.out_shape, param_dtype), logical_axes=axes
+            kernel_init(rngs.params(), self.in_shape + self.out_shape, param_dtype), logical_axes=axes, **named
         )
         self.bias = (
-            nnx.Param(jnp.zeros(self.out_shape, param_dtype), logical_axes=axes[len(self.in_shape) :])
+            nnx.Param(jnp.zeros(self.out_shape, param_dtype), logical_axes=axes[len(self.in_shape) :], role="bias")
             if use_bias
             else None
         )

@@ -37,15 +37,27 @@ class FeedForward(nnx.Module):
         self.spec = activations.FFN_ACTIVATIONS.get(kind)
         common: dict[str, Any] = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.w_in = DenseGeneral(
-            d_model, d_ff, axes=("embed", "mlp"), kernel_init=init.kernel(0, 1, gain=gain), **common
+            d_model, d_ff, axes=("embed", "mlp"), projection="up", kernel_init=init.kernel(0, 1, gain=gain), **common
         )
         self.w_gate = (
-            DenseGeneral(d_model, d_ff, axes=("embed", "mlp"), kernel_init=init.kernel(0, 1, gain=gain), **common)
+            DenseGeneral(
+                d_model,
+                d_ff,
+                axes=("embed", "mlp"),
+                projection="gate",
+                kernel_init=init.kernel(0, 1, gain=gain),
+                **common,
+            )
             if self.spec.gated
             else None
         )
         self.w_out = DenseGeneral(
-            d_ff, d_model, axes=("mlp", "embed"), kernel_init=init.kernel(0, 1, residual_out=True, gain=gain), **common
+            d_ff,
+            d_model,
+            axes=("mlp", "embed"),
+            projection="down",
+            kernel_init=init.kernel(0, 1, residual_out=True, gain=gain),
+            **common,
         )
 
     def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:

@@ -95,20 +95,20 @@ class MoE(nnx.Module):
             D,
             E,
             axes=("embed", None),
+            role="router",
             kernel_init=init.kernel(0, 1),
             dtype=jnp.float32,
             param_dtype=param_dtype,
             rngs=rngs,
         )
         k_in, k_out = init.kernel(0, 1, gain=gain), init.kernel(0, 1, residual_out=True, gain=gain)
-        param = lambda ini, shape, axes: nnx.Param(
-            _stacked_init(ini, E, shape, param_dtype, rngs.params()),
-            logical_axes=axes,
+        param = lambda ini, shape, axes, projection: nnx.Param(
+            _stacked_init(ini, E, shape, param_dtype, rngs.params()), logical_axes=axes, projection=projection
         )
-        self.w_in = param(k_in, (D, F), ("experts", "embed", "mlp"))
-        self.w_gate = param(k_in, (D, F), ("experts", "embed", "mlp")) if gated else None
-        self.w_out = param(k_out, (F, D), ("experts", "mlp", "embed"))
-        zeros = lambda shape, axes: nnx.Param(jnp.zeros(shape, param_dtype), logical_axes=axes)
+        self.w_in = param(k_in, (D, F), ("experts", "embed", "mlp"), "up")
+        self.w_gate = param(k_in, (D, F), ("experts", "embed", "mlp"), "gate") if gated else None
+        self.w_out = param(k_out, (F, D), ("experts", "mlp", "embed"), "down")
+        zeros = lambda shape, axes: nnx.Param(jnp.zeros(shape, param_dtype), logical_axes=axes, role="bias")
         self.b_in = zeros((E, F), ("experts", "mlp")) if use_bias else None
         self.b_out = zeros((E, D), ("experts", "embed")) if use_bias else None
         self.shared = (

@@ -31,7 +31,7 @@ class Norm(nnx.Module):
         self.eps = eps
         self.scale = nnx.Param(jnp.full((d_model,), self.spec.scale_init, param_dtype), logical_axes=("norm",))
         self.bias = (
-            nnx.Param(jnp.zeros((d_model,), param_dtype), logical_axes=("norm",))
+            nnx.Param(jnp.zeros((d_model,), param_dtype), logical_axes=("norm",), role="bias")
             if self.spec.has_bias and use_bias
             else None
         )

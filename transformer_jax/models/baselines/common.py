@@ -42,7 +42,7 @@ class OutputLayer(nnx.Module):
                 rngs=rngs,
             )
         )
-        self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), cfg.params_dtype), logical_axes=("vocab",))
+        self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), cfg.params_dtype), logical_axes=("vocab",), role="bias")
 
     def __call__(self, x: Float[Array, "... D"]) -> Float[Array, "... V"]:
         if self.proj is None:

@@ -50,7 +50,7 @@ class _Cell(nnx.Module):
             init(rngs.params(), (d_in, G, H), param_dtype) - shift, logical_axes=("embed", None, "mlp")
         )
         self.w_h = nnx.Param(init(rngs.params(), (H, G, H), param_dtype) - shift, logical_axes=(None, None, "mlp"))
-        self.b_x = nnx.Param(jnp.zeros((G, H), param_dtype), logical_axes=(None, "mlp"))
+        self.b_x = nnx.Param(jnp.zeros((G, H), param_dtype), logical_axes=(None, "mlp"), role="bias")
 
     def init_carry(self, batch: int) -> dict[str, Float[Array, "B H"]]:
         return {name: jnp.zeros((batch, self.hidden), jnp.float32) for name in self.carry_names}
@@ -113,7 +113,7 @@ class GRUCell(_Cell):
 
     def __init__(self, d_in: int, hidden: int, *, forget_bias: float = 0.0, **kw):
         super().__init__(d_in, hidden, **kw)
-        self.b_h = nnx.Param(jnp.zeros((3, hidden), self.b_x[...].dtype), logical_axes=(None, "mlp"))
+        self.b_h = nnx.Param(jnp.zeros((3, hidden), self.b_x[...].dtype), logical_axes=(None, "mlp"), role="bias")
 
     def weights(self) -> dict:
         return {"w_h": self.w_h[...].astype(self.dtype), "b_h": self.b_h[...].astype(jnp.float32)}

@@ -60,7 +60,9 @@ class WindowLM(nnx.Module):
         D, F = cfg.d_model, cfg.resolved_d_ff
         self.embed = make_embed(cfg, rngs)
         self.boundary_embed = nnx.Param(
-            initializers.normal(cfg.init_std)(rngs.params(), (D,), cfg.params_dtype), logical_axes=("embed",)
+            initializers.normal(cfg.init_std)(rngs.params(), (D,), cfg.params_dtype),
+            logical_axes=("embed",),
+            role="embedding",
         )
         dense: dict[str, Any] = dict(use_bias=True, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
         self.hidden = nnx.List(
