@@ -33,7 +33,7 @@ from transformer_jax.train import flops, hlo, roofline
 from transformer_jax.train.config import Config, resolve
 from transformer_jax.train.optim import make_optimizer
 from transformer_jax.train.run import check_batch
-from transformer_jax.train.state import abstract_model, abstract_state
+from transformer_jax.train.state import abstract_model, abstract_state, model_infos
 from transformer_jax.train.step import jit_train_step
 
 KINDS = ("decoder_lm", "encoder_decoder")
@@ -69,7 +69,8 @@ def _key_struct(mesh) -> jax.ShapeDtypeStruct:
 
 def _lower_train(cfg: Config, mesh):
     tc = cfg.train
-    tx, schedule = make_optimizer(tc.optim, tc.steps, adapters_only=tc.lora is not None)
+    infos = model_infos(cfg.model, tc.lora)
+    tx, schedule = make_optimizer(tc.optim, tc.steps, infos=infos, adapters_only=tc.lora is not None)
     task = TASKS.get("seq2seq" if cfg.model.kind == "encoder_decoder" else "lm")
     # Built outside the mesh context: optax runs a placeholder init eagerly, which compile-only
     # devices cannot do.

@@ -11,7 +11,9 @@ Conventions
   (use ``adamw``). Which parameters decay is decided by `weight_decay_mask` and
   ``cfg.decay_exclude``.
 - Which parameters are matrices for Muon, and how a 3-D/4-D kernel is one (or a batch of them), is
-  decided by `param_roles.classify`, the same classification the decay mask uses.
+  decided by the same `param_roles.ParamInfo`s the decay mask reads (`train.roles`): the model's
+  own (``make_optimizer(..., infos=train.state.model_infos(model_cfg))``), or, for a bare
+  parameter tree, explicitly, the path rules (``infos=None``).
 - Gradient accumulation is not done here. The train step sums (then averages) micro-batch
   gradients itself, e.g. in a ``lax.scan``, and calls the optimizer once per step. This keeps the
   schedule and optimizer state counting real steps, needs no extra accumulator in the optimizer
@@ -22,18 +24,25 @@ Conventions
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import optax
 
 from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real, check_types
 from transformer_jax.core.registry import Registry, unknown_name_message
-from transformer_jax.models.param_roles import DECAY_GROUPS, MATRIX_ROLES, adapter_mask, classify, path_names
+from transformer_jax.models.param_roles import DECAY_GROUPS
+from transformer_jax.train.roles import (
+    ParamRoles,
+    adapter_labels,
+    muon_dimension_numbers,
+    muon_labels,
+    param_groups,
+    scale_by_matrix_shape,
+    weight_decay_mask,
+)
 
 OPTIMIZERS: Registry[Callable[..., optax.GradientTransformation]] = Registry("optimizer")
 SCHEDULES: Registry[Callable[..., optax.Schedule]] = Registry("schedule")
@@ -233,42 +242,7 @@ def learning_rate_at(cfg: OptimConfig, total_steps: int, step: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Weight-decay mask.
-
-
-def param_groups(path, leaf) -> frozenset[str]:
-    """The decay groups (subset of ``DECAY_GROUPS``) of one parameter, from its path and shape
-    (`param_roles.classify`, the one classification the optimizers share).
-
-    - ``bias``: the last key is ``bias`` or starts with ``b_``.
-    - ``norm``: a key contains ``norm`` (``norm1``, ``LayerNorm_0``, ``final_norm``), or has
-      ``ln`` as a ``_``/digit-separated token (``ln``, ``ln_f``, ``ln1``, ``attn_ln``), or the
-      leaf is a 1-D ``scale``.
-    - ``embedding``: a key contains ``embed`` (also ``unembed``) or ``pos_emb``, or has the token
-      ``wte``/``wpe`` (GPT-2 names).
-    Keys are compared lower-cased.
-    """
-    return classify(path, leaf).groups
-
-
-def weight_decay_mask(params: Any, exclude: tuple[str, ...] = DECAY_GROUPS) -> Any:
-    """A pytree of bools like ``params``: True where weight decay applies.
-
-    ``params`` is any pytree of arrays (or ``jax.ShapeDtypeStruct``s): nested dicts, an
-    ``nnx.State`` (its ``Variable`` leaves' trailing ``value`` key is ignored), lists. A leaf is
-    decayed unless one of its `param_groups` is in ``exclude``. For
-    ``{"embed": {"embedding": E}, "layers": {"0": {"attn": {"q": {"kernel": W, "bias": b}},
-    "norm1": {"scale": g}}}}`` with the default ``exclude`` only ``W`` is decayed.
-    """
-    excluded = frozenset(exclude)
-    bad = excluded - set(DECAY_GROUPS)
-    if bad:
-        raise ValueError(f"exclude={tuple(exclude)!r}: unknown groups {sorted(bad)}; choose from {DECAY_GROUPS}")
-    return jax.tree_util.tree_map_with_path(lambda path, leaf: not (param_groups(path, leaf) & excluded), params)
-
-
-# ---------------------------------------------------------------------------------------------
-# Optimizers: fn(cfg, learning_rate, decay_mask) -> optax.GradientTransformation.
+# Optimizers: fn(cfg, learning_rate, roles: train.roles.ParamRoles) -> optax.GradientTransformation.
 
 
 def _decoupled_decay(cfg: OptimConfig, mask) -> optax.GradientTransformation:
@@ -278,78 +252,33 @@ def _decoupled_decay(cfg: OptimConfig, mask) -> optax.GradientTransformation:
 
 
 @OPTIMIZERS.register("adam", reads=("b1", "b2", "eps"))
-def adam(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+def adam(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
     """Adam (Kingma & Ba 2014) without weight decay (setting ``weight_decay`` is refused: use adamw)."""
-    del mask
+    del roles
     return optax.adam(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
 
 
 @OPTIMIZERS.register("adamw", reads=("b1", "b2", "eps", "weight_decay", "decay_exclude"))
-def adamw(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+def adamw(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
     """AdamW (Loshchilov & Hutter 2019): Adam plus decoupled decay ``lr_t * wd * param``."""
     return optax.chain(
         optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps),
-        _decoupled_decay(cfg, mask),
+        _decoupled_decay(cfg, roles.optax_mask),
         optax.scale_by_learning_rate(learning_rate),
     )
 
 
 @OPTIMIZERS.register("sgd", reads=("momentum", "nesterov", "weight_decay", "decay_exclude"))
-def sgd(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+def sgd(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
     """SGD with (optionally Nesterov) momentum and decoupled decay ``lr_t * wd * param``."""
     return optax.chain(
         optax.trace(decay=cfg.momentum, nesterov=cfg.nesterov),
-        _decoupled_decay(cfg, mask),
+        _decoupled_decay(cfg, roles.optax_mask),
         optax.scale_by_learning_rate(learning_rate),
     )
 
 
 # Muon on the hidden matrices (roles `MATRIX_ROLES`), AdamW on the rest.
-
-
-def muon_dimension_numbers(params: Any) -> Any:
-    """A pytree like ``params``: ``optax.contrib.MuonDimensionNumbers(reduction, output)`` for each
-    hidden or expert matrix (its `param_roles.MatrixView`; the other axes are batch axes), None for
-    a parameter AdamW trains. Raises for an array of >= 2 axes whose matrix view no rule knows."""
-    return jax.tree_util.tree_map_with_path(_muon_dims, params)
-
-
-def _muon_dims(path, leaf) -> optax.contrib.MuonDimensionNumbers | None:
-    info = classify(path, leaf)
-    if info.role in MATRIX_ROLES:
-        assert info.view is not None  # every matrix role has a view
-        return optax.contrib.MuonDimensionNumbers(info.view.reduction, info.view.output)
-    if info.role == "other" and len(getattr(leaf, "shape", ())) >= 2:
-        raise ValueError(
-            f"optimizer='muon': parameter {'/'.join(path_names(path))!r} of shape {tuple(leaf.shape)} is "
-            "not a known weight (no rule gives its input and output axes); add a rule to "
-            "transformer_jax.models.param_roles or choose another train.optim.optimizer"
-        )
-    return None
-
-
-def _muon_labels(params: Any) -> Any:
-    return jax.tree_util.tree_map_with_path(lambda p, x: "adamw" if _muon_dims(p, x) is None else "muon", params)
-
-
-def _scale_by_matrix_shape(rms: float | None) -> optax.GradientTransformation:
-    """Each orthogonalised update (a batch of [fan_in, fan_out] matrices, spectral norm about 1)
-    times ``sqrt(max(1, fan_out / fan_in))`` (Jordan's width scaling), or, with ``rms``, times
-    ``rms * sqrt(max(fan_in, fan_out))`` (update RMS about ``rms``; Liu et al. 2025); as
-    ``optax.contrib.muon`` scales."""
-
-    def scale(path, u):
-        view = classify(path, u).view
-        assert view is not None  # only Muon's leaves reach here
-        fan_in, fan_out = view.matrix_shape(u.shape)
-        factor = math.sqrt(max(1.0, fan_out / fan_in)) if rms is None else rms * math.sqrt(max(fan_in, fan_out))
-        return u * jnp.asarray(factor, u.dtype)
-
-    def update(updates, state, params=None):
-        del params
-        return jax.tree_util.tree_map_with_path(scale, updates), state
-
-    return optax.GradientTransformation(optax.init_empty_state, update)
 
 
 def _scaled(schedule: optax.Schedule, factor: float) -> optax.Schedule:
@@ -370,7 +299,7 @@ def _scaled(schedule: optax.Schedule, factor: float) -> optax.Schedule:
         "muon_rms",
     ),
 )
-def muon(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.GradientTransformation:
+def muon(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
     """Muon (Jordan et al. 2024) on the hidden and expert matrices, AdamW on everything else.
 
     Muon parameters (`param_roles.MATRIX_ROLES`): the update is the Nesterov momentum
@@ -386,21 +315,22 @@ def muon(cfg: OptimConfig, learning_rate: optax.Schedule, mask) -> optax.Gradien
 
     Weight decay in both parts follows `weight_decay_mask` (``decay_exclude``).
     """
-    exclude = cfg.decay_exclude
-    decay_mask = mask if callable(mask) else (lambda tree: weight_decay_mask(tree, exclude))  # a partition's tree
+    part = dataclasses.replace(roles, mask=None)  # each part sees a partition's tree: its mask is computed
+    infos = roles.infos
     adam_rate = _scaled(learning_rate, 1.0 if cfg.adam_lr is None else cfg.adam_lr / cfg.lr)
     matrices = optax.chain(
         optax.contrib.scale_by_muon(
             ns_steps=cfg.muon_ns_steps,
             beta=cfg.muon_momentum,
             nesterov=True,
-            weight_dimension_numbers=muon_dimension_numbers,
+            weight_dimension_numbers=lambda tree: muon_dimension_numbers(tree, infos=infos),
         ),
-        _scale_by_matrix_shape(cfg.muon_rms),
-        _decoupled_decay(cfg, decay_mask),
+        scale_by_matrix_shape(cfg.muon_rms, infos=infos),
+        _decoupled_decay(cfg, part.decay_mask),
         optax.scale_by_learning_rate(learning_rate),
     )
-    return optax.partition({"muon": matrices, "adamw": adamw(cfg, adam_rate, decay_mask)}, _muon_labels)
+    labels = lambda tree: muon_labels(tree, infos=infos)
+    return optax.partition({"muon": matrices, "adamw": adamw(cfg, adam_rate, part)}, labels)
 
 
 class Optimizer(NamedTuple):
@@ -410,35 +340,46 @@ class Optimizer(NamedTuple):
     schedule: optax.Schedule
 
 
-def _adapter_labels(params: Any) -> Any:
-    return jax.tree.map(lambda is_adapter: "adapters" if is_adapter else "frozen", adapter_mask(params))
-
-
 def make_optimizer(
-    cfg: OptimConfig, total_steps: int, *, param_info: Any = None, adapters_only: bool = False
+    cfg: OptimConfig, total_steps: int, *, infos: Any = None, param_info: Any = None, adapters_only: bool = False
 ) -> Optimizer:
     """``clip_by_global_norm(grad_clip)`` -> the optimizer of ``cfg`` with `make_schedule`, and that
-    schedule: ``tx, schedule = make_optimizer(cfg, steps)``.
+    schedule: ``tx, schedule = make_optimizer(cfg, steps, infos=model_infos(model_cfg))``.
 
-    ``param_info``: optionally the parameter pytree (arrays or ``ShapeDtypeStruct``s, the same
-    structure the optimizer will see) to build the weight-decay mask once, up front; without it
-    the mask is computed by `weight_decay_mask` from whatever tree the optimizer is given.
+    ``infos``: the model's `param_roles.ParamInfo` pytree (`train.state.model_infos`), shaped like
+    the parameters the optimizer will see; the weight-decay mask, Muon's partition and matrix views
+    and the LoRA labels read it. None: each is computed from the parameters' paths
+    (`param_roles.classify`), for parameter trees without a model.
 
-    ``adapters_only`` (LoRA): clipping and the optimizer see only the LoRA adapter factors
-    (`param_roles.adapter_mask`); every other parameter gets a zero update and keeps no optimizer
-    state (``optax.multi_transform`` with ``optax.set_to_zero``).
+    ``param_info``: optionally the parameter pytree (arrays or ``ShapeDtypeStruct``s) to build the
+    weight-decay mask once, up front, rather than from whatever tree the optimizer is given.
+
+    ``adapters_only`` (LoRA): clipping and the optimizer see only the LoRA adapter factors (role
+    ``adapter``); every other parameter gets a zero update and keeps no optimizer state
+    (``optax.multi_transform`` with ``optax.set_to_zero``).
     """
     schedule = make_schedule(cfg, total_steps)
+    roles = ParamRoles(infos, cfg.decay_exclude)
     if param_info is not None and not adapters_only:  # the adapters' optimizer sees a masked tree
-        mask = weight_decay_mask(param_info, cfg.decay_exclude)
-    else:
-        exclude = cfg.decay_exclude
-
-        def mask(tree):
-            return weight_decay_mask(tree, exclude)
-
+        roles = dataclasses.replace(roles, mask=roles.decay_mask(param_info))
     clip = optax.identity() if cfg.grad_clip is None else optax.clip_by_global_norm(cfg.grad_clip)
-    tx = optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, mask))
+    tx = optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, roles))
     if adapters_only:
-        tx = optax.multi_transform({"adapters": tx, "frozen": optax.set_to_zero()}, _adapter_labels)
+        labels = lambda tree: adapter_labels(tree, infos=infos)
+        tx = optax.multi_transform({"adapters": tx, "frozen": optax.set_to_zero()}, labels)
     return Optimizer(tx, schedule)
+
+
+__all__ = [
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "OptimConfig",
+    "Optimizer",
+    "learning_rate_at",
+    "make_optimizer",
+    "make_schedule",
+    "muon_dimension_numbers",
+    "param_groups",
+    "warn_schedule",
+    "weight_decay_mask",
+]

@@ -34,7 +34,7 @@ from transformer_jax.train.checkpoint import CheckpointError
 from transformer_jax.train.config import Config
 from transformer_jax.train.experiment import configure, workdir_config
 from transformer_jax.train.optim import make_optimizer
-from transformer_jax.train.state import abstract_state, model_graph, split_model
+from transformer_jax.train.state import abstract_state, model_graph, model_infos, split_model
 
 # Model fields that change how the pretrained weights are computed with, not what they are.
 RUNTIME_FIELDS = (
@@ -282,7 +282,7 @@ def fit_to(tree: Any, target: Any, where: str) -> Any:
 def _read_run_checkpoint(path: str, step: int, mesh) -> tuple[Any, Any, Any]:
     """(params, model_state, tokenizer) of checkpoint ``step`` of the run ``path``, read-only."""
     base_cfg = workdir_config(path)
-    tx = make_optimizer(base_cfg.train.optim, base_cfg.train.steps).tx
+    tx = make_optimizer(base_cfg.train.optim, base_cfg.train.steps, infos=model_infos(base_cfg.model)).tx
     target = abstract_state(base_cfg.model, tx, mesh=mesh)
     options = ocp.CheckpointManagerOptions(create=False, enable_async_checkpointing=False)
     handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}

@@ -30,7 +30,14 @@ from transformer_jax.train import pretrained
 from transformer_jax.train.checkpoint import CheckpointError, Checkpoints, DamagedCheckpointError
 from transformer_jax.train.config import Config, resolve
 from transformer_jax.train.optim import make_optimizer
-from transformer_jax.train.state import TrainState, abstract_state, init_state, model_graph, state_from_model
+from transformer_jax.train.state import (
+    TrainState,
+    abstract_state,
+    init_state,
+    model_graph,
+    model_infos,
+    state_from_model,
+)
 
 log = logging.getLogger("transformer_jax.train")
 
@@ -171,7 +178,8 @@ def setup(
 
 def _restore_or_init(cfg, workdir, ckpts, mesh, restore, best, restore_step, fallback) -> tuple[Run, dict | None]:
     tc = cfg.train
-    tx, schedule = make_optimizer(tc.optim, tc.steps, adapters_only=tc.lora is not None)
+    infos = model_infos(cfg.model, tc.lora)
+    tx, schedule = make_optimizer(tc.optim, tc.steps, infos=infos, adapters_only=tc.lora is not None)
     shardings = {ndim: batch_sharding(mesh, ndim) for ndim in (1, 2)}  # [B] source ids, [B, T] rows
 
     def put_batch(batch: dict) -> dict:

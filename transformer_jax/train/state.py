@@ -14,6 +14,7 @@ from flax import nnx
 from transformer_jax.core.tracing import cheap_tracer_errors
 from transformer_jax.models import ModelConfig, build_model
 from transformer_jax.models.lora import LoraConfig, apply_lora
+from transformer_jax.models.model_roles import model_param_infos
 from transformer_jax.parallel import state_shardings
 
 
@@ -49,6 +50,13 @@ def model_graph(cfg: ModelConfig, lora: LoraConfig | None = None):
     """(graphdef, abstract params State, abstract model_state State): shapes only, nothing allocated."""
     with cheap_tracer_errors():
         return split_model(nnx.eval_shape(lambda: build_trained_model(cfg, lora)))
+
+
+def model_infos(cfg: ModelConfig, lora: LoraConfig | None = None) -> Any:
+    """The `param_roles.ParamInfo` of every parameter (shaped like ``TrainState.params``), from the
+    abstract model's metadata (`models.model_roles`): what ``train.optim.make_optimizer(infos=...)``
+    reads."""
+    return model_param_infos(model_graph(cfg, lora)[1])
 
 
 def _shardings(abstract: nnx.State, mesh) -> Any:
