@@ -136,3 +136,24 @@ def test_a_parameter_without_logical_axes_is_named():
     assert "'short' of shape (4, 3) has logical_axes=('embed',)" in message
     assert "'odd': role='gain' is not one of" in message
     assert "'good'" not in message
+
+
+class _UserBlock(nnx.Module):
+    """Another project's block: our DenseGeneral under its own attribute names, projections named."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        from transformer_jax.nn.linear import DenseGeneral
+
+        self.query_proj = DenseGeneral(8, (2, 4), axes=("embed", "heads", "head_dim"), projection="q", rngs=rngs)
+        self.value_proj = DenseGeneral(8, (2, 4), axes=("embed", "kv_heads", "head_dim"), projection="v", rngs=rngs)
+        self.mixer = DenseGeneral(8, 8, axes=("embed", "mlp"), rngs=rngs)
+
+
+def test_lora_targets_a_user_module_by_its_declared_projections():
+    block = _UserBlock(nnx.Rngs(0))
+    assert apply_lora(block, LoraConfig(rank=2, targets=("q", "v"))) == ["query_proj", "value_proj"]
+    infos = _flat(model_param_infos(block))
+    assert infos["query_proj/kernel"].projection == "q" and infos["mixer/kernel"].projection is None
+    assert {k for k, i in infos.items() if i.role == "adapter"} == {
+        f"{p}/lora/{f}" for p in ("query_proj", "value_proj") for f in "ab"
+    }

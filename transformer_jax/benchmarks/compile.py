@@ -13,7 +13,7 @@ from transformer_jax.models import get_preset
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.optim import OptimConfig, make_optimizer
-from transformer_jax.train.state import abstract_state, model_graph
+from transformer_jax.train.state import abstract_state, model_graph, model_infos
 from transformer_jax.train.step import make_train_step
 
 SIZES = {  # torch_gpt.py's configs
@@ -35,7 +35,7 @@ def compile_seconds(cfg_name: str, n_layers: int, scan: bool) -> float:
         scan_layers=scan,
     )
     tc = TrainConfig(batch_size=size["batch"], optim=OptimConfig())
-    tx, schedule = make_optimizer(tc.optim, tc.steps)
+    tx, schedule = make_optimizer(tc.optim, tc.steps, infos=model_infos(model))
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     graphdef, _, _ = model_graph(model)
     B, T = size["batch"], size["seq_len"]

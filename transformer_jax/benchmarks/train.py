@@ -16,7 +16,7 @@ from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.flops import compiled_flops, gemm_peak_flops, model_flops_per_token
 from transformer_jax.train.optim import OptimConfig, make_optimizer
-from transformer_jax.train.state import init_state, model_graph
+from transformer_jax.train.state import init_state, model_graph, model_infos
 from transformer_jax.train.step import make_train_step
 
 CONFIGS = {  # ../shared/bench/torch_gpt.py
@@ -65,7 +65,7 @@ def time_train_step(
     compiled step, or None); ``profile``: a ``jax.profiler`` trace of the timed steps (each
     annotated ``train_step``)."""
     tc = TrainConfig(batch_size=batch, optim=OptimConfig(lr=1e-3, warmup_steps=100), per_layer_grad_norms=False)
-    tx, schedule = make_optimizer(tc.optim, 10_000)
+    tx, schedule = make_optimizer(tc.optim, 10_000, infos=model_infos(cfg))
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     graphdef, _, _ = model_graph(cfg)
     batches = random_lm_batches(steps + warmup, batch, seq_len, cfg.vocab_size)
