@@ -107,7 +107,9 @@ def mixture_dataset(cfg: DataConfig) -> Corpus:
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(f"data.mixture: source {s.name!r}: {str(e).removeprefix('data.path: ')}") from None
     names = tuple(sources)
-    splits: dict[str, Sequence] = {split: () for split in ("train", "val") if any(split in c.splits for c in sources.values())}
+    splits: dict[str, Sequence] = {
+        split: () for split in ("train", "val") if any(split in c.splits for c in sources.values())
+    }
     name = f"mixture:{','.join(names)}"
     return Corpus(name, "mixture", splits, records_are_documents=True, info={"sources": sources})
 
