@@ -61,7 +61,8 @@ def test_the_checkout_holding_the_working_directory_is_found(outside, monkeypatc
 def test_the_results_variable_wins(outside, monkeypatch):
     _checkout(outside)
     monkeypatch.setenv(paths.RESULTS_ENV, str(outside / "mine"))
-    assert paths.results_dir("decoding") == outside / "mine" / "decoding"
+    with pytest.warns(UserWarning, match=f"{paths.RESULTS_ENV}=.*mine does not exist: FULL mode .* trains every run"):
+        assert paths.results_dir("decoding") == outside / "mine" / "decoding"
     assert ablation.committed_note("decoding") == "No FULL result of decoding is committed yet."
 
 

@@ -16,6 +16,7 @@ import re
 import subprocess
 import tempfile
 import time
+import warnings
 from typing import Any
 
 from transformer_jax.core import envflags
@@ -78,12 +79,25 @@ def repo_root() -> pathlib.Path:
     return next((p for p in (cwd, *cwd.parents) if _is_checkout(p)), cwd)
 
 
+_WARNED: set[pathlib.Path] = set()
+
+
 def results_root() -> pathlib.Path | None:
     """Where FULL results live: ``$TRANSFORMER_JAX_RESULTS``, else the checkout's
-    ``experiments/results``; None when neither exists (`results_dir` then stops in FULL mode)."""
+    ``experiments/results``; None when neither exists (`results_dir` then stops in FULL mode). A
+    chosen folder that does not exist yet is taken (a rerun writes there) with a warning, since a
+    mistyped path to a clone's results would otherwise retrain every run without a word."""
     chosen = envflags.value(RESULTS_ENV)
     if chosen is not None:
-        return pathlib.Path(chosen).expanduser()
+        path = pathlib.Path(chosen).expanduser()
+        if not path.is_dir() and path not in _WARNED:
+            _WARNED.add(path)
+            warnings.warn(
+                f"{RESULTS_ENV}={chosen} does not exist: FULL mode finds no committed run there and trains every "
+                "run again into it; point it at a clone's experiments/results to reuse the committed runs",
+                stacklevel=2,
+            )
+        return path
     path = repo_root() / "experiments" / "results"
     return path if path.is_dir() else None
 
