@@ -39,14 +39,40 @@ def shard_bytes(directory) -> dict[str, bytes]:
 
 def test_text_file_paragraphs_char_round_trip_across_shards(tmp_path, docs_file):
     path, docs = docs_file
-    summary, shards = run(tmp_path, [path], "char")
+    summary, shards = run(tmp_path, [path], "char", record_kb=0.5)
     assert decoded(shards) == docs == split_documents(path.read_text(), "paragraph")
     assert summary["train_documents"] == len(docs) and summary["shards_written"] > 3
     assert summary["train_tokens"] == sum(map(len, docs)) and summary["unk_tokens"] == 0
-    # grain reads the shards as they are: one record per document, little-endian uint16 ids.
+    # grain reads the shards as they are: records of K documents (n <u4, ends <u4[n], uint16 ids).
     source = grain.sources.ArrayRecordDataSource([str(p) for p in shards.files("train")])
-    assert len(source) == len(docs) and shards.manifest["dtype"] == "<u2"
-    assert shards.tokenizer().decode(np.frombuffer(source[7], "<u2")) == docs[7]
+    entries = shards.manifest["shards"]
+    assert len(source) == sum(e["records"] for e in entries) and shards.manifest["dtype"] == "<u2"
+    assert all(e["records"] == -(-e["documents"] // e["documents_per_record"]) for e in entries)
+    assert max(e["records"] for e in entries) > 1 and max(e["documents_per_record"] for e in entries) > 1
+    first = entries[0]
+    K, record = first["documents_per_record"], source[1]
+    n = int.from_bytes(record[:4], "little")
+    ends = np.frombuffer(record[4 : 4 * (n + 1)], "<u4")
+    ids = np.frombuffer(record[4 * (n + 1) :], "<u2")
+    assert n == K and ends[-1] == len(ids)
+    tok = shards.tokenizer()
+    assert [tok.decode(ids[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)] == docs[K : 2 * K]
+    # Random access (as training reads) gives the documents of a pass in order, negative indices too.
+    view = shards.documents("train")
+    order = np.random.default_rng(0).permutation(len(docs))
+    assert [tok.decode(view[int(i)]) for i in order] == [docs[i] for i in order]
+    assert tok.decode(view[-1]) == docs[-1] and len(view) == len(docs)
+
+
+def test_shards_of_format_version_1_are_refused_and_prepare_rewrites_them(tmp_path, docs_file):
+    path, docs = docs_file
+    run(tmp_path, [path], "char")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps({**manifest, "format_version": 1}))
+    with pytest.raises(ValueError, match="format_version 1; this version reads only 2 .* run the same `transf"):
+        TokenShards(tmp_path / "out")
+    summary, shards = run(tmp_path, [path], "char")
+    assert summary["shards_kept"] == 0 and decoded(shards) == docs
 
 
 def test_directory_byte_tokenizer_lines_and_files(tmp_path):

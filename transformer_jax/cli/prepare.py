@@ -1,5 +1,5 @@
 """``transformer-jax prepare --input PATH... --out DIR --tokenizer T``: local text, JSONL or Parquet as
-sharded ArrayRecord files of token ids, one record per document, with a manifest.
+sharded ArrayRecord files of token ids, several documents per record, with a manifest.
 
     transformer-jax prepare --input corpus/ --out prepared --tokenizer sentencepiece --vocab-size 16000 \\
         --val-fraction 0.01 --workers 8
@@ -46,6 +46,8 @@ def register(sub) -> None:
                    help="share of documents (by a hash of their text) in a val split (default 0: none)")  # fmt: skip
     p.add_argument("--seed", metavar="N", type=int, help="keys the split and sample hashes (default 0)")
     p.add_argument("--shard-mb", metavar="MB", type=float, help="MB of text per shard (default 64)")
+    p.add_argument("--record-kb", metavar="KB", type=float,
+                   help="KiB of token ids per record, several documents each (default 64)")  # fmt: skip
     p.add_argument("--workers", metavar="N", type=int, help="tokenizing processes (default: the CPU count, at most 8)")
     p.add_argument("--tokenizer-sample-mb", metavar="MB", type=float,
                    help="MB of train text a char/sentencepiece tokenizer is trained on (default 100)")  # fmt: skip
@@ -57,8 +59,8 @@ def register(sub) -> None:
     p.set_defaults(fn=run)
 
 
-OPTIONS = ("vocab_size", "sp_model_type", "documents", "field", "val_fraction", "seed", "shard_mb", "workers",
-           "tokenizer_sample_mb", "decode_errors")  # fmt: skip
+OPTIONS = ("vocab_size", "sp_model_type", "documents", "field", "val_fraction", "seed", "shard_mb", "record_kb",
+           "workers", "tokenizer_sample_mb", "decode_errors")  # fmt: skip
 
 
 def run(args) -> dict:

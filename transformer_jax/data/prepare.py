@@ -12,10 +12,14 @@ How the files are made, so that the same inputs and options give the same bytes:
     text. Shard ``k`` of a split therefore holds the same documents whatever the number of workers.
   - A trained tokenizer (char, sentencepiece) sees a sample of the train split: the documents whose
     hash (another key) falls below ``tokenizer_sample_mb`` / input MB, at most that many MB.
-  - ``workers`` processes tokenize and write whole shards, each to ``NAME.tmp``, renamed when
-    finished and then recorded in ``manifest.json`` (written after every shard, ``complete`` false).
+  - A shard's records hold several documents each (``shards.py``): as many as make ``record_kb`` KiB
+    of token ids on average over the shard, so readers hold a small index whatever the document count.
+  - ``workers`` processes (``prepare_workers.py``) tokenize and write whole shards, each to
+    ``NAME.tmp``, renamed when finished and then recorded in ``manifest.json`` (written after every
+    shard, ``complete`` false).
     A rerun with the same inputs and options keeps the finished shards whose sha256 still matches,
-    reuses the saved tokenizer, and writes only the rest; other inputs or options in a non-empty
+    reuses the saved tokenizer, and writes only the rest (shards of an earlier format version are all
+    written again); other inputs or options in a non-empty
     ``out`` are refused unless ``overwrite``.
 """
 
@@ -28,19 +32,17 @@ import os
 import time
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real, fail
 from transformer_jax.data import documents as docs_io
 from transformer_jax.data import shards
 from transformer_jax.data.prepare_tokenizer import SP_DEFAULTS, read_tokenizer_file, tokenizer_file
 from transformer_jax.data.prepare_tokenizer import train_named as _train_named
-from transformer_jax.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer, tokenizer_from_json
+from transformer_jax.data.prepare_workers import default_workers as default_workers  # `prepare` CLI
+from transformer_jax.data.prepare_workers import init_worker, run_pool, write_shard
+from transformer_jax.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
 
 SPLITS = ("train", "val")
 MB = 1_000_000
@@ -60,6 +62,7 @@ class PrepareConfig:
     val_fraction: float = 0.0
     seed: int = 0
     shard_mb: float = 64.0
+    record_kb: float = 64.0  # KiB of token ids a record holds on average (several documents)
     workers: int = 1
     tokenizer_sample_mb: float = 100.0
     decode_errors: str = "strict"
@@ -81,6 +84,7 @@ class PrepareConfig:
         check_choice("--decode-errors", self.decode_errors, ("strict", "replace"), "decode error policy")
         check_real("--val-fraction", self.val_fraction, low=0.0, high=1.0)
         check_real("--shard-mb", self.shard_mb, low=0.0, low_open=True)
+        check_real("--record-kb", self.record_kb, low=0.0, low_open=True)
         check_real("--tokenizer-sample-mb", self.tokenizer_sample_mb, low=0.0, low_open=True)
         check_int("--workers", self.workers, low=1)
         check_int("--seed", self.seed, low=0)
@@ -110,7 +114,7 @@ class PrepareConfig:
                 tok["sample_mb"] = self.tokenizer_sample_mb
             if self.tokenizer == "sentencepiece":
                 tok.update(vocab_size=self.vocab_size_, sp_model_type=self.sp_model_type_)
-        keys = ("documents", "field", "val_fraction", "seed", "shard_mb", "decode_errors")
+        keys = ("documents", "field", "val_fraction", "seed", "shard_mb", "record_kb", "decode_errors")
         return {"tokenizer": tok, **{k: getattr(self, k) for k in keys}}
 
 
@@ -170,31 +174,6 @@ def tokenizer_sample(cfg: PrepareConfig, sources: list[docs_io.Source]) -> Itera
             yield doc
 
 
-# Workers ------------------------------------------------------------------------------------
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(tokenizer_json: str, dtype: str) -> None:
-    _WORKER["tokenizer"] = tokenizer_from_json(json.loads(tokenizer_json))
-    _WORKER["dtype"] = np.dtype(dtype)
-
-
-def write_shard(docs: list[str], path: str) -> dict[str, Any]:
-    """Tokenize ``docs`` and write them to the shard ``path`` (in a worker); returns its counts."""
-    tok: Tokenizer = _WORKER["tokenizer"]
-    arrays = [tok.encode_np(doc) for doc in docs]
-    shards.write_records(path, arrays, _WORKER["dtype"])
-    unk = tok.unk_id
-    return {
-        "documents": len(arrays),
-        "tokens": int(sum(len(a) for a in arrays)),
-        "unk_tokens": int(sum(int((a == unk).sum()) for a in arrays)) if unk >= 0 else 0,
-        "bytes": os.path.getsize(path),
-        "sha256": docs_io.sha256_file(Path(path)),
-    }
-
-
 # The run ------------------------------------------------------------------------------------
 
 _OURS = (shards.MANIFEST, shards.MANIFEST + ".tmp", TOKENIZER_FILE)
@@ -235,6 +214,9 @@ def _resume(cfg: PrepareConfig, out: Path, new: dict) -> tuple[dict[str, dict], 
         return {}, None
     try:
         old = shards.read_manifest(out)
+    except shards.FormatVersionError:  # shards of an earlier format: write them all again
+        _clear(out)
+        return {}, None
     except ValueError as e:
         raise ConfigError(f"--out {out}: {e}; or add --overwrite to replace it") from None
     diff = _differences(old, new)
@@ -326,14 +308,14 @@ def prepare(cfg: PrepareConfig, *, progress: bool | None = None) -> dict[str, An
                 manifest["shards"] = [e for e in manifest["shards"] if e["file"] != task.file]
             yield task
 
-    init = (json.dumps(tokenizer.to_json()), dtype.str)
+    init = (json.dumps(tokenizer.to_json()), dtype.str, cfg.record_kb * 1024)
     try:
         if cfg.workers == 1:
-            _init_worker(*init)
+            init_worker(*init)
             for task in todo():
                 finished(task, write_shard(task.docs, str(out / (task.file + ".tmp"))))
         else:
-            _run_pool(cfg.workers, init, todo(), out, finished)
+            run_pool(cfg.workers, init, todo(), out, finished)
     finally:
         bar.close()
     manifest["shards"].sort(key=lambda e: (SPLITS.index(e["split"]), e["index"]))
@@ -366,35 +348,3 @@ def prepare(cfg: PrepareConfig, *, progress: bool | None = None) -> dict[str, An
         "seconds": seconds,
         "mb_per_s": counts["bytes"] / MB / seconds,
     }
-
-
-def _run_pool(workers: int, init: tuple[str, str], tasks: Iterator[Task], out: Path, finished) -> None:
-    """Tokenize ``tasks`` in ``workers`` spawned processes, at most two shards each in flight."""
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=init)
-    inflight: dict[Future, Task] = {}
-
-    def collect(return_when) -> None:
-        done, _ = wait(inflight, return_when=return_when)
-        errors = []
-        for future in sorted(done, key=lambda f: (inflight[f].split, inflight[f].index)):
-            task, error = inflight.pop(future), future.exception()
-            if error is None:
-                finished(task, future.result())
-            else:
-                errors.append(error)
-        if errors:
-            raise errors[0]
-
-    try:
-        for task in tasks:
-            if len(inflight) >= 2 * workers:
-                collect(FIRST_COMPLETED)
-            inflight[pool.submit(write_shard, task.docs, str(out / (task.file + ".tmp")))] = task
-        while inflight:
-            collect(FIRST_COMPLETED)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def default_workers() -> int:
-    return max(1, min(8, (os.cpu_count() or 1)))

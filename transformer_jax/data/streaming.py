@@ -2,8 +2,9 @@
 chooses through ``TOKEN_PACKINGS``.
 
 Training: the train split's documents ``process_index::process_count`` (each process reads only
-its own records), shuffled anew each epoch (grain's index shuffle: no list of the split is held)
-and repeated, read lazily by ``read_threads`` threads, then packed (``T = seq_len``):
+the records that hold its documents; a record holds several, ``shards.py``), shuffled anew each
+epoch (grain's index shuffle: no list of the split is held) and repeated, read lazily by
+``read_threads`` threads, then packed (``T = seq_len``):
 
   - ``stream``: the documents as ``[BOS] ids [EOS]`` one after another; row k is the window
     ``stream[k*T : k*T + T + 1]`` (inputs ``window[:-1]``, targets ``window[1:]``), so every token
@@ -39,14 +40,8 @@ TOKEN_PACKINGS: Registry[type[PreparedLM]] = Registry("packing")
 SHUFFLE_WINDOW_ROWS = 256
 
 
-class _Decode:
-    """A record's bytes -> its token ids (int32); picklable for grain worker processes."""
-
-    def __init__(self, dtype: np.dtype):
-        self.dtype = dtype
-
-    def __call__(self, record: bytes) -> np.ndarray:
-        return np.frombuffer(record, dtype=self.dtype).astype(np.int32)
+def _as_int32(ids: np.ndarray) -> np.ndarray:
+    return ids.astype(np.int32)
 
 
 def _framed(ids: np.ndarray, bos: int, eos: int) -> np.ndarray:
@@ -166,9 +161,9 @@ class PreparedLM(loader.Pipeline):
 
     def documents(self, split: str, process_index: int, process_count: int) -> grain.IterDataset:
         """This process's documents of ``split`` as token ids: shuffled per epoch, repeated."""
-        ds = loader.process_shard(grain.MapDataset.source(self.shards.source(split)), process_index, process_count)
+        ds = loader.process_shard(grain.MapDataset.source(self.shards.documents(split)), process_index, process_count)
         ds, _ = loader.epochs(ds, self.cfg)
-        return loader.to_iter(ds.map(_Decode(self.shards.dtype)), self.cfg)
+        return loader.to_iter(ds.map(_as_int32), self.cfg)
 
     def ordered(self, split: str) -> Iterator[np.ndarray]:
         """The documents of ``split`` in order, once."""
