@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from transformer_jax.core.paths import require_local
 from transformer_jax.core.registry import Registry
 from transformer_jax.data import shakespeare, synthetic
 
@@ -145,6 +146,7 @@ def parallel_dataset(cfg: DataConfig) -> Corpus:
     from transformer_jax.data import builders
 
     assert cfg.dir is not None  # DataConfig requires it for dataset="parallel"
+    require_local(cfg.dir, "data.dir", "a parallel corpus is read from a local folder (data/builders.py)")
     builder = builders.build_parallel_corpus(
         cfg.dir,
         src_lang=cfg.src_lang,
@@ -198,6 +200,7 @@ def prepared_dataset(cfg: DataConfig) -> Corpus:
     from transformer_jax.data.shards import TokenShards
 
     assert cfg.path is not None  # DataConfig requires it for dataset="prepared"
+    require_local(cfg.path, "data.path", "prepared shards are read as local ArrayRecord files (data/shards.py)")
     path = Path(cfg.path).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(
@@ -231,4 +234,8 @@ for _task in synthetic.TASKS:
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:
+    """The corpus ``cfg`` names. Text files (``data.path``, ``data.val_path``) may be ``gs://`` URLs
+    where the environment provides the scheme (`textio`); the TFDS cache is local."""
+    if cfg.cache_dir:
+        require_local(cfg.cache_dir, "data.cache_dir", "the TFDS cache is built with local file operations")
     return DATASETS.get(cfg.dataset)(cfg)

@@ -1,7 +1,11 @@
-"""Reading local text files: path lists, gzip, UTF-8 errors that name the file/line/byte offset.
+"""Reading text files: path lists, gzip, UTF-8 errors that name the file/line/byte offset.
 
 Every error names the file and the fix. ``decode_errors="strict"`` raises on non-UTF-8 bytes;
 ``"replace"`` substitutes U+FFFD and warns once per ``read_texts`` call.
+
+A URL (``gs://bucket/corpus.txt``, or a folder of them) is read through ``etils.epath`` where the
+environment provides the scheme's backend, and comes back as an ``epath.Path``; a local path comes
+back as a ``pathlib.Path`` (callers read ``stat().st_size`` of local files).
 """
 
 from __future__ import annotations
@@ -13,25 +17,41 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from etils import epath
+
+from transformer_jax.core.paths import check_reachable, is_url, user_path
 from transformer_jax.data.variants import DECODE_ERRORS
 
+FilePath = Path | epath.Path  # a local file, or a URL's epath.Path
 
-def expand_paths(spec: str, *, field: str = "data.path") -> list[Path]:
+
+def _files_under(path: FilePath) -> list[FilePath]:
+    """The regular, non-hidden files under the directory ``path`` (recursively), sorted by path."""
+    if isinstance(path, Path):
+        found = (p for p in path.rglob("*") if p.is_file())
+        return sorted(p for p in found if not any(s.startswith(".") for s in p.relative_to(path).parts))
+    files = []  # by iterdir, not walk: fsspec's walk names folders without their gs://
+    for child in path.iterdir():
+        if not child.name.startswith("."):
+            files += _files_under(child) if child.is_dir() else [child]
+    return sorted(files, key=str)
+
+
+def expand_paths(spec: str, *, field: str = "data.path") -> list[FilePath]:
     """Files named by ``spec``: one path, several comma-separated, or a directory.
 
     A directory stands for its regular, non-hidden files (recursively), sorted by path.
     """
-    files: list[Path] = []
+    files: list[FilePath] = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue
-        path = Path(part).expanduser()
+        path: FilePath = Path(part).expanduser()
+        if is_url(part):
+            path = user_path(part, field)
+            check_reachable(path, field)
         if path.is_dir():
-            found = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts)
-            )
+            found = _files_under(path)
             if not found:
                 raise FileNotFoundError(f"{field}: directory {path} contains no files")
             files.extend(found)
@@ -46,11 +66,11 @@ def expand_paths(spec: str, *, field: str = "data.path") -> list[Path]:
     return files
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: FilePath) -> bytes:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     if path.suffix == ".gz":
-        with gzip.open(path, "rb") as f:
+        with path.open("rb") as raw, gzip.GzipFile(fileobj=raw) as f:
             try:
                 return f.read()
             except (OSError, EOFError) as e:
@@ -58,7 +78,7 @@ def read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def decode(data: bytes, path: Path, errors: str) -> tuple[str, int]:
+def decode(data: bytes, path: FilePath, errors: str) -> tuple[str, int]:
     """Decode UTF-8 (dropping a BOM, normalising newlines); returns (text, n_bad_bytes)."""
     if errors not in DECODE_ERRORS:
         raise ValueError(f"decode_errors={errors!r}; choose one of {', '.join(DECODE_ERRORS.names())}")
@@ -78,11 +98,11 @@ def decode(data: bytes, path: Path, errors: str) -> tuple[str, int]:
     return text.replace("\r\n", "\n").replace("\r", "\n"), bad
 
 
-def read_text(path: Path, errors: str = "strict") -> tuple[str, int]:
+def read_text(path: FilePath, errors: str = "strict") -> tuple[str, int]:
     return decode(read_bytes(path), path, errors)
 
 
-def read_texts(paths: Iterable[Path], errors: str = "strict", *, field: str = "data.path") -> str:
+def read_texts(paths: Iterable[FilePath], errors: str = "strict", *, field: str = "data.path") -> str:
     """Concatenate files (a newline is added after a file that lacks one); error if empty."""
     paths = list(paths)
     parts, replaced = [], []
@@ -105,7 +125,7 @@ def read_texts(paths: Iterable[Path], errors: str = "strict", *, field: str = "d
     return text
 
 
-def read_lines(path: Path, errors: str = "strict") -> list[str]:
+def read_lines(path: FilePath, errors: str = "strict") -> list[str]:
     """Lines of a file without their newline (a trailing newline adds no empty line)."""
     text, bad = read_text(path, errors)
     if bad:
@@ -116,12 +136,16 @@ def read_lines(path: Path, errors: str = "strict") -> list[str]:
     return lines
 
 
-def fingerprint(files: Iterable[Path], **options) -> str:
+def fingerprint(files: Iterable[FilePath], **options) -> str:
     """Hash of resolved paths, sizes, mtimes and options: a changed input gives a new hash."""
     h = hashlib.sha256()
     for f in files:
-        st = f.stat()
-        h.update(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        if isinstance(f, Path):
+            st = f.stat()
+            h.update(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        else:  # a URL: its object's size and modification time
+            remote = f.stat()
+            h.update(f"{f}|{remote.length}|{remote.mtime}\n".encode())
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
 

@@ -14,10 +14,10 @@ import json
 import os
 import warnings
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from etils import epath
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, N_SPECIAL, PAD_ID, SEP_ID, UNK_ID
@@ -68,8 +68,8 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def train(cls, cfg: DataConfig, texts: Iterable[str]) -> Tokenizer: ...
 
-    def save(self, directory: str | os.PathLike) -> Path:
-        path = Path(directory) / TOKENIZER_FILE
+    def save(self, directory: str | os.PathLike) -> epath.Path:
+        path = epath.Path(directory) / TOKENIZER_FILE  # a gs:// workdir where the environment provides it
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json()))
         return path
@@ -344,7 +344,7 @@ def tokenizer_from_json(d: dict[str, Any]) -> Tokenizer:
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     """Read ``directory/tokenizer.json`` (written by ``Tokenizer.save``)."""
-    path = Path(directory) / TOKENIZER_FILE
+    path = epath.Path(directory) / TOKENIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; save the tokenizer with tokenizer.save(dir)")
     try:

@@ -1,10 +1,11 @@
-"""Perplexity and bits per byte of a model on local text files (each file one document)."""
+"""Perplexity and bits per byte of a model on text files, local or ``gs://`` (each file one document)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+from transformer_jax.core.paths import user_path
 from transformer_jax.eval.loglikelihood import Scorer, rolling_requests
 
 
@@ -14,8 +15,7 @@ def corpus_metrics(scorer: Scorer, tokenizer, paths: Sequence[str], window: int 
     ``bits_per_byte`` = NLL / (ln 2 * UTF-8 bytes), ``byte_perplexity`` = exp(NLL / bytes)."""
     requests, n_bytes, n_tokens = [], 0, 0
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = user_path(path, "--corpus").read_text(encoding="utf-8")
         ids = tokenizer.encode(text)
         if not ids:
             raise ValueError(f"--corpus {path}: no tokens (an empty file?)")

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from transformer_jax.core.paths import user_path
 from transformer_jax.core.registry import Registry
 from transformer_jax.eval.loglikelihood import Scorer, encode_pair
 
@@ -111,7 +112,7 @@ def read_docs(task: str, path: str, limit: int | None = None) -> list[Doc]:
     ``ValueError`` naming the file and line."""
     fmt = FORMATS.get(task)
     docs: list[Doc] = []
-    with open(path, encoding="utf-8") as f:
+    with user_path(path, "--tasks").open("r") as f:  # UTF-8; gs:// where the environment provides it
         for lineno, line in enumerate(f, 1):
             if limit is not None and len(docs) >= limit:
                 break

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import math
-import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from transformer_jax.core.paths import is_url, upload_tree, user_path
 from transformer_jax.eval.evaluate import per_source_losses
 from transformer_jax.train.checkpoint import all_finite
 
@@ -297,7 +299,8 @@ class Profile(Action):
 
     def __init__(self, tc, workdir: str, *, start_step: int):
         self.window = tc.profile_steps() if tc.profile is not None else None
-        self.directory = os.path.join(workdir, "profile")
+        self.target = user_path(workdir, "--workdir") / "profile"  # the profiler writes local files:
+        self.directory = tempfile.mkdtemp(prefix="tj_profile_") if is_url(self.target) else str(self.target)
         self.tracing = False
         if self.window is not None and start_step >= self.window[0]:
             log.warning(
@@ -319,6 +322,10 @@ class Profile(Action):
         jax.block_until_ready(loop.state)
         jax.profiler.stop_trace()
         self.tracing = False
+        if is_url(self.target):  # traced locally, then copied to the gs:// workdir
+            upload_tree(self.directory, self.target)
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = str(self.target)
         log.info("profile of train.profile=%s written to %s", loop.tc.profile, self.directory)
 
     def finish(self, loop, step: int) -> None:

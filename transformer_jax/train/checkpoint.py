@@ -19,6 +19,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from transformer_jax.core.paths import user_path
 from transformer_jax.train.state import TrainState
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,6 @@ SUPERSEDED_SUFFIX = ".superseded"  # later checkpoints of a run restarted from a
 
 
 TMP_MARKER = ".orbax-checkpoint-tmp"
-
-
-def local_or_url(path: str | os.PathLike) -> epath.Path:
-    """``path`` as an ``etils.epath.Path``: a URL (``gs://...``) as given, a local path made absolute."""
-    text = os.fspath(path)
-    return epath.Path(text if "://" in text else os.path.abspath(text))
 
 
 def _manager(directory: epath.Path, *, keep: int, async_save: bool) -> ocp.CheckpointManager:
@@ -108,9 +103,15 @@ class Checkpoints:
     ):
         self.workdir = workdir
         self.sign = 1.0 if best_mode == "min" else -1.0
-        root = local_or_url(workdir)  # epath: a gs:// workdir works where the environment provides it
-        self.last = _manager(root / "checkpoints", keep=keep, async_save=async_save)
-        self.best = _manager(root / "best", keep=1, async_save=async_save) if keep_best else None
+        root = user_path(workdir, "--workdir")  # a gs:// workdir works where the environment provides it
+        try:
+            self.last = _manager(root / "checkpoints", keep=keep, async_save=async_save)
+            self.best = _manager(root / "best", keep=1, async_save=async_save) if keep_best else None
+        except ImportError as e:  # Orbax asks google-cloud-storage about a gs:// bucket
+            raise CheckpointError(
+                f"--workdir {root}: Orbax cannot open checkpoints there in this environment ({e}); install "
+                "what the scheme needs (gs://: google-cloud-storage and gcsfs) or give a local --workdir"
+            ) from None
         self.best_value = self._read_best_value()
 
     def _read_best_value(self) -> float:

@@ -9,11 +9,10 @@ import os
 import sys
 import traceback
 
-from etils import epath
-
 from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
+from transformer_jax.core.paths import absolute, is_url, user_path
 from transformer_jax.train.config import Config
 
 
@@ -75,7 +74,7 @@ def load_experiment(path: str, overrides: list[str] | None = None) -> Config:
 def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     """The config a training run saved in ``workdir/config.json``, with ``overrides`` applied (an
     override of a field the run's variants do not read is an error)."""
-    path = epath.Path(workdir) / "config.json"  # a gs:// workdir where the environment provides it
+    path = user_path(workdir, "--workdir") / "config.json"  # a gs:// workdir where the environment provides it
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: is {workdir} the --workdir of a training run?")
     try:
@@ -88,30 +87,36 @@ def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     return cfg
 
 
-# The fields that hold local paths; ``data.path`` and ``data.val_path`` may list several, comma-separated.
+# The fields that hold paths; ``data.path`` and ``data.val_path`` may list several, comma-separated.
 PATH_FIELDS = (("data", "path", True), ("data", "val_path", True), ("data", "dir", False), ("data", "cache_dir", False))
 
 
-def _absolute(path: str) -> str:
-    path = path.strip()
-    if not path or "://" in path:  # a URL (gs://...) is absolute already
-        return path
-    return os.path.abspath(os.path.expanduser(path))
+def _absolute_mixture(text: str) -> str:
+    """``data.mixture`` (``NAME=PATH:WEIGHT,...``, already checked) with each path `absolute`."""
+    items = []
+    for item in text.split(","):
+        name, _, rest = item.partition("=")
+        path, _, weight = rest.rpartition(":")
+        items.append(f"{name.strip()}={absolute(path)}:{weight.strip()}")
+    return ",".join(items)
 
 
 def absolute_paths(cfg: Config) -> Config:
     """``cfg`` with its relative paths made absolute (against the current directory), so that the
-    config a run stores works from any directory; ``train.init_from`` when it names a local path."""
+    config a run stores works from any directory; ``train.init_from`` when it names a local path.
+    URLs (``gs://...``) stay as given (`transformer_jax.core.paths.absolute`)."""
     sections = {}
+    if cfg.data.mixture is not None and (mixture := _absolute_mixture(cfg.data.mixture)) != cfg.data.mixture:
+        sections["data"] = {"mixture": mixture}
     for section, name, listed in PATH_FIELDS:
         value = getattr(getattr(cfg, section), name)
         if value is None:
             continue
-        fixed = ",".join(map(_absolute, value.split(","))) if listed else _absolute(value)
+        fixed = ",".join(map(absolute, value.split(","))) if listed else absolute(value)
         if fixed != value:
             sections.setdefault(section, {})[name] = fixed
     init_from = cfg.train.init_from
-    if init_from is not None and "://" not in init_from and os.path.exists(init_from):
-        sections.setdefault("train", {})["init_from"] = _absolute(init_from)
+    if init_from is not None and not is_url(init_from) and os.path.exists(init_from):
+        sections.setdefault("train", {})["init_from"] = absolute(init_from)
     updates = {s: dataclasses.replace(getattr(cfg, s), **fields) for s, fields in sections.items()}
     return dataclasses.replace(cfg, **updates) if updates else cfg

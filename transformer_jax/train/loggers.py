@@ -6,13 +6,17 @@ logger. Each logger is registered with the module it imports and the extra that 
 logger whose package is missing is an error naming the extra (`check_installed`), never a skip.
 
 - ``jsonl``: ``workdir/metrics.jsonl``, one strict-JSON object per record (non-finite floats as the
-  strings ``"nan"``, ``"inf"``, ``"-inf"``; ``metrics.read_metrics`` turns them back).
+  strings ``"nan"``, ``"inf"``, ``"-inf"``; ``metrics.read_metrics`` turns them back). In a
+  ``gs://`` workdir (objects cannot be appended to) the file is rewritten at most every
+  ``REMOTE_FLUSH_S`` seconds and at close.
 - ``tensorboard``: event files in ``workdir/tb/`` (tensorboardX, a dependency; the viewer is the
   ``tensorboard`` extra: ``tensorboard --logdir WORKDIR/tb``); a vector ``v`` is logged as the
-  scalars ``v/0``, ``v/1``...; strings are not logged.
+  scalars ``v/0``, ``v/1``...; strings are not logged. tensorboardX writes ``gs://`` (with
+  ``google-cloud-storage``) and ``s3://`` (with ``boto3``) itself; other schemes are an error.
 - ``wandb``: one Weights & Biases run per invocation, its files in ``workdir/wandb/`` (or
-  ``$WANDB_DIR``), grouped by the workdir's name, with the run's config; scalars as for TensorBoard,
-  strings as text. ``WANDB_MODE=offline`` logs without network (``wandb sync`` uploads later).
+  ``$WANDB_DIR``; for a remote workdir wandb's default local folder), grouped by the workdir's name,
+  with the run's config; scalars as for TensorBoard, strings as text. ``WANDB_MODE=offline`` logs
+  without network (``wandb sync`` uploads later).
 """
 
 from __future__ import annotations
@@ -23,19 +27,22 @@ import importlib.util
 import json
 import math
 import os
-import pathlib
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from etils import epath
 
-from transformer_jax.core.configlib import fail
+from transformer_jax.core.configlib import ConfigError, fail
+from transformer_jax.core.paths import is_url
 from transformer_jax.core.registry import Registry
 
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
 WANDB_DIR = "wandb"
 DEFAULT_LOGGERS = ("jsonl", "tensorboard")  # train.loggers by default
+REMOTE_FLUSH_S = 30.0  # a remote metrics.jsonl is rewritten at most this often (and at close)
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -43,7 +50,7 @@ _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 class LoggerContext:
     """What a logger may need when it opens: where, from which step, and the run's settings."""
 
-    workdir: pathlib.Path
+    workdir: epath.Path  # absolute when local, a URL (gs://...) as given
     resume_step: int | None = None  # resuming from this checkpoint step: later records are stale
     run_config: Mapping[str, Any] | None = None  # the run's config as a dict (wandb shows it)
     name: str = "experiment"
@@ -140,7 +147,7 @@ def encode_line(record: Mapping[str, Any]) -> str:
     return json.dumps({k: _encode(v) for k, v in record.items()}, allow_nan=False) + "\n"
 
 
-def read_lines(path: pathlib.Path) -> list[dict[str, Any]]:
+def read_lines(path: epath.Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines file; a last line cut short by a crash is dropped."""
     lines = path.read_text().splitlines()
     records = []
@@ -158,24 +165,45 @@ def read_lines(path: pathlib.Path) -> list[dict[str, Any]]:
 
 
 class JsonLines(Logger):
-    """``workdir/metrics.jsonl``; on resume, records after ``resume_step`` are dropped first."""
+    """``workdir/metrics.jsonl``; on resume, records after ``resume_step`` are dropped first. A local
+    file is appended to and flushed per record; a remote one (no appends) is rewritten whole, at
+    most every ``REMOTE_FLUSH_S`` seconds and at `flush`/`close`."""
 
     def __init__(self, ctx: LoggerContext):
-        path = ctx.workdir / METRICS_FILE
-        if ctx.resume_step is not None and path.exists():
-            kept = [r for r in read_lines(path) if int(r.get("step", -1)) <= ctx.resume_step]
-            path.write_text("".join(encode_line(r) for r in kept))
-        self._file = open(path, "a")  # noqa: SIM115 - closed by close()
+        self._path = path = ctx.workdir / METRICS_FILE
+        kept = ""
+        if path.exists() and (ctx.resume_step is not None or is_url(path)):
+            records = read_lines(path)
+            if ctx.resume_step is not None:
+                records = [r for r in records if int(r.get("step", -1)) <= ctx.resume_step]
+            kept = "".join(encode_line(r) for r in records)
+            if not is_url(path):
+                path.write_text(kept)
+        self._remote: list[str] | None = [kept] if is_url(path) else None
+        self._written = time.monotonic()
+        self._file = None if is_url(path) else open(path, "a")  # noqa: SIM115 - closed by close()
 
     def write(self, record: Mapping[str, Any]) -> None:
+        if self._remote is not None:
+            self._remote.append(encode_line(record))
+            if time.monotonic() - self._written >= REMOTE_FLUSH_S:
+                self.flush()
+            return
+        assert self._file is not None
         self._file.write(encode_line(record))
         self._file.flush()
 
     def flush(self) -> None:
-        self._file.flush()
+        if self._remote is not None:
+            self._path.write_text("".join(self._remote))
+            self._written = time.monotonic()
+        elif self._file is not None:
+            self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        self.flush()
+        if self._file is not None:
+            self._file.close()
 
 
 class TensorBoard(Logger):
@@ -183,12 +211,22 @@ class TensorBoard(Logger):
 
     def __init__(self, ctx: LoggerContext):
         import tensorboardX  # deferred: it pulls in protobuf
+        from tensorboardX.record_writer import REGISTERED_FACTORIES
 
-        self._tb = tensorboardX.SummaryWriter(
-            str(ctx.workdir / TB_DIR),
-            purge_step=None if ctx.resume_step is None else ctx.resume_step + 1,
-            flush_secs=30,
-        )
+        where = ctx.workdir / TB_DIR
+        scheme = os.fspath(where).split("://", 1)[0] if is_url(where) else None
+        if scheme is not None and scheme not in REGISTERED_FACTORIES:
+            fail("train.loggers", "tensorboard", f"tensorboardX cannot write {scheme}:// ({where})",
+                 "remove 'tensorboard' from train.loggers or use a local --workdir")  # fmt: skip
+        try:
+            self._tb = tensorboardX.SummaryWriter(
+                str(where), purge_step=None if ctx.resume_step is None else ctx.resume_step + 1, flush_secs=30
+            )
+        except ImportError as e:  # tensorboardX's gs:// writer needs google-cloud-storage, s3:// boto3
+            raise ConfigError(
+                f"train.loggers: the 'tensorboard' logger cannot write {where} here ({e}); install that "
+                "package or remove 'tensorboard' from train.loggers"
+            ) from None
 
     def write(self, record: Mapping[str, Any]) -> None:
         for name, value in record.items():
@@ -214,8 +252,8 @@ class WandB(Logger):
         self._run = wandb.init(
             project=ctx.wandb_project,
             entity=ctx.wandb_entity,
-            dir=None if os.environ.get("WANDB_DIR") else str(ctx.workdir),
-            group=ctx.workdir.resolve().name,
+            dir=None if os.environ.get("WANDB_DIR") or is_url(ctx.workdir) else str(ctx.workdir),  # wandb: local
+            group=ctx.workdir.name if is_url(ctx.workdir) else ctx.workdir.resolve().name,
             name=f"{ctx.name}{start}",
             job_type="train",
             config=dict(ctx.run_config or {}),

@@ -4,7 +4,6 @@ periodic actions (``train.actions``), in a workdir held by one trainer at a time
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
@@ -12,6 +11,7 @@ import jax
 import numpy as np
 
 from transformer_jax.core import compiler, configlib, targets
+from transformer_jax.core.paths import user_path
 from transformer_jax.decode import SamplingConfig
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.eval.sampling import sample_from
@@ -125,10 +125,10 @@ class Trainer:
     def _announce(self) -> None:
         if not self.is_main:
             return
-        with open(os.path.join(self.workdir, "config.json"), "w") as f:
-            f.write(configlib.to_json(self.cfg))
+        root = user_path(self.workdir, "--workdir")  # a gs:// workdir where the environment provides it
+        (root / "config.json").write_text(configlib.to_json(self.cfg))
         run = self.run_
-        run.data.tokenizer.save(os.path.join(self.workdir, "tokenizer"))
+        run.data.tokenizer.save(root / "tokenizer")
         if self.start_step:
             start = f"resuming at step {self.start_step}"
         elif self.tc.init_from is not None:

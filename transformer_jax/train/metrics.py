@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import pathlib
 import re
 import sys
 import time
@@ -24,6 +23,7 @@ import numpy as np
 import tqdm
 
 from transformer_jax.core import configlib
+from transformer_jax.core.paths import user_path
 from transformer_jax.train.loggers import (
     DEFAULT_LOGGERS,
     METRICS_FILE,
@@ -88,7 +88,7 @@ class MetricsWriter:
         loggers: Iterable[str] = DEFAULT_LOGGERS,
         **context: Any,
     ):
-        self.workdir = pathlib.Path(workdir)
+        self.workdir = user_path(workdir, "--workdir")  # a gs:// workdir where the environment provides it
         self.enabled = enabled
         self._loggers: list[Logger] | None = None
         if not enabled:
@@ -142,7 +142,7 @@ def logger_settings(cfg: Any) -> dict[str, Any]:
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of ``workdir/metrics.jsonl`` in file order ("nan"/"inf" back to floats)."""
-    path = pathlib.Path(workdir) / METRICS_FILE
+    path = user_path(workdir, "--workdir") / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"no {METRICS_FILE} in workdir={str(workdir)!r}")
     return read_lines(path)

@@ -13,7 +13,6 @@ does). A workdir holds ``ngram.npz`` (counts), ``config.json``, ``tokenizer/`` a
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from transformer_jax.core import configlib
 from transformer_jax.core.overrides import apply_overrides
+from transformer_jax.core.paths import local_copy, local_output, user_path
 from transformer_jax.data import build_data, load_tokenizer
 from transformer_jax.data.lm import StreamLM
 from transformer_jax.eval.sampling import check_prompt
@@ -91,18 +91,19 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
             "model.kind='ngram' is fitted by a single process (numpy counts); "
             "run it without --num-processes / --coordinator"
         )
-    os.makedirs(workdir, exist_ok=True)
+    root = user_path(workdir, "--workdir")  # a gs:// workdir where the environment provides it
+    root.mkdir(parents=True, exist_ok=True)
     data = build_data(cfg.data, batch_size=cfg.train.batch_size)
     if cfg.model.vocab_size != data.vocab_size:
         cfg = apply_overrides(cfg, [f"model.vocab_size={data.vocab_size}"])
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(configlib.to_json(cfg))
-    data.tokenizer.save(os.path.join(workdir, "tokenizer"))
+    (root / "config.json").write_text(configlib.to_json(cfg))
+    data.tokenizer.save(root / "tokenizer")
     n_train = sum(len(s) for s in training_sequences(data))
     t_fit = time.time()
     model = _fit(cfg, data)
     fit_s = time.time() - t_fit
-    model.save(os.path.join(workdir, NGRAM_FILE))
+    with local_output(root / NGRAM_FILE) as local:  # numpy writes a local file, copied to a URL workdir
+        model.save(local)
     print(
         f"model: ngram (order {model.order}, {model.smoothing}), {model.n_entries:,} stored counts from "
         f"{n_train:,} training tokens in {fit_s:.1f}s; data: {cfg.data.dataset} (vocab {data.vocab_size})",
@@ -138,10 +139,13 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
 def load_ngram(workdir: str, overrides: list[str] | None = None) -> tuple[Config, NGramLM, Any]:
     """(config with ``overrides`` applied, model, tokenizer) of an n-gram run."""
     cfg = workdir_config(workdir, overrides)
-    path = os.path.join(workdir, NGRAM_FILE)
-    if not os.path.isfile(path):
+    root = user_path(workdir, "--workdir")
+    path = root / NGRAM_FILE
+    if not path.is_file():
         raise FileNotFoundError(f"{path} not found: train the n-gram first (transformer-jax train)")
-    return cfg, NGramLM.load(path), load_tokenizer(os.path.join(workdir, "tokenizer"))
+    with local_copy(path) as local:
+        model = NGramLM.load(local)
+    return cfg, model, load_tokenizer(root / "tokenizer")
 
 
 def evaluate_ngram(

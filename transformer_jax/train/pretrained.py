@@ -26,6 +26,7 @@ from flax import nnx
 from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
+from transformer_jax.core.paths import require_local
 from transformer_jax.data import tokenizer_from_json
 from transformer_jax.data.config import DataConfig
 from transformer_jax.models.config import ModelConfig
@@ -62,9 +63,13 @@ _WHOLE = 4 << 20  # files up to this size are hashed whole
 _BLOCK, _BLOCKS = 1 << 20, 16  # else: the first and last MiB and 16 MiB-blocks evenly spaced between
 
 
+_LOCAL_WHY = "pretrained weights are fingerprinted and read as local files"
+
+
 def base_kind(path: str) -> str:
     """``hf`` or ``run``; anything else is an error naming ``path``."""
     where = f"train.init_from={path!r}"
+    require_local(path, "train.init_from", _LOCAL_WHY)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{where}: no such directory")
     if not os.path.isdir(path):
@@ -105,7 +110,7 @@ def with_init_from(cfg: Config, path: str, explicit: dict[str, str] | None = Non
     may change only `RUNTIME_FIELDS`. A tokenizer setting of ``cfg.data`` (non-default, or in
     ``explicit``) is an error: the run uses the pretrained tokenizer."""
     explicit = explicit or {}
-    path = os.path.abspath(path)
+    path = require_local(path, "train.init_from", _LOCAL_WHY)
     pretrained = pretrained_model_config(path)
     model_sets = {k: v for k, v in explicit.items() if k.startswith("model.")}
     model = apply_overrides(pretrained, [f"{k.removeprefix('model.')}={v}" for k, v in model_sets.items()])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 from typing import Any
 
 import jax
@@ -23,6 +22,7 @@ import optax
 from flax import nnx
 
 from transformer_jax.core import configlib
+from transformer_jax.core.paths import user_path
 from transformer_jax.data import build_data, tokenizer_from_json
 from transformer_jax.models.lora import apply_lora, join_adapters, split_adapters
 from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
@@ -163,7 +163,7 @@ def setup(
     arranged into the mesh of ``cfg.mesh``. With ``fallback`` a damaged checkpoint is set aside and
     the next older one restored (never with an explicit ``restore_step``)."""
     cfg = resolve(cfg)
-    os.makedirs(workdir, exist_ok=True)
+    user_path(workdir, "--workdir").mkdir(parents=True, exist_ok=True)  # gs:// where the environment has it
     tc = cfg.train
     mesh = make_mesh(cfg.mesh, devices)
     check_batch(cfg, mesh)
