@@ -47,7 +47,7 @@ def register(sub) -> None:
     p.add_argument("--seed", metavar="N", type=int, help="keys the split and sample hashes (default 0)")
     p.add_argument("--shard-mb", metavar="MB", type=float, help="MB of text per shard (default 64)")
     p.add_argument("--record-kb", metavar="KB", type=float,
-                   help="KiB of token ids per record, several documents each (default 64)")  # fmt: skip
+                   help="KiB of token ids per record, several documents each (default 16)")  # fmt: skip
     p.add_argument("--workers", metavar="N", type=int, help="tokenizing processes (default: the CPU count, at most 8)")
     p.add_argument("--tokenizer-sample-mb", metavar="MB", type=float,
                    help="MB of train text a char/sentencepiece tokenizer is trained on (default 100)")  # fmt: skip

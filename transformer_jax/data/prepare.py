@@ -62,7 +62,7 @@ class PrepareConfig:
     val_fraction: float = 0.0
     seed: int = 0
     shard_mb: float = 64.0
-    record_kb: float = 64.0  # KiB of token ids a record holds on average (several documents)
+    record_kb: float = 16.0  # KiB of token ids a record holds on average (several documents)
     workers: int = 1
     tokenizer_sample_mb: float = 100.0
     decode_errors: str = "strict"
