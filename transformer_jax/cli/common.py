@@ -48,16 +48,21 @@ def refuse_unread_options(mode: str, args, options: tuple[str, ...], reads: tupl
 
 
 def check_workdir(path: str, *, create: bool) -> None:
-    """A usable run directory: a directory (made when ``create``), writable when ``create``."""
-    if os.path.exists(path) and not os.path.isdir(path):
+    """A usable run directory: a directory (made when ``create``), writable when ``create``. A
+    ``gs://`` (or other epath) URL is checked through its backend: one missing here is an error."""
+    from transformer_jax.core.paths import check_reachable, is_url, user_path
+
+    where = user_path(path, "--workdir")
+    check_reachable(where, "--workdir")
+    if where.exists() and not where.is_dir():
         raise ConfigError(f"--workdir {path} is a file, not a directory; give a directory for the run")
     if not create:
         return
     try:
-        os.makedirs(path, exist_ok=True)
+        where.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"--workdir {path} cannot be created: {e.strerror}; choose a writable place") from None
-    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--workdir {path} cannot be created: {e.strerror or e}; choose a writable place") from None
+    if not is_url(where) and not os.access(where, os.W_OK | os.X_OK):
         raise ConfigError(f"--workdir {path} is not writable; choose a writable directory")
 
 

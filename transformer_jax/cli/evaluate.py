@@ -74,9 +74,11 @@ def parse_tasks(specs: list[str] | None) -> dict[str, str]:
 def _load_hf(path: str, dtype: str):
     import os
 
+    from transformer_jax.core.paths import require_local
     from transformer_jax.data import HFTokenizer
     from transformer_jax.models.hf import from_pretrained
 
+    path = require_local(path, "--hf", "a Hugging Face model directory is read as local files")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"--hf {path}: no such directory (give a Hugging Face model directory)")
     try:
@@ -146,8 +148,9 @@ def run(args) -> dict:
         refuse_unread_options("eval of a split (no --corpus/--tasks)", args, BENCH_OPTIONS + ("dtype",), ())
         result = split_eval(args)
     if args.output:
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=2)
+        from transformer_jax.core.paths import user_path
+
+        user_path(args.output, "--output").write_text(json.dumps(result, indent=2))  # gs:// too
     return result
 
 

@@ -10,6 +10,7 @@ import os
 
 from transformer_jax.cli.common import add_run_args, check_workdir
 from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.paths import require_local
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -49,6 +50,7 @@ def export_run(
     from transformer_jax.train.run import setup
 
     check_workdir(workdir, create=False)
+    out = require_local(out, "--out", "a Hugging Face model directory is written as local files")
     if os.path.exists(out) and not os.path.isdir(out):
         raise ConfigError(f"--out {out} is a file; give a directory to write the model into")
     cfg = workdir_config(workdir, overrides)

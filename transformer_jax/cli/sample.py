@@ -7,6 +7,7 @@ import os
 
 from transformer_jax.cli.common import add_run_args, check_workdir, refuse_unread_options
 from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.paths import require_local
 
 # The options each strategy reads (besides --prompt, --max-new-tokens, --seed); others are refused.
 STRATEGY_READS = {
@@ -160,6 +161,7 @@ def sample_pretrained(
     from transformer_jax.eval.sampling import check_prompt
     from transformer_jax.models.hf import from_pretrained
 
+    path = require_local(path, "--hf", "a Hugging Face model directory is read as local files")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"--hf {path}: no such directory (give a Hugging Face model directory)")
     try:

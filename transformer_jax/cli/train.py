@@ -10,10 +10,9 @@ data and training settings, ``--set train.lora=on`` trains LoRA adapters only.
 
 from __future__ import annotations
 
-from etils import epath
-
 from transformer_jax.cli.common import add_run_args, check_workdir
 from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.paths import check_reachable, user_path
 
 
 def register(sub) -> None:
@@ -53,7 +52,9 @@ def run(args) -> dict:
     from transformer_jax.parallel.distributed import DistributedConfig, initialize
 
     resume = args.config is None and args.init_from is None
-    if resume and not (epath.Path(args.workdir) / "config.json").is_file():
+    workdir = user_path(args.workdir, "--workdir")  # absolute when local; gs:// where the environment has it
+    check_reachable(workdir, "--workdir")
+    if resume and not (workdir / "config.json").is_file():
         raise ConfigError(
             f"train needs --config (a recipe name, e.g. shakespeare_char, or an experiment file) or --init-from "
             f"DIR: --workdir {args.workdir} holds no config.json of an earlier run to resume"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from transformer_jax.cli.common import add_run_args, check_workdir
+from transformer_jax.core.paths import user_path
 
 
 def register(sub) -> None:
@@ -56,12 +57,12 @@ def run(args) -> dict:
         if args.input == "-":
             lines = [line.rstrip("\n") for line in sys.stdin]
         else:
-            with open(args.input, encoding="utf-8") as src:
+            with user_path(args.input, "--input").open("r") as src:  # gs:// where the environment provides it
                 lines = [line.rstrip("\n") for line in src]
         t0 = time.time()
         hyps = translate_texts(run.graphdef, (run.state.params, run.state.model_state), run.data.tokenizer, lines, cfg)
         seconds = time.time() - t0
-    dst = out if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115 - stdout is not closed
+    dst = out if args.output == "-" else user_path(args.output, "--output").open("w")
     dst.write("".join(h + "\n" for h in hyps))
     dst.flush()
     if dst is not out:

@@ -11,6 +11,7 @@ import importlib
 import os
 
 from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.paths import require_local
 from transformer_jax.core.registry import Registry, did_you_mean
 from transformer_jax.train.config import Config
 from transformer_jax.train.experiment import configure, experiment_config
@@ -36,7 +37,9 @@ def recipe(name: str) -> Config:
 
 
 def base_config(spec: str) -> Config:
-    """``--config SPEC`` before ``--set``: the recipe named ``spec``, else the experiment file ``spec``."""
+    """``--config SPEC`` before ``--set``: the recipe named ``spec``, else the experiment file ``spec``
+    (a local file: Python imports it, and it may import its neighbours)."""
+    require_local(spec, "--config", "an experiment file is Python imported from its folder")
     if spec in RECIPES and not os.path.isfile(spec):
         return recipe(spec)
     if not os.path.isfile(spec) and not spec.endswith(".py"):
