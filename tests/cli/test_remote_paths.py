@@ -34,6 +34,7 @@ with fake_gs(store, cwd=tmp):
     codes["prepared"] = main(["train", "--config", "shakespeare_char", "--workdir", str(tmp / "w"),
                               "--set", "data.dataset=prepared", "data.path=gs://bucket/shards"])
     codes["resume"] = main(["train", "--workdir", "gs://bucket/empty"])
+    codes["prepare"] = main(["prepare", "--input", str(tmp / "c.txt"), "--out", "gs://bucket/p", "--tokenizer", "byte"])
 with no_gs_backend():
     codes["backend"] = main(["train", "--config", "shakespeare_char", *run])
     codes["backend_resume"] = main(["train", *run])
@@ -49,7 +50,7 @@ def test_a_gs_workdir_and_corpus_train_and_what_must_be_local_is_refused_by_name
     codes = json.loads(proc.stdout.strip().splitlines()[-1])
     assert codes == {
         **{"train": 0, "sample": 0, "config": 2, "hf": 2, "out": 2, "prepared": 2},
-        **{"resume": 2, "backend": 2, "backend_resume": 2},
+        **{"resume": 2, "prepare": 2, "backend": 2, "backend_resume": 2},
     }
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -60,6 +61,7 @@ def test_a_gs_workdir_and_corpus_train_and_what_must_be_local_is_refused_by_name
         "data.path='gs://bucket/shards': prepared shards are read as local",
         "train needs --config (a recipe name, e.g. shakespeare_char, or an experiment file) or --init-from DIR: "
         "--workdir gs://bucket/empty holds no config.json",
+        "--out='gs://bucket/p': prepare reads its inputs and writes its shards as local files",
         "--workdir='gs://bucket/run': this environment cannot open gs:// paths",
         "--workdir='gs://bucket/run': this environment cannot open gs:// paths",
     ]

@@ -64,8 +64,14 @@ OPTIONS = ("vocab_size", "sp_model_type", "documents", "field", "val_fraction", 
 
 
 def run(args) -> dict:
+    from transformer_jax.core.paths import require_local
     from transformer_jax.data.prepare import PrepareConfig, default_workers, prepare
 
+    why = "prepare reads its inputs and writes its shards as local files"  # not yet through epath: a URL is refused
+    for option, paths in (("--input", [p for spec in args.input for p in spec.split(",")]), ("--out", [args.out]),
+                          ("--tokenizer", [args.tokenizer])):  # fmt: skip
+        for path in paths:
+            require_local(path.strip(), option, why)
     given = {name: getattr(args, name) for name in OPTIONS if getattr(args, name) is not None}
     given.setdefault("workers", default_workers())
     cfg = PrepareConfig(inputs=tuple(args.input), out=args.out, tokenizer=args.tokenizer, overwrite=args.overwrite,
