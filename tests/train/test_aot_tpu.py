@@ -112,3 +112,12 @@ def test_the_scan_correction_counts_every_layer():
     assert scanned["xla_per_device"] == pytest.approx(unrolled["xla_per_device"], rel=0.02)
     assert dataclasses.asdict(get_target("v5e-4").chip)["peak_flops"] == 197e12
     assert jax.device_count() == 8, "compiling for a target leaves the running devices alone"
+
+
+@pytest.mark.parametrize("impl, collective", [("chunked", "collective-permute"), ("xla", "all-gather")])
+def test_context_parallel_compiles_for_a_tpu_target(impl, collective):
+    """The sequence split over context=2 (ring for chunked, K/V all-gathered for xla) on v5e-4."""
+    cfg = tiny_config(batch=2, seq_len=256, mesh=MeshConfig(data=1, fsdp=2, context=2), attention_impl=impl)
+    report = aot.compile_train(cfg, get_target("v5e-4"), correct_scan=False)
+    assert report["fits"] and report["mesh"]["context"] == 2
+    assert report["collectives"][collective]["count"] > 0, report["collectives"]

@@ -3,11 +3,12 @@ kernel wrapper (``ops.per_shard``) all read them from here.
 
 ``data``: batch split, parameters replicated (across slices of a multi-slice pod: the DCN axis);
 ``fsdp``: batch split and parameters sharded; ``tensor``: heads / FFN hidden units split;
-``expert``: MoE experts split.
+``context``: the sequence split (context parallelism: activations' length dimension, attention by
+ring or all-gather, `ops.context_parallel`); ``expert``: MoE experts split.
 """
 
 from __future__ import annotations
 
-DATA, FSDP, TENSOR, EXPERT = "data", "fsdp", "tensor", "expert"
-MESH_AXES = (DATA, FSDP, TENSOR, EXPERT)
+DATA, FSDP, CONTEXT, TENSOR, EXPERT = "data", "fsdp", "context", "tensor", "expert"
+MESH_AXES = (DATA, FSDP, CONTEXT, TENSOR, EXPERT)
 BATCH_AXES = (DATA, FSDP)  # the axes a batch (and every activation's batch dimension) is split over

@@ -14,6 +14,7 @@ from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
+from transformer_jax.ops.context_parallel import context_size
 from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, decode_attention
 from transformer_jax.ops.kv_cache import KVCache, kv_cache_of, update_kv_cache
 from transformer_jax.ops.masks import AttentionMask
@@ -153,6 +154,11 @@ class Attention(nnx.Module):
         cross-attention uses the cache's keys/values as they are (see ``project_kv``) and ignores
         ``kv_BSD``.
         """
+        if cache is not None and context_size() > 1:
+            raise ValueError(
+                f"decoding with a KV cache under a context mesh axis of {context_size()} devices: the cache "
+                "is not split over the sequence; generate on a mesh with mesh.context=1"
+            )
         q_BTHD = self.q(x_BTD)
         if self.q_norm is not None:
             q_BTHD = self.q_norm(q_BTHD)

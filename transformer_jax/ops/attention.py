@@ -10,6 +10,9 @@ Variants are looked up by name:
 `auto` runs `resolve_impl(platform, ...)`: the fastest implementation that computes the given mask
 exactly on the platform compiled for (`core.targets.platform()`: the running backend, or the
 target of `compile`); never a kernel that platform cannot run.
+Under a mesh with a ``context`` axis of n > 1 devices (context parallelism) the sequence is split
+over it in zigzag order and softmax kinds run as `ops.context_parallel.context_attention`: a ring
+for impl chunked / auto, the impl itself over all-gathered K/V otherwise.
 A new variant is one function with the same keyword signature plus one `register` line.
 """
 
@@ -25,6 +28,7 @@ from jaxtyping import Array, Bool, Float
 from transformer_jax.core import targets
 from transformer_jax.core.registry import Registry
 from transformer_jax.ops.chunked_attention import _check_qkv, chunked_attention
+from transformer_jax.ops.context_parallel import context_attention, context_impl_for, context_size
 from transformer_jax.ops.linear_attention import linear_attention
 from transformer_jax.ops.masks import AttentionMask, as_mask
 from transformer_jax.ops.pallas_attention import (
@@ -77,6 +81,10 @@ def attention(
     kind_fn = ATTENTION_KINDS.get(kind)
     ATTENTION_IMPLS.get(impl)
     check_cap(softcap)
+    if context_size() > 1:
+        return _context_parallel(
+            q_BTHD, k_BSKD, v_BSKD, mask, bias, scale, kind, impl, window, block_size=block_size, softcap=softcap
+        )
     return kind_fn(
         q_BTHD,
         k_BSKD,
@@ -88,6 +96,37 @@ def attention(
         window=window,
         block_size=block_size,
         softcap=softcap,
+    )
+
+
+def _context_parallel(q, k, v, mask, bias, scale, kind, impl, window, *, block_size, softcap):
+    """`attention` of a sequence split over the mesh's ``context`` axis (ops.context_parallel)."""
+    if kind not in ("softmax", "sliding_window") or bias is not None:
+        what = f"kind={kind!r}" if bias is None else "an additive bias (relative_bias / ALiBi positions)"
+        raise ValueError(
+            f"context parallelism (mesh.context={context_size()}) has no {what}; "
+            "use kind softmax or sliding_window without a bias, or mesh.context=1"
+        )
+    if kind == "sliding_window":
+        if window is None:
+            raise ValueError("kind='sliding_window' needs window=<int>, the number of visible positions")
+        mask = (AttentionMask() if mask is None else mask).with_window(window)
+    elif window is not None:
+        raise ValueError(f"window={window} is only used by kind='sliding_window'")
+
+    def attend(q, k, v, *, mask):
+        return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, scale=scale, block_size=block_size, softcap=softcap)
+
+    return context_attention(
+        q,
+        k,
+        v,
+        mask=mask,
+        context_impl=context_impl_for(impl),
+        attend=attend,
+        scale=scale,
+        softcap=softcap,
+        block_size=block_size,
     )
 
 

@@ -190,7 +190,7 @@ def _forward(q, k, v, bias, mask, scaling, bq, bk):
         seen = l > 0
         l_safe = jnp.where(seen, l, 1.0)
         out = jnp.where(seen[..., None], acc / l_safe[..., None], 0.0)
-        lse = jnp.where(seen, m + jnp.log(l_safe), 0.0)
+        lse = jnp.where(seen, m + jnp.log(l_safe), -jnp.inf)  # -inf: no visible key (ring merging reads it)
         return jnp.einsum("bkgqd->bqkgd", out), lse
 
     out, lse = jax.lax.map(q_block, (jnp.arange(nq), _blocks(q, nq)))
@@ -214,10 +214,20 @@ def _reduce_to(x: Array, shape: tuple[int, ...]) -> Array:
 
 
 def _flash_bwd(scaling, bq, bk, res, d_out):
+    q, k, v, bias, mask, _, _ = res
+    dq, dk, dv, dbias = block_grads(scaling, bq, bk, res, d_out)
+    dbias = None if bias is None else dbias.astype(bias.dtype)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dbias, None
+
+
+def block_grads(scaling, bq, bk, res, d_out):
+    """float32 (dq, dk, dv, dbias) of q's rows against the keys k, v, given the final ``out`` and
+    ``lse`` of those rows (which may have seen other keys too: ring attention sums these per block)."""
     q, k, v, bias, mask, out, lse = res
     scale, cap = scaling
     B, Tp, K, G, D = q.shape
     nq, nk = Tp // bq, k.shape[1] // bk
+    lse = jnp.where(jnp.isfinite(lse), lse, 0.0)  # rows with no visible key: p = exp(-inf - 0) = 0
     d_out = d_out.astype(jnp.float32)
     delta = jnp.einsum("bqkgd,bqkgd->bkgq", d_out, out)  # rowsum(dO * O)
     qs, dos, deltas = _blocks(q, nq), _blocks(d_out, nq), _blocks(delta, nq, axis=3)
@@ -256,10 +266,7 @@ def _flash_bwd(scaling, bq, bk, res, d_out):
         return (dq, dbias), (dk, dv)
 
     (dq, dbias), (dks, dvs) = jax.lax.scan(kv_block, (dq0, dbias0), (jnp.arange(nk), _blocks(k, nk), _blocks(v, nk)))
-    dq = _unblocks(dq).astype(q.dtype)
-    dk, dv = _unblocks(dks).astype(k.dtype), _unblocks(dvs).astype(v.dtype)
-    dbias = None if bias is None else dbias.astype(bias.dtype)
-    return dq, dk, dv, dbias, None
+    return _unblocks(dq), _unblocks(dks), _unblocks(dvs), dbias
 
 
 def _add_bias_tile(dbias, ds, i, j, bq, bk):

@@ -6,9 +6,10 @@ XLA refuses to partition a Mosaic (TPU) call ("Mosaic kernels cannot be automati
 partitioned") and gathers the global operands onto every device around a Triton (GPU) call, so
 every device would compute the whole batch. `per_shard` calls the kernel inside ``jax.shard_map``
 over the mesh of the surrounding ``jax.set_mesh``. Each operand names its dimensions by role:
-``"batch"`` splits over the batch axes (``data``, ``fsdp``), ``"heads"`` over ``tensor``,
-``"experts"`` over ``expert`` (`core.mesh_axes`), using the axes of size > 1 whose product divides
-that dimension in every operand; other dimensions, and operands named ``None``, are replicated.
+``"batch"`` splits over the batch axes (``data``, ``fsdp``), ``"sequence"`` over ``context``,
+``"heads"`` over ``tensor``, ``"experts"`` over ``expert`` (`core.mesh_axes`), using the axes of
+size > 1 whose product divides that dimension in every operand; other dimensions, and operands
+named ``None``, are replicated.
 Without a mesh, on a one-device mesh, or inside a ``shard_map`` already, the kernel is called as is.
 """
 
@@ -21,10 +22,15 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec as P
 
-from transformer_jax.core.mesh_axes import BATCH_AXES, EXPERT, TENSOR
+from transformer_jax.core.mesh_axes import BATCH_AXES, CONTEXT, EXPERT, TENSOR
 
 Dims = tuple[str | None, ...] | None
-ROLE_AXES: dict[str, tuple[str, ...]] = {"batch": BATCH_AXES, "heads": (TENSOR,), "experts": (EXPERT,)}
+ROLE_AXES: dict[str, tuple[str, ...]] = {
+    "batch": BATCH_AXES,
+    "sequence": (CONTEXT,),
+    "heads": (TENSOR,),
+    "experts": (EXPERT,),
+}
 
 
 def _role_axes(mesh, operands: Sequence[Any], dims: Sequence[Dims]) -> dict[str, tuple[str, ...]]:

@@ -13,12 +13,15 @@ class MeshConfig:
     """Sizes of the mesh axes; one of them may be -1 (all remaining devices).
 
     ``data``: batch split, parameters replicated; ``fsdp``: batch split and parameters sharded
-    (ZeRO-3 style); ``tensor``: heads / FFN hidden units split (Megatron style); ``expert``: MoE
-    experts split.
+    (ZeRO-3 style); ``context``: the sequence split (context parallelism: ring or all-gather
+    attention, batches laid out zigzag by `parallel.context`; parameters sharded over it as over
+    ``fsdp``); ``tensor``: heads / FFN hidden units split (Megatron style); ``expert``: MoE experts
+    split.
     """
 
     data: int = -1
     fsdp: int = 1
+    context: int = 1
     tensor: int = 1
     expert: int = 1
 

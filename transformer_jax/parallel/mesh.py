@@ -13,7 +13,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from transformer_jax.core.configlib import fail
-from transformer_jax.core.mesh_axes import BATCH_AXES, EXPERT, FSDP, TENSOR
+from transformer_jax.core.mesh_axes import BATCH_AXES, CONTEXT, EXPERT, FSDP, TENSOR
 from transformer_jax.core.sharding import logical_to_spec
 from transformer_jax.parallel.config import MESH_AXES, MeshConfig
 
@@ -21,7 +21,7 @@ from transformer_jax.parallel.config import MESH_AXES, MeshConfig
 LOGICAL_RULES: dict[str, tuple[str, ...] | str | None] = {
     "batch": BATCH_AXES,
     "vocab": TENSOR,
-    "embed": FSDP,
+    "embed": (FSDP, CONTEXT),  # ZeRO-3 over the context devices too: they hold the same parameters
     "heads": TENSOR,
     "kv_heads": TENSOR,
     "head_dim": None,
@@ -32,7 +32,7 @@ LOGICAL_RULES: dict[str, tuple[str, ...] | str | None] = {
     "max_len": None,
     "buckets": None,
     # activations
-    "length": None,
+    "length": CONTEXT,  # context parallelism: the sequence split (zigzag layout, parallel.context)
     "act_embed": None,
     "act_heads": TENSOR,
     "act_mlp": TENSOR,
@@ -41,7 +41,7 @@ LOGICAL_RULES: dict[str, tuple[str, ...] | str | None] = {
 
 
 def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
-    """A ``Mesh`` with axes (data, fsdp, tensor, expert), Auto axis types.
+    """A ``Mesh`` with axes (data, fsdp, context, tensor, expert), Auto axis types.
 
     Accelerator devices are laid out by their physical topology (``mesh_utils.create_device_mesh``:
     neighbouring chips on the inner axes); devices of several slices (a multi-slice TPU pod) by
@@ -96,8 +96,9 @@ def sharding_context(mesh: Mesh, rules=LOGICAL_RULES):
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
-    """Batch arrays: leading axis split over (data, fsdp), the rest replicated."""
-    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+    """Batch arrays: leading axis split over (data, fsdp), the sequence axis (the second) over
+    ``context`` (laid out zigzag first: ``parallel.context.lay_out``), the rest replicated."""
+    return NamedSharding(mesh, P(BATCH_AXES, *([CONTEXT] if ndim > 1 else []), *([None] * (ndim - 2))))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -21,13 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.core import targets
-from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.configlib import ConfigError, fail
 from transformer_jax.core.targets import Target
 from transformer_jax.data.rows import LM_FIELDS, SEQ2SEQ_FIELDS
 from transformer_jax.decode.generate import lower_generate
 from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import count_params
 from transformer_jax.parallel import batch_sharding, make_mesh, replicated, sharding_context
+from transformer_jax.parallel.context import context_devices
 from transformer_jax.parallel.topology import target_devices
 from transformer_jax.train import flops, hlo, roofline
 from transformer_jax.train.config import Config, resolve
@@ -237,6 +238,13 @@ def compile_decode(
         raise ConfigError(f"compile --what decode: model.kind={cfg.model.kind!r} has no KV-cached generation here")
     devices = _devices(target)
     mesh = make_mesh(cfg.mesh, devices)
+    if context_devices(mesh) > 1:
+        fail(
+            "mesh.context",
+            context_devices(mesh),
+            "splits a training sequence; generation keeps the KV cache whole",
+            "compile --what decode with mesh.context=1",
+        )
     report = _base_report(cfg, target, devices, mesh)
     split = batch % (mesh.shape["data"] * mesh.shape["fsdp"]) == 0
     graphdef, params, model_state = abstract_model(cfg.model, mesh=mesh)
