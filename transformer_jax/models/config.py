@@ -11,6 +11,7 @@ from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
 from transformer_jax.models.layer_pattern import ATTENTION_PATTERNS, layer_types
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.block import BlockConfig
 from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
@@ -94,6 +95,7 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
+    mtp: MTPConfig | None = None  # multi-token prediction modules (models.mtp_config; None: off)
     baseline: BaselineConfig | None = None  # settings of the classic LMs (n-gram, window, RNN)
 
     SELECTORS: ClassVar = (
@@ -204,6 +206,8 @@ class ModelConfig:
         self._check_gemma_pieces()
         if self.moe is not None:
             self._check_moe(self.moe)
+        if self.mtp is not None:
+            self.mtp.validate(self)
 
     def _check_gemma_pieces(self):
         check_choice("model.attention_pattern", self.attention_pattern, ATTENTION_PATTERNS, "attention pattern")

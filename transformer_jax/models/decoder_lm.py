@@ -17,6 +17,7 @@ from transformer_jax.models.common import (
 )
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.kinds import DECODER_LM_READS, MODELS
+from transformer_jax.models.mtp import MTP
 from transformer_jax.nn.block import BlockInputs
 from transformer_jax.nn.moe import collect_moe_aux
 from transformer_jax.nn.positions import POSITIONS
@@ -32,7 +33,9 @@ class DecoderLM(nnx.Module):
     ``__call__`` returns ``(logits_BTV, aux)``; aux may hold ``hidden`` [L+1, B, T, D],
     ``cache`` (when a cache was given) and, with MoE layers, ``losses`` (balance / z-losses
     summed over layers) and ``metrics`` (per MoE layer: expert load [L, E], max/mean load,
-    dropped fraction).
+    dropped fraction). With ``model.mtp``: ``last_hidden`` [B, T, D] (h^0, the last block's
+    output) and, without a cache, ``mtp`` = ``{"logits": D arrays [B, T, V], "loss_weight": lambda}``
+    (``models.mtp``; ``logits[k-1][:, i]`` predicts ``targets[:, i + k]``).
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -50,6 +53,7 @@ class DecoderLM(nnx.Module):
         )
         self.final_norm = make_final_norm(cfg, rngs)
         self.lm_head = make_lm_head(cfg, rngs)
+        self.mtp = None if cfg.mtp is None else MTP(cfg, self.positions.rope, rngs=rngs)
 
     def init_cache(self, batch: int, max_len: int, dtype=None):
         """Empty KV caches for decoding up to ``max_len`` positions."""
@@ -77,6 +81,33 @@ class DecoderLM(nnx.Module):
         cfg = self.cfg
         B, T = tokens_BT.shape
         start = 0 if cache is None else cache_index(cache)
+        inputs = self.block_inputs(B, T, start, cache, positions_BT, segment_ids_BT)
+        positions_BT = inputs.positions
+        assert positions_BT is not None
+        k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
+        tok_BTD = self.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD.astype(cfg.compute_dtype)
+        x_BTD = self.positions.embed(tok_BTD, positions_BT)
+        x_BTD = dropout(x_BTD, cfg.dropout, k_embed)
+        x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
+        logits_BTV = self.head(x_BTD, self.final_norm)
+        aux = {**{k: v for k, v in aux.items() if k != "moe"}, **collect_moe_aux(aux)}
+        if self.mtp is not None:
+            aux["last_hidden"] = x_BTD
+            if cache is None:
+                key = None if dropout_key is None else jax.random.fold_in(dropout_key, 1)
+                logits = self.mtp.logits(x_BTD, tokens_BT, inputs, embed=self.embed, head=self.head, dropout_key=key)
+                aux["mtp"] = {"logits": logits, "loss_weight": self.mtp.loss_weight}
+        if cache is not None:
+            aux["cache"] = cache
+        return logits_BTV, aux
+
+    def head(self, x_BTD: Float[Array, "B T D"], final_norm) -> Float[Array, "B T V"]:
+        """The output head (shared with the MTP modules, each with its own final norm)."""
+        return output_logits(x_BTD, final_norm, self.lm_head, self.embed, self.cfg.final_softcap)
+
+    def block_inputs(self, B: int, T: int, start, cache, positions_BT=None, segment_ids_BT=None) -> BlockInputs:
+        """Mask, positions and position bias for T tokens written at cache slot ``start``
+        (``cache`` None: a full sequence from 0). Positions default to the slot indices."""
         index_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
         if cache is None:
             kv_index_BS = index_BT
@@ -87,21 +118,11 @@ class DecoderLM(nnx.Module):
             kv_index_BS = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
         positions_BT = index_BT if positions_BT is None else positions_BT
         mask = AttentionMask(
-            causal=cfg.causal,
+            causal=self.cfg.causal,
             q_segment_ids=segment_ids_BT,
             kv_segment_ids=segment_ids_BT,
             q_positions=None if cache is None else index_BT,
             kv_positions=None,  # slot s holds position s: the default, so decode kernels can rely on it
         )
-        k_embed, k_layers = (None, None) if dropout_key is None else jax.random.split(dropout_key)
-        tok_BTD = self.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD.astype(cfg.compute_dtype)
-        x_BTD = self.positions.embed(tok_BTD, positions_BT)
-        x_BTD = dropout(x_BTD, cfg.dropout, k_embed)
         bias = self.positions.attention_bias(positions_BT, positions_BT if cache is None else kv_index_BS)
-        inputs = BlockInputs(mask=mask, positions=positions_BT, bias=bias)
-        x_BTD, cache, aux = self.layers(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
-        logits_BTV = output_logits(x_BTD, self.final_norm, self.lm_head, self.embed, cfg.final_softcap)
-        aux = {**{k: v for k, v in aux.items() if k != "moe"}, **collect_moe_aux(aux)}
-        if cache is not None:
-            aux["cache"] = cache
-        return logits_BTV, aux
+        return BlockInputs(mask=mask, positions=positions_BT, bias=bias)

@@ -19,7 +19,10 @@ ENCODER_DECODER_READS = (
     "attention_local_window",
     "attn_softcap", "final_softcap", "qk_norm", "zero_init_out",
 )  # fmt: skip
-DECODER_LM_READS = tuple(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings"))
+DECODER_LM_READS = (
+    *(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings")),
+    "mtp",  # multi-token prediction: decoder-only
+)
 _NEURAL_BASELINE = (
     "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init_std", "tie_embeddings", "dtype", "param_dtype",
     "position", "baseline",

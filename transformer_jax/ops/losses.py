@@ -98,3 +98,31 @@ def token_weighted_mean(total: Array, weight_sum: Array) -> Array:
 def perplexity(mean_nll: Array) -> Array:
     """``exp(mean_nll)``, ``mean_nll`` being the token-weighted mean NLL in nats."""
     return jnp.exp(jnp.asarray(mean_nll, jnp.float32))
+
+
+def mtp_nll_sums(
+    logits_DBTV: tuple[Float[Array, "B T V"], ...] | Float[Array, "D B T V"],
+    targets_BT: Int[Array, "B T"],
+    weights_BT: Float[Array, "B T"],
+    segment_ids_BT: Int[Array, "B T"] | None = None,
+) -> tuple[Float[Array, " D"], Float[Array, " D"]]:
+    """Per-depth NLL and weight sums of multi-token prediction (DeepSeek-V3 section 2.2).
+
+    Depth k (1..D) at position i predicts the target k places further, ``targets[:, i + k]``, with
+    weight ``weights[:, i + k]``, counted only if i + k < T and (packed rows) position i + k lies
+    in i's segment. Returns ``(nll_sum_D, weight_sum_D)``; the paper's loss is
+    ``lambda / D * sum_k nll_sum[k] / N`` with N the main loss's target count.
+    """
+    T = targets_BT.shape[1]
+    nll, weight = [], []
+    for k, logits_BTV in enumerate(logits_DBTV, start=1):
+        pad = ((0, 0), (0, min(k, T)))
+        target_k = jnp.pad(targets_BT[:, k:], pad)[:, :T]
+        weight_k = jnp.pad(weights_BT[:, k:].astype(jnp.float32), pad)[:, :T]
+        if segment_ids_BT is not None:
+            same = jnp.pad(segment_ids_BT[:, k:], pad, constant_values=-1)[:, :T] == segment_ids_BT
+            weight_k = jnp.where(same, weight_k, 0.0)
+        ce = cross_entropy(logits_BTV, target_k, weights_BT=weight_k)
+        nll.append(ce["nll_sum"])
+        weight.append(ce["weight_sum"])
+    return jnp.stack(nll), jnp.stack(weight)

@@ -13,7 +13,7 @@ from transformer_jax.core import compiler
 from transformer_jax.data.mixture import SOURCE_IDS
 from transformer_jax.eval.tasks import Task
 from transformer_jax.models.param_roles import adapter_mask
-from transformer_jax.ops.losses import cross_entropy
+from transformer_jax.ops.losses import cross_entropy, mtp_nll_sums
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.state import TrainState, state_sharding_tree
 
@@ -50,7 +50,8 @@ def make_train_step(
     n_sources: int = 0,
 ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
     """``step(state, batch, key) -> (state, metrics)``: token-weighted mean cross-entropy (label
-    smoothing, z-loss, plus the aux losses the model returns in ``aux["losses"]``) over
+    smoothing, z-loss, plus the aux losses the model returns in ``aux["losses"]`` and, with
+    multi-token prediction, ``lambda / D * sum_k CE_k`` from ``aux["mtp"]``) over
     ``grad_accum`` micro-batches, one optimizer update; non-finite updates are dropped.
 
     Model variables other than parameters (``state.model_state``) are threaded through the
@@ -90,6 +91,13 @@ def make_train_step(
             **{f"aux/{k}": v for k, v in aux_losses.items()},
             **{f"aux_metrics/{k}": v for k, v in aux_metrics.items()},
         }
+        mtp = aux.get("mtp") if isinstance(aux, dict) else None
+        if mtp is not None:  # lambda / D * sum_k CE_k, each over the main loss's target count
+            segments = micro.get("segment_ids")
+            sums["mtp/nll_sum"], sums["mtp/weight_sum"] = mtp_nll_sums(
+                mtp["logits"], micro[task.targets], micro[task.weights], segments
+            )
+            objective = objective + mtp["loss_weight"] / len(mtp["logits"]) * jnp.sum(sums["mtp/nll_sum"]) * inv_weight
         return objective, (sums, new_model_state)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -146,6 +154,9 @@ def make_train_step(
             "skips": new_state.skips,
             **{k: v / cfg.grad_accum for k, v in sums.items() if k.startswith(("aux/", "aux_metrics/"))},
         }
+        if "mtp/nll_sum" in sums:  # per-depth mean NLL of this step's MTP targets
+            mtp_loss_D = sums["mtp/nll_sum"] / jnp.maximum(sums["mtp/weight_sum"], 1.0)
+            metrics.update({f"mtp_loss/{k + 1}": mtp_loss_D[k] for k in range(mtp_loss_D.shape[0])})
         if n_sources:
             metrics["source/loss_sum"] = sums["nll_sum_by_group"]
             metrics["source/weight_sum"] = sums["weight_sum_by_group"]

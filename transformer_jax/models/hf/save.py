@@ -7,8 +7,10 @@ the header), so host memory holds one converted tensor group beyond the model it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -63,12 +65,15 @@ def save_pretrained(
             f"tokenizer={type(tokenizer).__name__} cannot write Hugging Face files; only a tokenizer with "
             "save_pretrained (transformer_jax.data.hf_tokenizer.HFTokenizer) can"
         )
+    if cfg.mtp is not None:  # no family here stores MTP layers (DeepSeek-V3's would map them)
+        cfg = dataclasses.replace(cfg, mtp=None)
+        warnings.warn(mtp_dropped_message(model), UserWarning, stacklevel=2)
     fam, hf_config = config_to_hf(cfg, family)
     cast = None
     if dtype is not None:
         check_choice("dtype", dtype, DTYPES)
         cast, hf_config["dtype"] = np.dtype(DTYPES.get(dtype)), dtype
-    flat = {_path(p): v for p, v in nnx.to_flat_state(nnx.state(model))}
+    flat = {_path(p): v for p, v in nnx.to_flat_state(nnx.state(model)) if p[0] != "mtp"}
     slots = layer_slots(flat, cfg.n_layers)
     links = fam.links(cfg, None)
     check_coverage(fam, links, {n for link in links for n in link.hf}, per_layer_shapes(flat, slots))
@@ -108,3 +113,15 @@ def save_pretrained(
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out
+
+
+def mtp_dropped_message(model: nnx.Module) -> str:
+    """What an export leaves out of a model with multi-token prediction modules, by name."""
+    mtp = [(p, v) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param)) if p[0] == "mtp"]
+    names = sorted({_path(p[:3]) for p, _ in mtp})
+    n = sum(int(np.prod(v.shape)) for _, v in mtp)
+    return (
+        f"model.mtp: the multi-token prediction modules {', '.join(names)} ({n:,} parameters) have no place in "
+        "this Hugging Face family and are dropped from the export; the main model's next-token predictions "
+        "are unchanged, speculative decoding from the export is not possible"
+    )
