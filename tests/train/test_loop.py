@@ -97,11 +97,11 @@ PAUSE_AFTER_STEP = textwrap.dedent("""
     import jax
     from transformer_jax.train import actions
     original = actions.Log.after_step
-    def after_step(self, loop, step, metrics):
-        original(self, loop, step, metrics)
-        if step == int(os.environ["PAUSE_AT_STEP"]):
-            jax.block_until_ready(loop.state)
-            loop.run_.checkpoints.wait()
+    def after_step(self, ctl, view):
+        original(self, ctl, view)
+        if view.step == int(os.environ["PAUSE_AT_STEP"]):
+            jax.block_until_ready(view.state)
+            ctl.wait_for_saves()
             open(os.environ["PAUSED_FILE"], "w").close()
             time.sleep(600)
     actions.Log.after_step = after_step

@@ -71,7 +71,9 @@ def export_run(
     merged = has_lora(model)
     if merged:
         model = merge_lora(model)
-    path = save_pretrained(model, out, tokenizer=tok if tokenizer else None, dtype=dtype)
+    path = save_pretrained(
+        model, out, tokenizer=tok if tokenizer and isinstance(tok, PretrainedTokenizer) else None, dtype=dtype
+    )
     return {
         "out": str(path),
         "step": int(state.step),

@@ -1,11 +1,10 @@
 """The training loop's periodic actions: log, validate, stop (signal, budget), checkpoint, sample, profile.
 
-Each action owns its schedule and its bookkeeping. Before every step the loop calls
+Each action owns its schedule and its bookkeeping, and sees the run only through a
+``train.step_view.StepView`` and a ``Control`` (see there). Before every step the loop calls
 ``before_step`` on each action; after it, ``after_step`` on each, then ``run`` on those that are
-``due``; when the loop ends (steps done or a stop requested) it calls ``finish`` on each, in order.
-The loop (``train.loop.Trainer``) only steps; actions read what they need from it
-(``loop.state``, ``loop.run_``, ``loop.tc``, ``loop.writer``, ``loop.bar``) and ask it to stop
-with ``loop.stop(reason)``.
+``due``; when the loop ends (steps done or a stop requested) it calls ``finish`` on each; always in
+``Phase`` order, and it times the ``run`` calls itself.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -25,6 +24,7 @@ import numpy as np
 from transformer_jax.core.paths import is_url, upload_tree, user_path
 from transformer_jax.eval.evaluate import per_source_losses
 from transformer_jax.train.checkpoint import all_finite
+from transformer_jax.train.step_view import Action, Control, Phase, StepView
 
 log = logging.getLogger("transformer_jax.train")
 
@@ -32,27 +32,6 @@ log = logging.getLogger("transformer_jax.train")
 class NonFiniteError(RuntimeError):
     """Training produced non-finite loss or gradients under ``train.nonfinite='halt'`` (or too
     many consecutive skips)."""
-
-
-class Action:
-    """Runs every ``every`` steps (0 or None: only through ``after_step``/``finish``)."""
-
-    every: int | None = None
-
-    def due(self, loop, step: int) -> bool:
-        return bool(self.every) and step % self.every == 0
-
-    def before_step(self, loop, step: int) -> None:
-        """Called before step ``step`` (1-based) runs."""
-
-    def after_step(self, loop, step: int, metrics: dict) -> None:
-        """Called after every step, before any ``run``."""
-
-    def run(self, loop, step: int) -> None:
-        """The periodic work."""
-
-    def finish(self, loop, step: int) -> None:
-        """Called once when the loop ends at ``step``."""
 
 
 SOURCE_SUMS = ("source/loss_sum", "source/weight_sum")
@@ -105,47 +84,45 @@ def check_finite(logged: dict, step: int, tc) -> None:
 class Log(Action):
     """Train metrics every ``log_every`` steps (every step under ``nonfinite='halt'``, which must
     see each step's finiteness) and at the last step; tokens/s and MFU over the interval, excluding
-    the compiling first step and the time other actions took (``exclude``)."""
+    the compiling first step and the time the loop spent in actions that pause training."""
 
     every: int  # train.log_every, never None
 
+    phase = Phase.MEASURE
+    pauses_training = False  # its run waits for the interval's steps: their time, not a pause
+
     def __init__(
-        self,
-        tc,
-        *,
-        tokens_key: str,
-        flops_per_token: float,
-        peak_flops: float | None,
-        start_step: int,
-        sources: Sequence[str] = (),
+        self, tc, *, flops_per_token: float, peak_flops: float | None, start_step: int, sources: Sequence[str] = ()
     ):
-        self.every, self.tc, self.tokens_key, self.sources = tc.log_every, tc, tokens_key, tuple(sources)
+        self.every, self.tc, self.sources = tc.log_every, tc, tuple(sources)
         self.flops_per_token, self.peak = flops_per_token, peak_flops
-        self.pending: list[dict] = []
-        self.since_step, self.since_time, self.excluded = start_step, time.time(), 0.0
+        self.pending: list[Any] = []
+        self.since_step, self.since_time, self.paused_at_start = start_step, time.time(), 0.0
         self.tokens_per_step = 0
+        self.step_started = time.time()
         self.train_loss = float("nan")
         self.compile_s: float | None = None
         self.rates: list[float] = []  # tokens/s of each logged interval of this process's run
 
-    def due(self, loop, step: int) -> bool:
-        return self.tc.nonfinite == "halt" or step % self.every == 0 or step == self.tc.steps
+    def due(self, ctl: Control, view: StepView) -> bool:
+        return self.tc.nonfinite == "halt" or view.step % self.every == 0 or view.step == self.tc.steps
 
-    def after_step(self, loop, step: int, metrics: dict) -> None:
-        self.pending.append(metrics)
-        self.tokens_per_step = loop.batch[self.tokens_key].size
+    def before_step(self, ctl: Control, view: StepView) -> None:
+        self.step_started = time.time()
+
+    def after_step(self, ctl: Control, view: StepView) -> None:
+        self.pending.append(view.metrics)
+        self.tokens_per_step = view.tokens
         if self.compile_s is None:
-            jax.block_until_ready(loop.state.step)
-            self.compile_s = time.time() - loop.step_started
-            self.since_step, self.since_time, self.excluded = step, time.time(), 0.0
+            jax.block_until_ready(view.state.step)
+            self.compile_s = time.time() - self.step_started
+            self.since_step, self.since_time, self.paused_at_start = view.step, time.time(), ctl.action_seconds
 
-    def exclude(self, seconds: float) -> None:
-        self.excluded += seconds
-
-    def run(self, loop, step: int) -> None:
+    def run(self, ctl: Control, view: StepView) -> None:
+        step = view.step
         logged = reduce_metrics(jax.device_get(self.pending), self.sources)  # waits for the interval's steps
         now = time.time()
-        elapsed = max(now - self.since_time - self.excluded, 1e-9)
+        elapsed = max(now - self.since_time - (ctl.action_seconds - self.paused_at_start), 1e-9)
         tok_s = self.tokens_per_step * (step - self.since_step) / elapsed if step > self.since_step else None
         check_finite(logged, step, self.tc)
         self.train_loss = logged["loss"]
@@ -153,13 +130,13 @@ class Log(Action):
         logged.update(tokens_per_s=tok_s, mfu=mfu)
         if tok_s is not None:
             self.rates.append(tok_s)
-        loop.writer.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
-        loop.bar.update(step, loss=self.train_loss, **({} if tok_s is None else {"tok_s": tok_s}))
-        self.pending, self.since_step, self.since_time, self.excluded = [], step, now, 0.0
+        ctl.write(step, {f"train/{k}": v for k, v in logged.items() if v is not None})
+        ctl.progress(step, loss=self.train_loss, **({} if tok_s is None else {"tok_s": tok_s}))
+        self.pending, self.since_step, self.since_time, self.paused_at_start = [], step, now, ctl.action_seconds
 
-    def finish(self, loop, step: int) -> None:
+    def finish(self, ctl: Control, view: StepView) -> None:
         if self.pending:
-            self.run(loop, step)
+            self.run(ctl, view)
 
     def median_rate(self) -> float | None:
         """The median tokens/s of this run's own intervals (the first left out when there are 3+)."""
@@ -168,34 +145,29 @@ class Log(Action):
 
 
 class Validate(Action):
-    """Validation every ``eval_every`` steps, at the last step, and when the run stops early."""
+    """Validation every ``eval_every`` steps, at the last step, and when the run stops early; the
+    results go to the metrics store as ``val/<name>``."""
 
     every: int  # train.eval_every, never None
+    phase = Phase.MEASURE
 
     def __init__(self, tc):
         self.every, self.tc = tc.eval_every, tc
-        self.latest: dict[str, float] | None = None
         self.at: int | None = None
 
-    def due(self, loop, step: int) -> bool:
-        return step % self.every == 0 or step == self.tc.steps
+    def due(self, ctl: Control, view: StepView) -> bool:
+        return view.step % self.every == 0 or view.step == self.tc.steps
 
-    def run(self, loop, step: int) -> None:
-        t0 = time.time()
-        result = loop.validate(loop.state)
-        loop.writer.write(step, {f"val/{k}": v for k, v in result.items()})
+    def run(self, ctl: Control, view: StepView) -> None:
+        result = ctl.validate(view.state)
+        ctl.write(view.step, {f"val/{k}": v for k, v in result.items()})
         shown = ", ".join(f"val {k} {v:.4f}" for k, v in result.items() if k not in ("tokens", "batches"))
-        loop.bar.write(f"step {step}: {shown} ({result.get('batches', '?')} batches)")
-        self.latest, self.at = result, step
-        loop.log.exclude(time.time() - t0)
+        ctl.say(f"step {view.step}: {shown} ({result.get('batches', '?')} batches)")
+        self.at = view.step
 
-    def finish(self, loop, step: int) -> None:
-        if loop.stop_reason != "steps" and self.at != step:
-            self.run(loop, step)
-
-    def value_at(self, step: int) -> float | None:
-        """The best-checkpoint metric if validation ran at ``step``."""
-        return self.latest[self.tc.best_metric] if self.at == step and self.latest is not None else None
+    def finish(self, ctl: Control, view: StepView) -> None:
+        if ctl.stop_reason != "steps" and self.at != view.step:
+            self.run(ctl, view)
 
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -207,6 +179,8 @@ UNFINISHED_STOPS = (*(sig.name for sig in HANDLED_SIGNALS), MAX_MINUTES)
 class StopSignal(Action):
     """SIGTERM/SIGINT: the loop finishes the current step, validates, saves and exits cleanly; a
     second signal stops at once."""
+
+    phase = Phase.DECIDE
 
     every = 1
 
@@ -235,46 +209,48 @@ class StopSignal(Action):
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
-    def run(self, loop, step: int) -> None:
+    def run(self, ctl: Control, view: StepView) -> None:
         if self.signal is not None:
-            loop.stop(signal.Signals(self.signal).name)
+            ctl.stop(signal.Signals(self.signal).name)
 
 
 class Budget(Action):
     """``train.max_minutes`` of wall-clock since the trainer started: stop cleanly when spent."""
 
+    phase = Phase.DECIDE
+
     def __init__(self, tc, t_start: float):
         self.minutes, self.t_start = tc.max_minutes, t_start
         self.every = 1 if self.minutes is not None else None
 
-    def run(self, loop, step: int) -> None:
+    def run(self, ctl: Control, view: StepView) -> None:
         if time.time() - self.t_start > 60 * self.minutes:
-            loop.stop(MAX_MINUTES)
+            ctl.stop(MAX_MINUTES)
 
 
 class Checkpoint(Action):
-    """A checkpoint every ``checkpoint_every`` steps (with the validation metric when validation
-    ran at that step, for ``best/``), and a final one unless that step is saved already."""
+    """A checkpoint every ``checkpoint_every`` steps (with ``val/<train.best_metric>`` from the
+    metrics store when validation ran at that step, for ``best/``), and a final one unless that
+    step is saved already. In the last phase: it sees the step's validation and stop decisions."""
 
     every: int  # train.checkpoint_every, never None
+    phase = Phase.PERSIST
 
-    def __init__(self, tc, validate: Validate, *, start_step: int):
-        self.every, self.validate = tc.checkpoint_every, validate
+    def __init__(self, tc, *, start_step: int):
+        self.every, self.metric = tc.checkpoint_every, f"val/{tc.best_metric}"
         self.last_saved = start_step
 
-    def due(self, loop, step: int) -> bool:
-        return loop.stop_reason is None and step % self.every == 0
+    def due(self, ctl: Control, view: StepView) -> bool:
+        return ctl.stop_reason is None and view.step % self.every == 0
 
-    def run(self, loop, step: int, *, force: bool = False) -> None:
-        t0 = time.time()
-        loop.save(step, best_value=self.validate.value_at(step), force=force)
-        self.last_saved = step
-        loop.log.exclude(time.time() - t0)
+    def run(self, ctl: Control, view: StepView, *, force: bool = False) -> None:
+        ctl.save(view.step, view.state, best_value=ctl.metrics.at(self.metric, view.step), force=force)
+        self.last_saved = view.step
 
-    def finish(self, loop, step: int) -> None:
-        if step != self.last_saved or loop.run_.checkpoints.latest_step() is None:
-            self.run(loop, step, force=True)
-        loop.run_.checkpoints.wait()
+    def finish(self, ctl: Control, view: StepView) -> None:
+        if view.step != self.last_saved or not ctl.has_checkpoint():
+            self.run(ctl, view, force=True)
+        ctl.wait_for_saves()
 
 
 class Sample(Action):
@@ -283,13 +259,11 @@ class Sample(Action):
     def __init__(self, tc):
         self.every, self.tc = tc.sample_every, tc
 
-    def run(self, loop, step: int) -> None:
-        if not loop.is_main or not all_finite(loop.state.params):
+    def run(self, ctl: Control, view: StepView) -> None:
+        if not ctl.is_main or not all_finite(view.state.params):
             return
-        t0 = time.time()
-        text = loop.sample(loop.state, self.tc.sample_prompt, self.tc.sample_tokens, seed=step)
-        loop.bar.write(f"step {step} sample: {text!r}")
-        loop.log.exclude(time.time() - t0)
+        text = ctl.sample(view.state, self.tc.sample_prompt, self.tc.sample_tokens, seed=view.step)
+        ctl.say(f"step {view.step} sample: {text!r}")
 
 
 class Profile(Action):
@@ -297,7 +271,10 @@ class Profile(Action):
     annotated ``train_step``) in ``WORKDIR/profile/``, readable by XProf / TensorBoard's profile
     plugin. Tracing waits for the steps before START to finish and for STOP to finish."""
 
+    pauses_training: ClassVar[bool] = False
+
     def __init__(self, tc, workdir: str, *, start_step: int):
+        self.profile = tc.profile
         self.window = tc.profile_steps() if tc.profile is not None else None
         self.target = user_path(workdir, "--workdir") / "profile"  # the profiler writes local files:
         self.directory = tempfile.mkdtemp(prefix="tj_profile_") if is_url(self.target) else str(self.target)
@@ -308,26 +285,26 @@ class Profile(Action):
             )
             self.window = None
 
-    def before_step(self, loop, step: int) -> None:
-        if self.window is not None and step == self.window[0]:
-            jax.block_until_ready(loop.state)
+    def before_step(self, ctl: Control, view: StepView) -> None:
+        if self.window is not None and view.step == self.window[0]:
+            jax.block_until_ready(view.state)
             jax.profiler.start_trace(self.directory)
             self.tracing = True
 
-    def after_step(self, loop, step: int, metrics: dict) -> None:
-        if self.tracing and self.window is not None and step == self.window[1]:
-            self._stop(loop)
+    def after_step(self, ctl: Control, view: StepView) -> None:
+        if self.tracing and self.window is not None and view.step == self.window[1]:
+            self._stop(view)
 
-    def _stop(self, loop) -> None:
-        jax.block_until_ready(loop.state)
+    def _stop(self, view: StepView) -> None:
+        jax.block_until_ready(view.state)
         jax.profiler.stop_trace()
         self.tracing = False
         if is_url(self.target):  # traced locally, then copied to the gs:// workdir
             upload_tree(self.directory, self.target)
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = str(self.target)
-        log.info("profile of train.profile=%s written to %s", loop.tc.profile, self.directory)
+        log.info("profile of train.profile=%s written to %s", self.profile, self.directory)
 
-    def finish(self, loop, step: int) -> None:
+    def finish(self, ctl: Control, view: StepView) -> None:
         if self.tracing:
-            self._stop(loop)
+            self._stop(view)

@@ -1,5 +1,8 @@
 """The training loop: jitted steps, with logging, validation, checkpoints, samples and stopping as
-periodic actions (``train.actions``), in a workdir held by one trainer at a time (``train.lock``)."""
+periodic actions (``train.actions``), in a workdir held by one trainer at a time (``train.lock``).
+
+The actions see each step through an immutable ``StepView`` and act through the trainer's narrow
+``Control`` interface (``train.step_view``); the loop calls them in phase order and times them."""
 
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from transformer_jax.train.metrics import MetricsWriter, ProgressBar, logger_set
 from transformer_jax.train.optim import warn_schedule
 from transformer_jax.train.run import checkpoint_view, setup
 from transformer_jax.train.step import jit_train_step
+from transformer_jax.train.step_view import MetricsStore, StepView, in_phase_order
 
 
 def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None = None) -> dict[str, Any]:
@@ -50,7 +54,8 @@ def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None =
 
 
 class Trainer:
-    """One invocation of training: builds the run, steps it, and lets the actions do the rest."""
+    """One invocation of training: builds the run, steps it, and lets the actions do the rest
+    (it is their ``train.step_view.Control``)."""
 
     def __init__(self, cfg: Config, workdir: str, *, devices=None, restore_step: int | None = None):
         self.t_start = time.time()
@@ -85,14 +90,40 @@ class Trainer:
         if run.base is not None:
             self.meta["base"] = run.base
         self.state = run.state
-        self.stop_reason: str | None = None
-        self.writer = self.bar = self.it = self.batch = None
-        self.step_started = time.time()
+        self._stop_reason: str | None = None
+        self.writer: MetricsWriter | None = None
+        self.bar: ProgressBar | None = None
+        self.it = None
+        self.metrics = MetricsStore()
+        self.action_seconds = 0.0
 
-    # Services the actions use ---------------------------------------------------------------
+    # The actions' Control (train.step_view) ---------------------------------------------------
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop_reason
 
     def stop(self, reason: str) -> None:
-        self.stop_reason = self.stop_reason or reason
+        self._stop_reason = self._stop_reason or reason
+
+    def write(self, step: int, metrics) -> None:
+        assert self.writer is not None
+        self.writer.write(step, metrics)
+        self.metrics.record(step, metrics)
+
+    def say(self, text: str) -> None:
+        assert self.bar is not None
+        self.bar.write(text)
+
+    def progress(self, step: int, **shown: float) -> None:
+        assert self.bar is not None
+        self.bar.update(step, **shown)
+
+    def has_checkpoint(self) -> bool:
+        return self.run_.checkpoints.latest_step() is not None
+
+    def wait_for_saves(self) -> None:
+        self.run_.checkpoints.wait()
 
     def validate(self, state) -> dict[str, float]:
         """Validation metrics of ``state`` (loss, perplexity, accuracy, and the task's extras)."""
@@ -110,8 +141,8 @@ class Trainer:
             )
         return result
 
-    def save(self, step: int, *, best_value: float | None, force: bool = False) -> None:
-        state = checkpoint_view(self.cfg, self.state)
+    def save(self, step: int, state, *, best_value: float | None, force: bool = False) -> None:
+        state = checkpoint_view(self.cfg, state)
         self.run_.checkpoints.save(
             step, state, _all_data_states(self.it), self.meta, best_value=best_value, force=force
         )
@@ -149,17 +180,29 @@ class Trainer:
         tc = self.tc
         self.log = actions.Log(
             tc,
-            tokens_key=self.task.tokens,
             flops_per_token=self.flops_per_token,
             peak_flops=self.peak_flops,
             start_step=self.start_step,
             sources=self.sources,
         )
-        validate = actions.Validate(tc)
-        checkpoint = actions.Checkpoint(tc, validate, start_step=self.start_step)
-        budget = actions.Budget(tc, self.t_start)
-        profile = actions.Profile(tc, self.workdir, start_step=self.start_step)
-        return [profile, self.log, validate, budget, stop_signal, checkpoint, actions.Sample(tc)]
+        return in_phase_order(
+            [
+                actions.Profile(tc, self.workdir, start_step=self.start_step),
+                self.log,
+                actions.Validate(tc),
+                actions.Sample(tc),
+                actions.Budget(tc, self.t_start),
+                stop_signal,
+                actions.Checkpoint(tc, start_step=self.start_step),
+            ]
+        )
+
+    def _run_action(self, action: actions.Action, call, view: StepView) -> None:
+        """``call(self, view)``, its wall-clock added to ``action_seconds`` if it pauses training."""
+        t0 = time.time()
+        call(self, view)
+        if action.pauses_training:
+            self.action_seconds += time.time() - t0
 
     def run(self) -> dict[str, Any]:
         tc, run = self.tc, self.run_
@@ -174,33 +217,35 @@ class Trainer:
         )
         self.bar = ProgressBar(tc.steps, initial=self.start_step, enabled=self.is_main)
         step = self.start_step
+        tokens_key = self.task.tokens
         try:
             with actions.StopSignal() as stop_signal, sharding_context(run.mesh):
                 todo = self._actions(stop_signal)
                 while step < tc.steps and self.stop_reason is None:
+                    before = StepView(step + 1, self.state)
                     for action in todo:
-                        action.before_step(self, step + 1)
-                    self.step_started = time.time()
+                        action.before_step(self, before)
                     with jax.profiler.StepTraceAnnotation("train_step", step_num=step + 1):
-                        self.batch = run.put_batch(next(self.it))
-                        self.state, metrics = self.train_step(self.state, self.batch, key)
+                        batch = run.put_batch(next(self.it))
+                        self.state, metrics = self.train_step(self.state, batch, key)
                     step += 1
+                    view = StepView(step, self.state, metrics, tokens=batch[tokens_key].size)
                     for action in todo:
-                        action.after_step(self, step, metrics)
+                        action.after_step(self, view)
                     for action in todo:
-                        if action.due(self, step):
-                            action.run(self, step)
+                        if action.due(self, view):
+                            self._run_action(action, action.run, view)
                 self.stop("steps")
+                end = StepView(step, self.state)
                 for action in todo:
-                    action.finish(self, step)
+                    self._run_action(action, action.finish, end)
         finally:
             self._close()
         run.state = self.state
-        return self._summary(step, todo)
+        return self._summary(step)
 
-    def _summary(self, step: int, todo: list[actions.Action]) -> dict[str, Any]:
-        validate = next(a for a in todo if isinstance(a, actions.Validate))
-        val = validate.latest or {}
+    def _summary(self, step: int) -> dict[str, Any]:
+        val = self.metrics.latest("val/")
         return {
             "step": step,
             "train_loss": self.log.train_loss,

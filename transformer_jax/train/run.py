@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -23,7 +24,7 @@ from flax import nnx
 
 from transformer_jax.core import configlib
 from transformer_jax.core.paths import user_path
-from transformer_jax.data import build_data, tokenizer_from_json
+from transformer_jax.data import Data, build_data, tokenizer_from_json
 from transformer_jax.models.lora import apply_lora, join_adapters, split_adapters
 from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
 from transformer_jax.train import pretrained
@@ -47,12 +48,12 @@ class Run:
     """Everything a trained run needs for training, evaluation and sampling."""
 
     cfg: Config
-    data: Any
-    graphdef: Any
-    mesh: Any
-    state: Any
+    data: Data
+    graphdef: nnx.GraphDef
+    mesh: jax.sharding.Mesh
+    state: TrainState
     checkpoints: Checkpoints
-    put_batch: Any
+    put_batch: Callable[[dict[str, np.ndarray]], dict[str, jax.Array]]  # host batch -> sharded device arrays
     tx: optax.GradientTransformation
     schedule: optax.Schedule
     restored_step: int | None = None  # the checkpoint the state came from (None: fresh)
