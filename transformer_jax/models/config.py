@@ -205,7 +205,7 @@ class ModelConfig:
             fail("model.attention_scale", self.attention_scale, "must be positive (or None for 1/sqrt(head_dim))")
         self._check_gemma_pieces()
         if self.moe is not None:
-            self._check_moe(self.moe)
+            self.moe.validate(self)
         if self.mtp is not None:
             self.mtp.validate(self)
 
@@ -241,43 +241,6 @@ class ModelConfig:
             fail("model.rope_local_theta", self.rope_local_theta, "is a RoPE base", "use position='rope' or unset it")
         if self.attention_kind == "linear" and (self.attn_softcap is not None or self.qk_norm):
             fail("model.attention_kind", "linear", "linear attention has no logits to soft-cap or QK-norm")
-
-    def _check_moe(self, moe: MoEConfig):
-        stacks = {"model.n_layers": self.n_layers}
-        if self.kind == "encoder_decoder":
-            stacks["model.n_encoder_layers"] = self.n_encoder_layers
-        if moe.every > min(stacks.values()):
-            fail(
-                "model.moe.every",
-                moe.every,
-                f"leaves a stack without MoE layers ({stacks})",
-                "use every <= the number of layers, or model.moe=None for a dense model",
-            )
-        if self.scan_layers and moe.every > 1:
-            for field, n in stacks.items():
-                if n % moe.every:
-                    fail(
-                        "model.moe.every",
-                        moe.every,
-                        f"does not divide {field}={n} with scan_layers=True "
-                        "(the scan repeats groups of `every` layers)",
-                        "choose a divisor or set scan_layers=False",
-                    )
-            if self.kind == "encoder_decoder":
-                fail(
-                    "model.moe.every",
-                    moe.every,
-                    "every > 1 with scan_layers=True is not supported for "
-                    "encoder_decoder (decoder cross-attention caches assume one stacked layer kind)",
-                    "use every=1 or scan_layers=False",
-                )
-        if moe.d_expert is None and self.resolved_d_ff % moe.segments:
-            fail(
-                "model.moe.segments",
-                moe.segments,
-                f"does not divide the expert width d_ff={self.resolved_d_ff}",
-                "set model.moe.d_expert to a multiple of segments",
-            )
 
     # Derived values --------------------------------------------------------------------------
 
@@ -343,30 +306,7 @@ class ModelConfig:
 
     def moe_spec(self) -> MoESpec | None:
         """The layer-level MoE settings (fine-grained sizes resolved), or None for a dense model."""
-        moe = self.moe
-        if moe is None:
-            return None
-        width = (moe.d_expert or self.resolved_d_ff) // moe.segments
-        return MoESpec(
-            n_experts=moe.n_routed,
-            top_k=moe.routed_k,
-            d_expert=width,
-            n_shared=moe.n_shared,
-            d_shared=width,
-            ffn=moe.ffn or self.ffn,
-            router=moe.router,
-            renormalize=moe.renormalize,
-            n_groups=moe.n_groups,
-            topk_groups=moe.topk_groups,
-            group_score=moe.group_score,
-            capacity_factor=moe.capacity_factor,
-            drop_order=moe.drop_order,
-            dispatch=moe.dispatch,
-            balance_loss=moe.balance_loss,
-            balance_coef=moe.balance_coef,
-            z_loss_coef=moe.z_loss_coef,
-            bias_update_rate=moe.bias_update_rate,
-        )
+        return None if self.moe is None else self.moe.spec(self.resolved_d_ff, self.ffn)
 
     def block_configs(self, *, side: str, rope: RopeSpec | None) -> tuple[BlockConfig, ...]:
         """One ``BlockConfig`` per layer of the ``side`` stack: ``attention_pattern`` makes local

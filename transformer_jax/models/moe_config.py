@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from transformer_jax.core.configlib import check_choice, check_positive, check_types, fail
+from transformer_jax.nn.moe import MoESpec
 from transformer_jax.ops import moe_dispatch, routing
 from transformer_jax.ops.activations import FFN_ACTIVATIONS
 
@@ -103,3 +105,61 @@ class MoEConfig:
     def routed_k(self) -> int:
         """Routed experts each token uses."""
         return self.top_k * self.segments - self.n_shared
+
+    def validate(self, model: Any) -> None:
+        """The rules across ``model``'s fields (called by ``ModelConfig``): every stack keeps MoE
+        layers, a scanned stack repeats whole groups of ``every`` layers, segments split d_ff."""
+        stacks = {"model.n_layers": model.n_layers}
+        if model.kind == "encoder_decoder":
+            stacks["model.n_encoder_layers"] = model.n_encoder_layers
+        if self.every > min(stacks.values()):
+            fail(
+                "model.moe.every",
+                self.every,
+                f"leaves a stack without MoE layers ({stacks})",
+                "use every <= the number of layers, or model.moe=None for a dense model",
+            )
+        if model.scan_layers and self.every > 1:
+            _check_scanned_groups(self, model, stacks)
+        if self.d_expert is None and model.resolved_d_ff % self.segments:
+            fail(
+                "model.moe.segments",
+                self.segments,
+                f"does not divide the expert width d_ff={model.resolved_d_ff}",
+                "set model.moe.d_expert to a multiple of segments",
+            )
+
+    def spec(self, d_ff: int, ffn: str) -> MoESpec:
+        """The layer-level settings (``nn.moe.MoESpec``), fine-grained sizes resolved against the
+        model's ``d_ff`` and ``ffn``."""
+        width = (self.d_expert or d_ff) // self.segments
+        fields = ("router", "renormalize", "n_groups", "topk_groups", "group_score", "capacity_factor")
+        fields += ("drop_order", "dispatch", "balance_loss", "balance_coef", "z_loss_coef", "bias_update_rate")
+        return MoESpec(
+            n_experts=self.n_routed,
+            top_k=self.routed_k,
+            d_expert=width,
+            n_shared=self.n_shared,
+            d_shared=width,
+            ffn=self.ffn or ffn,
+            **{name: getattr(self, name) for name in fields},
+        )
+
+
+def _check_scanned_groups(moe: MoEConfig, model: Any, stacks: dict[str, int]) -> None:
+    for field, n in stacks.items():
+        if n % moe.every:
+            fail(
+                "model.moe.every",
+                moe.every,
+                f"does not divide {field}={n} with scan_layers=True (the scan repeats groups of `every` layers)",
+                "choose a divisor or set scan_layers=False",
+            )
+    if model.kind == "encoder_decoder":
+        fail(
+            "model.moe.every",
+            moe.every,
+            "every > 1 with scan_layers=True is not supported for "
+            "encoder_decoder (decoder cross-attention caches assume one stacked layer kind)",
+            "use every=1 or scan_layers=False",
+        )
