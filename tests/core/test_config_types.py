@@ -11,6 +11,7 @@ from transformer_jax.data import DataConfig
 from transformer_jax.decode.strategies import SamplingConfig
 from transformer_jax.models import ModelConfig
 from transformer_jax.models.lora import LoraConfig
+from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.parallel import MeshConfig
 from transformer_jax.train.config import TrainConfig
@@ -19,6 +20,7 @@ from transformer_jax.train.optim import OptimConfig
 CONFIGS = {
     "model": ModelConfig(),
     "model.moe": MoEConfig(),
+    "model.mla": MLAConfig(),
     "train": TrainConfig(),
     "train.optim": OptimConfig(),
     "data": DataConfig(),

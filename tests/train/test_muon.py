@@ -238,6 +238,8 @@ def _view_from_logical_axes(axes: tuple) -> tuple[str, tuple, tuple] | None:
     output when it comes last; ``layers`` and ``experts`` are batch axes."""
     rest = [i for i, a in enumerate(axes) if a not in ("layers", "experts")]
     names = [axes[i] for i in rest]
+    if len(rest) >= 2 and names[0] == "latent":  # MLA's up-projections [C, H, Dh]: C -> (H, Dh)
+        return "hidden_matrix", (rest[0],), tuple(rest[1:])
     if len(rest) < 2 or "embed" not in names:  # vectors, biases (a kernel's output axes)
         return None
     if "vocab" in names:

@@ -9,12 +9,12 @@ DEFAULT_CONFIG = "shakespeare_char"
 # The options each benchmark reads; giving one it does not read is an error.
 READS = {
     "data": ("config", "set"),
-    "decode": ("config", "set"),
+    "decode": ("config", "set", "speculative", "workdir"),
     "compile": ("cfg",),
     "train": ("cfg", "steps", "profile"),
     "moe": ("config", "set", "steps", "warmup", "rounds", "dispatch"),
 }
-OPTIONS = ("config", "cfg", "set", "steps", "warmup", "rounds", "dispatch", "profile")
+OPTIONS = ("config", "cfg", "set", "steps", "warmup", "rounds", "dispatch", "profile", "speculative", "workdir")
 
 
 def register(sub) -> None:
@@ -23,7 +23,8 @@ def register(sub) -> None:
         "what",
         choices=list(READS),
         help="data: input pipeline vs train-step tokens/s; decode: KV-cache decoding speed vs "
-        "torch_gpt.py; compile: train-step compile time vs depth, with and without scan; "
+        "torch_gpt.py (--speculative: greedy drafted by the model's MTP modules vs plain greedy); "
+        "compile: train-step compile time vs depth, with and without scan; "
         "train: train-step time, tokens/s and MFU on a torch_gpt.py config; moe: the dropless "
         "MoE train step (the config's model.moe, else 8 experts top-2) vs the dense one",
     )
@@ -39,6 +40,13 @@ def register(sub) -> None:
     p.add_argument(
         "--dispatch", action="extend", nargs="+", default=None, help="moe: dispatch implementations to time (auto)"
     )
+    p.add_argument(
+        "--speculative",
+        action="store_true",
+        default=None,
+        help="decode: greedy drafted by the model's MTP modules vs plain greedy (acceptance rate, tokens/s)",
+    )
+    p.add_argument("--workdir", default=None, help="decode --speculative: measure this trained run's checkpoint")
     p.set_defaults(fn=run)
 
 
@@ -64,6 +72,17 @@ def run(args) -> dict:
     from transformer_jax.benchmarks.decode import bench_decode
     from transformer_jax.recipes import load_config
 
+    if args.workdir is not None and not args.speculative:
+        raise configlib.ConfigError("bench decode reads --workdir only with --speculative")
+    if args.speculative:
+        from transformer_jax.benchmarks.speculative import bench_speculative
+
+        if args.workdir is not None and (args.config or args.set):
+            raise configlib.ConfigError(
+                "bench decode --speculative --workdir W measures W's own config: drop --config/--set"
+            )
+        cfg = None if args.workdir is not None else load_config(args.config or DEFAULT_CONFIG, args.set or [])
+        return bench_speculative(cfg, args.workdir)
     cfg = load_config(args.config or DEFAULT_CONFIG, args.set or [])
     if args.what == "moe":
         from transformer_jax.benchmarks.moe import bench_moe

@@ -8,6 +8,7 @@ the fill ``index`` is shared by the batch and is never touched here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
@@ -49,3 +50,18 @@ def gather_rows(cache, rows_R: Int[Array, " R"], *, names: tuple[str, ...] = ("s
     """Row ``rows_R[r]`` of the entries in ``names`` moved to row r (beam reordering). The
     cross-attention entries are equal within a source's beams, so beam search leaves them."""
     return map_cache_rows(cache, lambda x, axis: jnp.take(x, rows_R, axis=axis), names=names)
+
+
+def rewind(cache, index):
+    """The cache with every entry's fill ``index`` set to ``index`` (a scalar, traced or not):
+    slots from there on count as empty and the next write lands there (speculative decoding's
+    rollback of rejected draft tokens). Nothing is copied or cleared; stale slots are overwritten
+    before any query can see them, because a write of T tokens precedes their attention."""
+    has_index = lambda x: dataclasses.is_dataclass(x) and hasattr(x, "index")
+
+    def reset(c):
+        if not has_index(c):
+            return c
+        return dataclasses.replace(c, index=jnp.broadcast_to(jnp.asarray(index, c.index.dtype), c.index.shape))
+
+    return jax.tree.map(reset, cache, is_leaf=has_index)

@@ -69,9 +69,16 @@ def output_logits(
 
 
 def make_self_caches(cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype=None):
-    """Empty per-layer self-attention caches: a list, or one stacked pytree for scanned stacks."""
+    """Empty per-layer self-attention caches: a list, or one stacked pytree for scanned stacks (with
+    ``model.mla``, the latent and RoPE key of each token)."""
     dtype = dtype or cfg.compute_dtype
-    one = lambda: {"self": init_kv_cache(batch, max_len, cfg.resolved_kv_heads, cfg.resolved_head_dim, dtype)}
+    mla = cfg.mla
+    if mla is None:
+        one = lambda: {"self": init_kv_cache(batch, max_len, cfg.resolved_kv_heads, cfg.resolved_head_dim, dtype)}
+    else:  # MLA: one key head, the RoPE key; one value head, the latent (nn.mla)
+        one = lambda: {
+            "self": init_kv_cache(batch, max_len, 1, mla.qk_rope_head_dim, dtype, value_dim=mla.kv_lora_rank)
+        }
     if cfg.scan_layers:
         return jax.tree.map(lambda *xs: jnp.stack(xs), *[one() for _ in range(n_layers)])
     return [one() for _ in range(n_layers)]

@@ -10,6 +10,7 @@ from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
 from transformer_jax.models.layer_pattern import ATTENTION_PATTERNS, layer_types
+from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
@@ -95,6 +96,7 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
+    mla: MLAConfig | None = None  # Multi-head Latent Attention in place of MHA/GQA (None: off)
     mtp: MTPConfig | None = None  # multi-token prediction modules (models.mtp_config; None: off)
     baseline: BaselineConfig | None = None  # settings of the classic LMs (n-gram, window, RNN)
 
@@ -204,8 +206,9 @@ class ModelConfig:
         if self.attention_scale is not None and self.attention_scale <= 0:
             fail("model.attention_scale", self.attention_scale, "must be positive (or None for 1/sqrt(head_dim))")
         self._check_gemma_pieces()
-        if self.moe is not None:
-            self.moe.validate(self)
+        for group in (self.moe, self.mla):
+            if group is not None:
+                group.validate(self)
         if self.mtp is not None:
             self.mtp.validate(self)
 
@@ -368,5 +371,6 @@ class ModelConfig:
             dtype=self.compute_dtype,
             param_dtype=self.params_dtype,
             moe=self.moe_spec(),
+            mla=self.mla,
             moe_every=1 if self.moe is None else self.moe.every,
         )

@@ -17,7 +17,7 @@ ENCODER_DECODER_READS = (
     "init", "init_std", "scan_layers", "remat", "dtype", "param_dtype", "moe", "rope_low_freq_factor",
     "rope_high_freq_factor", "rope_local_theta", "qkv_bias", "attention_pattern", "attention_global_every",
     "attention_local_window",
-    "attn_softcap", "final_softcap", "qk_norm", "zero_init_out",
+    "attn_softcap", "final_softcap", "qk_norm", "zero_init_out", "mla",
 )  # fmt: skip
 DECODER_LM_READS = (
     *(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings")),

@@ -31,8 +31,9 @@ role              parameters                                                   m
 ================  ===========================================================  ================
 
 A weight of a named projection also carries that name (`PROJECTIONS`): ``q``/``k``/``v``/``o`` for
-the attention kernels, ``up``/``gate``/``down`` for the FFN's ``w_in``/``w_gate``/``w_out`` (dense,
-shared-expert and routed-expert alike). LoRA chooses its targets by these names.
+the attention kernels (MLA's: ``q`` or ``q_a``/``q_b``, ``kv_a``/``kv_b``, ``o``), ``up``/``gate``/``down``
+for the FFN's ``w_in``/``w_gate``/``w_out`` (dense, shared-expert and routed-expert alike). LoRA
+chooses its targets by these names.
 
 A `MatrixView` names the input (reduction) axes and the output axes of a weight used as
 ``y = x W``; every other axis is a batch axis (the leading ``layers`` axis of a scanned stack, the
@@ -62,13 +63,14 @@ ROLES = (
     "other",
 )
 MATRIX_ROLES = ("hidden_matrix", "expert_matrix")
-PROJECTIONS = ("q", "k", "v", "o", "up", "gate", "down")
+PROJECTIONS = ("q", "k", "v", "o", "up", "gate", "down", "q_a", "q_b", "kv_a", "kv_b")
 ADAPTER_KEYS = ("a", "b")  # the factors of a LoRA adapter (models.lora.LoraAdapter), under a ``lora`` key
 
 _NAMELESS = ("value", "raw_value")  # trailing attribute keys of nnx.Variable leaves
 _FFN_KERNELS = ("w_in", "w_gate", "w_out")  # FeedForward / MoE / shared-expert projections
 _FFN_PROJECTIONS = {"w_in": "up", "w_gate": "gate", "w_out": "down"}
 _QKV, _OUT = ("q", "k", "v"), ("o",)  # Attention projections
+_LATENT_DOWN, _LATENT_UP = ("q_a", "kv_a"), ("q_b", "kv_b")  # MLA: [D, C] and [C, H, Dh]
 _RNN_GATES = ("w_x", "w_h")  # baselines.rnn cells: [D, G, H], [H, G, H]
 
 
@@ -140,6 +142,10 @@ def _hidden_view(names: list[str], ndim: int) -> MatrixView | None:
             return _trailing(ndim, 1, 2)
         if parent in _OUT:  # [..., H, Dh, D]: (H, Dh) -> D
             return _trailing(ndim, 2, 1)
+        if parent in _LATENT_UP:  # [..., C, H, Dh]: C -> (H, Dh)
+            return _trailing(ndim, 1, 2)
+    if last == "kernel" and module.endswith("attn") and parent in _LATENT_DOWN:  # [..., D, C]
+        return _trailing(ndim, 1, 1)
     if last == "kernel" and parent in _FFN_KERNELS:  # [..., D, F] / [..., F, D]
         return _trailing(ndim, 1, 1)
     if last in _RNN_GATES and ndim == 3:  # [D, G, H]: D -> (G, H)
@@ -185,7 +191,7 @@ def _projection(names: list[str]) -> str | None:
     if len(names) < 2 or names[-1] != "kernel":
         return None
     parent = names[-2]
-    if parent in _QKV + _OUT and len(names) > 2 and names[-3].endswith("attn"):
+    if parent in _QKV + _OUT + _LATENT_DOWN + _LATENT_UP and len(names) > 2 and names[-3].endswith("attn"):
         return parent
     return _FFN_PROJECTIONS.get(parent)
 

@@ -7,6 +7,7 @@ import dataclasses
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 
 PRESETS: Registry[ModelConfig] = Registry("model preset")
@@ -212,12 +213,17 @@ PRESETS.register(
         ),
     ),
 )
-# DeepSeek-V3 style: sigmoid scores, renormalised top-k, group-limited routing, auxiliary-loss-free
-# bias balancing plus a tiny sequence-wise balance loss; 1 shared + top-2 of 8 routed.
+# DeepSeek-V3 style: Multi-head Latent Attention (a 32-dim latent and an 8-dim shared RoPE key
+# cached per token, queries through a 32-dim latent, RoPE on interleaved pairs); sigmoid scores,
+# renormalised top-k, group-limited routing, auxiliary-loss-free bias balancing plus a tiny
+# sequence-wise balance loss; 1 shared + top-2 of 8 routed.
 PRESETS.register(
     "deepseek_v3_tiny",
     dataclasses.replace(
         PRESETS.get("llama_tiny"),
+        n_kv_heads=None,
+        rope_pairing="adjacent",
+        mla=MLAConfig(q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
         moe=MoEConfig(
             n_experts=9,
             top_k=3,

@@ -14,6 +14,7 @@ from jaxtyping import Array, Float, Int
 from transformer_jax.core.sharding import constrain
 from transformer_jax.nn.attention import Attention, AttentionSpec, RopeSpec
 from transformer_jax.nn.init import InitScheme
+from transformer_jax.nn.mla import MLADims, MultiHeadLatentAttention
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.nn.moe import MoE, MoESpec
 from transformer_jax.nn.norm import Norm
@@ -33,7 +34,9 @@ class BlockConfig:
     ``beta`` is the init gain of the value/output/FFN projections (DeepNorm's beta).
     ``moe``: Mixture-of-Experts in place of the FFN; in a ``Stack``, only in every
     ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0), the others keep the FFN.
-    ``qkv_bias``: biases on q/k/v only (None: ``use_bias``).
+    ``qkv_bias``: biases on q/k/v only (None: ``use_bias``). ``mla``: the sizes of Multi-head
+    Latent Attention (``nn.mla.MLADims``, e.g. a ``models.mla_config.MLAConfig``) in place of
+    ``Attention`` for self-attention (``n_kv_heads``/``head_dim`` then size cross-attention only).
     """
 
     d_model: int
@@ -59,6 +62,7 @@ class BlockConfig:
     param_dtype: Any = jnp.float32
     moe: MoESpec | None = None
     moe_every: int = 1
+    mla: MLADims | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -96,7 +100,13 @@ class Block(nnx.Module):
         norm: dict[str, Any] = dict(
             kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.param_dtype
         )
-        self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, **attn)
+        if cfg.mla is None:
+            self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, **attn)
+        else:
+            if cfg.rope is None:
+                raise ValueError("MLA needs a RoPE spec (its decoupled key is rotated)")
+            mla = {k: v for k, v in attn.items() if k != "qkv_bias"}
+            self.self_attn = MultiHeadLatentAttention(cfg.d_model, cfg.n_heads, cfg.mla, rope=cfg.rope, **mla)
         self.self_attn_norm = Norm(cfg.d_model, **norm)
         post = self.placement.sublayer_norm
         self.self_attn_post_norm = Norm(cfg.d_model, **norm) if post else None

@@ -27,7 +27,7 @@ from jaxtyping import Array, Bool, Float
 
 from transformer_jax.core import targets
 from transformer_jax.core.registry import Registry
-from transformer_jax.ops.kv_cache import KVCache, cached_attention, weighted_values
+from transformer_jax.ops.kv_cache import KVCache, cached_attention, key_logits, weighted_values
 from transformer_jax.ops.masks import AttentionMask
 from transformer_jax.ops.pallas_decode import flash_decode_attention
 from transformer_jax.ops.softcap import check_cap
@@ -50,24 +50,32 @@ def decode_attention(
     impl: str = "auto",
     block_size: int = DECODE_BLOCK_SIZE,
     softcap: float | None = None,
-) -> Float[Array, "B T H D"]:
+    qv_BTHE: Float[Array, "B T H E"] | None = None,
+) -> Float[Array, "B T H E"]:
     """Attention over the written, visible cache slots run by DECODE_IMPLS[impl]; H = K * G (GQA);
-    ``softcap``: Gemma 2's cap * tanh(logits / cap) on the scaled logits (None: off)."""
+    ``softcap``: Gemma 2's cap * tanh(logits / cap) on the scaled logits (None: off). ``qv_BTHE``:
+    queries scored against the cached values as well, logits = q k^T + qv v^T (MLA's absorbed
+    attention over its latent, ``ops.mla``); the output has the values' dim E."""
     if mask is not None:
         mask.validate(q_BTHD.shape[1], cache.max_len, q_BTHD.shape[0], q_BTHD.shape[2])
     check_cap(softcap)
+    kwargs = {} if qv_BTHE is None else {"qv_BTHE": qv_BTHE}
     return DECODE_IMPLS.get(impl)(
-        q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap
+        q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap, **kwargs
     )
 
 
 @DECODE_IMPLS.register("dense")
-def dense_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
+def dense_decode(
+    q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None, qv_BTHE=None
+):
     """All S slots read, unwritten and invisible ones masked (``kv_cache.cached_attention``)."""
     T, S = q_BTHD.shape[1], cache.max_len
     written_11TS = jnp.broadcast_to(jnp.arange(S) < cache.index, (1, 1, T, S))
     visible = written_11TS if mask is None else mask.materialize(T, S) & written_11TS
-    return cached_attention(q_BTHD, cache, mask_BHTS=visible, bias_BHTS=bias_BHTS, scale=scale, softcap=softcap)
+    return cached_attention(
+        q_BTHD, cache, mask_BHTS=visible, bias_BHTS=bias_BHTS, scale=scale, softcap=softcap, qv_BTHE=qv_BTHE
+    )
 
 
 def _grouped(x_BHTS: Array, K: int) -> Array:
@@ -86,23 +94,24 @@ def _first_slot(mask: AttentionMask | None, S: int) -> Array:
 
 
 @DECODE_IMPLS.register("blocked", reads=("decode_block_size",))
-def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
+def blocked_decode(
+    q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None, qv_BTHE=None
+):
     """Online softmax over blocks [lo, ceil(index / n)) of n = min(block_size, S) slots; the last
     block is shifted to end at S (its slots before the block boundary are skipped, not re-read).
     A cache of at most one block is read whole, still inside the loop: read directly in the step
     that writes it, XLA:CPU copied the whole cache every step (see docs/performance.md)."""
     B, T, H, D = q_BTHD.shape
-    K, S = cache.k_BKDS.shape[1], cache.max_len
+    K, E, S = cache.k_BKDS.shape[1], cache.v_BKDS.shape[2], cache.max_len
     n = min(block_size, S)
     scale = float(D**-0.5) if scale is None else scale
-    q_BKGTD = jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
 
     def body(b, carry):
         m, l, acc = carry
         start = jnp.minimum(b * n, S - n)
         k_BKDn = jax.lax.dynamic_slice_in_dim(cache.k_BKDS, start, n, axis=3).astype(q_BTHD.dtype)
         v_BKDn = jax.lax.dynamic_slice_in_dim(cache.v_BKDS, start, n, axis=3).astype(q_BTHD.dtype)
-        s = _softcap(jnp.einsum("bkgtd,bkdn->bkgtn", q_BKGTD, k_BKDn).astype(jnp.float32) * scale, softcap)
+        s = _softcap(key_logits(q_BTHD, k_BKDn, qv_BTHE, v_BKDn).astype(jnp.float32) * scale, softcap)
         if bias_BHTS is not None:
             s = s + _grouped(jax.lax.dynamic_slice_in_dim(bias_BHTS, start, n, axis=3).astype(jnp.float32), K)
         slot_n = start + jnp.arange(n)
@@ -117,19 +126,22 @@ def blocked_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=N
         return m_new, l * correction + jnp.sum(p, axis=-1, keepdims=True), acc * correction + pv
 
     shape = (B, K, H // K, T)
-    init = (jnp.full((*shape, 1), _NEG), jnp.zeros((*shape, 1)), jnp.zeros((*shape, D)))
+    init = (jnp.full((*shape, 1), _NEG), jnp.zeros((*shape, 1)), jnp.zeros((*shape, E)))
     lo = _first_slot(mask, S) // n
     hi = (jnp.minimum(cache.index, S) + n - 1) // n
     _, l, acc = jax.lax.fori_loop(lo, hi, body, init)
     out_BKGTD = jnp.where(l > 0, acc / jnp.where(l > 0, l, 1.0), 0.0)
-    return jnp.moveaxis(out_BKGTD, 3, 1).reshape(B, T, H, D).astype(q_BTHD.dtype)
+    return jnp.moveaxis(out_BKGTD, 3, 1).reshape(B, T, H, E).astype(q_BTHD.dtype)
 
 
 def pallas_decode_problems(
-    mask: AttentionMask | None, has_bias: bool, T: int, S: int, softcap: float | None = None
+    mask: AttentionMask | None, has_bias: bool, T: int, S: int, softcap: float | None = None, latent: bool = False
 ) -> list[str]:
-    """What keeps these inputs from the flash-decoding kernel (empty: it applies)."""
+    """What keeps these inputs from the flash-decoding kernel (empty: it applies); ``latent``: an
+    MLA query against the values (``qv_BTHE``)."""
     problems = [] if softcap is None else [f"a logit soft cap ({softcap})"]
+    if latent:
+        problems.append("an MLA latent query (qv_BTHE)")
     if T != 1:
         problems.append(f"{T} queries (it decodes one token)")
     if has_bias:
@@ -147,9 +159,12 @@ def pallas_decode_problems(
 
 
 @DECODE_IMPLS.register("pallas_gpu")
-def pallas_gpu_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
+def pallas_gpu_decode(
+    q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None, qv_BTHE=None
+):
     """``ops.pallas_decode.flash_decode_attention`` (GPU); per-row key range from the query positions."""
-    problems = pallas_decode_problems(mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap)
+    T, S, latent = q_BTHD.shape[1], cache.max_len, qv_BTHE is not None
+    problems = pallas_decode_problems(mask, bias_BHTS is not None, T, S, softcap, latent)
     if problems:
         raise ValueError(f"decode_impl='pallas_gpu' cannot take {', '.join(problems)}; use 'blocked' or 'auto'")
     if targets.platform() != "gpu":
@@ -171,18 +186,28 @@ def kv_range(mask: AttentionMask | None, cache: KVCache) -> dict:
 
 
 def resolve_decode_impl(
-    backend: str, mask: AttentionMask | None, has_bias: bool, T: int, S: int, softcap: float | None = None
+    backend: str,
+    mask: AttentionMask | None,
+    has_bias: bool,
+    T: int,
+    S: int,
+    softcap: float | None = None,
+    latent: bool = False,
 ) -> str:
     """The DECODE_IMPLS name ``auto`` runs on ``backend`` ("cpu" | "gpu" | "tpu")."""
-    if backend == "gpu" and not pallas_decode_problems(mask, has_bias, T, S, softcap):
+    if backend == "gpu" and not pallas_decode_problems(mask, has_bias, T, S, softcap, latent):
         return "pallas_gpu"
     return "blocked" if backend == "cpu" else "dense"
 
 
 @DECODE_IMPLS.register("auto", reads=("decode_block_size",))
-def auto_decode(q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None):
+def auto_decode(
+    q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None, qv_BTHE=None
+):
     """DECODE_IMPLS[resolve_decode_impl(core.targets.platform(), ...)]."""
-    name = resolve_decode_impl(targets.platform(), mask, bias_BHTS is not None, q_BTHD.shape[1], cache.max_len, softcap)
+    T, S, latent = q_BTHD.shape[1], cache.max_len, qv_BTHE is not None
+    name = resolve_decode_impl(targets.platform(), mask, bias_BHTS is not None, T, S, softcap, latent)
+    kwargs = {} if qv_BTHE is None else {"qv_BTHE": qv_BTHE}
     return DECODE_IMPLS.get(name)(
-        q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap
+        q_BTHD, cache, mask=mask, bias_BHTS=bias_BHTS, scale=scale, block_size=block_size, softcap=softcap, **kwargs
     )

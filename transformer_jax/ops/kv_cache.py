@@ -50,10 +50,14 @@ def kv_cache_of(k_BSKD: Float[Array, "B S K D"], v_BSKD: Float[Array, "B S K D"]
     )
 
 
-def init_kv_cache(batch: int, max_len: int, n_kv_heads: int, head_dim: int, dtype=jnp.float32) -> KVCache:
-    """An empty cache of ``max_len`` slots."""
-    zeros = jnp.zeros((batch, n_kv_heads, head_dim, max_len), dtype)
-    return KVCache(k_BKDS=zeros, v_BKDS=zeros, index=jnp.zeros((), jnp.int32))
+def init_kv_cache(
+    batch: int, max_len: int, n_kv_heads: int, head_dim: int, dtype=jnp.float32, *, value_dim: int | None = None
+) -> KVCache:
+    """An empty cache of ``max_len`` slots; values of ``value_dim`` dims (None: ``head_dim``). MLA
+    (``ops.mla``) keeps its RoPE key as the one key head and its latent as the one value head."""
+    keys = jnp.zeros((batch, n_kv_heads, head_dim, max_len), dtype)
+    values = keys if value_dim is None else jnp.zeros((batch, n_kv_heads, value_dim, max_len), dtype)
+    return KVCache(k_BKDS=keys, v_BKDS=values, index=jnp.zeros((), jnp.int32))
 
 
 def update_kv_cache(cache: KVCache, k_BTKD: Float[Array, "B T K D"], v_BTKD: Float[Array, "B T K D"]) -> KVCache:
@@ -85,17 +89,18 @@ def cached_attention(
     bias_BHTS: Float[Array, "B|1 H|1 T S"] | None = None,
     scale: float | None = None,
     softcap: float | None = None,
-) -> Float[Array, "B T H D"]:
+    qv_BTHE: Float[Array, "B T H E"] | None = None,
+) -> Float[Array, "B T H E"]:
     """softmax(softcap(q k^T * scale) + bias, masked) v over the cache's S slots, read in its stored
     layout; query heads H = K * G share key/value head h // G (GQA). ``scale`` defaults to
     1/sqrt(D); softmax in float32; a query that sees no slot gets 0. Equals ``ops.attention``
-    (kind ``softmax``) on ``cache.keys_values()``."""
+    (kind ``softmax``) on ``cache.keys_values()``. ``qv_BTHE``: queries scored against the
+    values too, logits = q k^T + qv v^T (MLA's absorbed attention, ``ops.mla``; E = the value dim)."""
     B, T, H, D = q_BTHD.shape
-    K = cache.k_BKDS.shape[1]
+    K, E = cache.k_BKDS.shape[1], cache.v_BKDS.shape[2]
     scale = float(D**-0.5) if scale is None else scale  # float(): int ** float is typed Any
-    q_BKGTD = jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
-    k_BKDS = cache.k_BKDS.astype(q_BTHD.dtype)
-    logits = _softcap(jnp.einsum("bkgtd,bkds->bkgts", q_BKGTD, k_BKDS).astype(jnp.float32) * scale, softcap)
+    logits = key_logits(q_BTHD, cache.k_BKDS, qv_BTHE, cache.v_BKDS)
+    logits = _softcap(logits.astype(jnp.float32) * scale, softcap)
 
     def grouped(x_BHTS):  # [B|1, H|1, T, S] -> [B|1, K|1, G|1, T, S]
         if x_BHTS.shape[1] == 1:
@@ -110,5 +115,21 @@ def cached_attention(
     p = jax.nn.softmax(logits, axis=-1)
     if mask_BHTS is not None:
         p = jnp.where(jnp.any(mask, axis=-1, keepdims=True), p, 0.0)
-    out_BKGTD = weighted_values(p.astype(q_BTHD.dtype), cache.v_BKDS.astype(q_BTHD.dtype))
-    return jnp.moveaxis(out_BKGTD, 3, 1).reshape(B, T, H, D)
+    out_BKGTE = weighted_values(p.astype(q_BTHD.dtype), cache.v_BKDS.astype(q_BTHD.dtype))
+    return jnp.moveaxis(out_BKGTE, 3, 1).reshape(B, T, H, E)
+
+
+def grouped_queries(q_BTHD: Float[Array, "B T H D"], K: int) -> Float[Array, "B K G T D"]:
+    """Query head h = k * G + g as [B, K, G, T, D]."""
+    B, T, H, D = q_BTHD.shape
+    return jnp.moveaxis(q_BTHD.reshape(B, T, K, H // K, D), 1, 3)
+
+
+def key_logits(q_BTHD, k_BKDs, qv_BTHE=None, v_BKEs=None) -> Float[Array, "B K G T s"]:
+    """q k^T over s cached slots (+ qv v^T when ``qv_BTHE`` is given), in q's dtype."""
+    K = k_BKDs.shape[1]
+    logits = jnp.einsum("bkgtd,bkds->bkgts", grouped_queries(q_BTHD, K), k_BKDs.astype(q_BTHD.dtype))
+    if qv_BTHE is not None:
+        assert v_BKEs is not None
+        logits = logits + jnp.einsum("bkgte,bkes->bkgts", grouped_queries(qv_BTHE, K), v_BKEs.astype(q_BTHD.dtype))
+    return logits

@@ -1,0 +1,126 @@
+"""``MLAConfig``: Multi-head Latent Attention settings of a ModelConfig (``model.mla``; None = off).
+
+The cross-field rules are the small functions below, each refusing one combination by name;
+``MLAConfig.validate`` (called by ``ModelConfig``) runs them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from transformer_jax.core.configlib import check_positive, check_types, fail
+
+
+@dataclasses.dataclass(frozen=True)
+class MLAConfig:
+    """Multi-head Latent Attention (DeepSeek-V2, Liu et al. 2024, section 2.1; DeepSeek-V3).
+
+    Keys and values of all heads come from one latent c = RMSNorm(x W_DKV) of ``kv_lora_rank``
+    dims; queries from q_lora_rank dims (RMSNorm(x W_DQ), or x directly when ``q_lora_rank`` is
+    None). Each head's query/key is ``qk_nope_head_dim`` dims without position plus
+    ``qk_rope_head_dim`` RoPE dims, the RoPE key being one vector shared by every head (decoupled
+    RoPE); values have ``v_head_dim`` dims. Logits are scaled by 1/sqrt(qk_nope + qk_rope) (or
+    ``model.attention_scale``). Decoding caches only c and the RoPE key, kv_lora_rank +
+    qk_rope_head_dim numbers per token and layer, and attends in the latent space (the key and
+    value up-projections absorbed into the query and the output). ``norm_eps``: epsilon of the
+    two latent RMSNorms (Hugging Face's ``DeepseekV3RMSNorm`` default, whatever
+    ``rms_norm_eps`` says).
+    """
+
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 64
+    qk_nope_head_dim: int = 32
+    qk_rope_head_dim: int = 16
+    v_head_dim: int = 32
+    norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        check_types(self, "model.mla")
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "norm_eps"):
+            check_positive(f"model.mla.{name}", getattr(self, name))
+        if self.q_lora_rank is not None:
+            check_positive("model.mla.q_lora_rank", self.q_lora_rank)
+        if self.qk_rope_head_dim % 2:
+            fail(
+                "model.mla.qk_rope_head_dim",
+                self.qk_rope_head_dim,
+                "RoPE rotates pairs of dimensions: use an even size",
+            )
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Dims of each head's query and key (no-position part + RoPE part)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def cache_dims(self) -> int:
+        """Numbers cached per token and layer: the latent and the shared RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def validate(self, model: Any) -> None:
+        """The rules across ``model``'s fields (called by ``ModelConfig``)."""
+        for rule in (_needs_softmax, _needs_rope, _own_head_sizes, _own_norms, _no_yarn, _no_pallas_decode):
+            rule(self, model)
+
+
+def _needs_softmax(mla: MLAConfig, model: Any) -> None:
+    if model.attention_kind == "linear":
+        fail(
+            "model.attention_kind", "linear", "MLA is softmax attention over a latent", "use softmax or sliding_window"
+        )
+
+
+def _needs_rope(mla: MLAConfig, model: Any) -> None:
+    if model.position != "rope":
+        fail(
+            "model.position",
+            model.position,
+            "MLA carries position in its decoupled RoPE key (model.mla.qk_rope_head_dim)",
+            "use position='rope' with model.mla",
+        )
+
+
+def _own_head_sizes(mla: MLAConfig, model: Any) -> None:
+    for name in ("head_dim", "n_kv_heads"):
+        if getattr(model, name) is not None:
+            fail(
+                f"model.{name}",
+                getattr(model, name),
+                "MLA sizes its heads itself (model.mla.qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and "
+                "shares one latent across heads",
+                f"unset model.{name} with model.mla",
+            )
+
+
+def _own_norms(mla: MLAConfig, model: Any) -> None:
+    if model.qk_norm:
+        fail("model.qk_norm", True, "MLA normalises its latents (model.mla.norm_eps), not q and k", "set it False")
+    if model.qkv_bias is not None:
+        fail(
+            "model.qkv_bias",
+            model.qkv_bias,
+            "MLA's down-projections take model.use_bias (Hugging Face's attention_bias)",
+            "unset it",
+        )
+
+
+def _no_yarn(mla: MLAConfig, model: Any) -> None:
+    if model.rope_scaling == "yarn":
+        fail(
+            "model.rope_scaling",
+            "yarn",
+            "MLA with YaRN also rescales the softmax by mscale(factor, mscale_all_dim)^2 (DeepSeek-V3), "
+            "which is not implemented yet",
+            "use rope_scaling none, linear, ntk or llama3 with model.mla",
+        )
+
+
+def _no_pallas_decode(mla: MLAConfig, model: Any) -> None:
+    if model.decode_impl == "pallas_gpu":
+        fail(
+            "model.decode_impl",
+            "pallas_gpu",
+            "the flash-decoding kernel has no latent (MLA) form",
+            "use auto, blocked or dense",
+        )
