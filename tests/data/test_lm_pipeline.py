@@ -205,3 +205,46 @@ def test_eval_is_sharded_with_equal_batch_counts(docs_file, cache_dir, stream):
     assert len({len(b) for b in per_process}) == 1
     total = sum(b["weights"].sum() for batches in per_process for b in batches)
     assert total == len(stream.pipeline.tokens("val")) - 1
+
+
+def test_tokens_come_from_cached_shards_read_as_needed(docs_file, tmp_path, monkeypatch):
+    """The split is tokenized once into token shards (prepare's format, in the cache): their stream
+    equals the records tokenized one by one, a second start reuses them, and training reads only the
+    records its windows need."""
+    from transformer_jax.data import lm_cache
+    from transformer_jax.data.shards import FORMAT_VERSION, TokenShards
+
+    monkeypatch.setattr(lm_cache, "RECORD_BYTES", 128)  # many records from a small corpus
+    path, _ = docs_file
+    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=str(tmp_path), chunk_chars=64, prefetch=0,
+                     read_threads=1)  # fmt: skip
+    data = build_data(cfg, batch_size=B)
+    expected = np.concatenate([data.tokenizer.encode_np(r) for r in data.corpus.split("train")])
+    np.testing.assert_array_equal(data.pipeline.tokens("train"), expected)
+    shards = data.pipeline.shards
+    n_records = len(shards.source("train"))
+    assert shards.manifest["format_version"] == FORMAT_VERSION and n_records > 100
+    stamps = {p.name: p.stat().st_mtime_ns for p in shards.directory.iterdir()}
+    reads = []
+    real = TokenShards.source
+
+    def counting(self, split):
+        source = real(self, split)
+
+        class Counting:
+            def __len__(self):
+                return len(source)
+
+            def __getitem__(self, i):
+                reads.append(i)
+                return source[i]
+
+        return Counting()
+
+    monkeypatch.setattr(TokenShards, "source", counting)
+    again = build_data(cfg, batch_size=B, tokenizer=data.tokenizer)
+    with again.train_iterator() as it:
+        take(it, 2)
+    assert again.pipeline.shards.directory == shards.directory
+    assert {p.name: p.stat().st_mtime_ns for p in shards.directory.iterdir()} == stamps
+    assert 0 < len(reads) < n_records // 2, (len(reads), n_records)

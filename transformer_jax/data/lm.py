@@ -1,14 +1,20 @@
-"""Language-model pipelines, chosen by ``data.packing`` through ``PACKINGS``.
+"""Language-model pipelines of ``text``, ``shakespeare`` and TFDS catalogs, chosen by ``data.packing``
+through ``PACKINGS``. Both read token shards (``lm_cache.py``: the corpus tokenized once at first use
+into the format ``transformer-jax prepare`` writes, cached by content), so the tokens are not held
+in memory.
 
-  - ``stream`` (nanoGPT-like): the split's text is tokenized once into one array; training rows
-    are windows ``tokens[s : s + T + 1]`` with ``s = offset + w * T`` (``offset`` drawn per
-    epoch from the seed in ``[0, T)`` when shuffling), shuffled per epoch. Every row is one
-    segment, all weights 1. Eval: stride-T windows from token 0, last one padded.
+  - ``stream`` (nanoGPT-like): the split's token stream (its records tokenized one by one); training
+    rows are windows ``tokens[s : s + T + 1]`` with ``s = offset + w * T`` (``offset`` drawn per
+    epoch from the seed in ``[0, T)`` when shuffling), shuffled per epoch, each read from the
+    records that hold it (``lm_cache.TokenStream``). Every row is one segment, all weights 1.
+    Process p of P takes rows of each global batch (``loader.ProcessRows``), so P processes train
+    on the batches of one. Eval: stride-T windows from token 0, last one padded.
   - ``documents``: each document becomes ``[BOS] ids [EOS]`` shifted by one (targets never
     cross documents), truncated to T with one warning, then first-fit packed into rows with
     segment ids and positions (grain's ``FirstFitPackIterDataset`` for training, a
     deterministic first-fit in order for eval). A document is a record of a catalog dataset
-    (e.g. an lm1b sentence) or, for local text, a blank-line paragraph or a line.
+    (e.g. an lm1b sentence) or, for local text, a blank-line paragraph or a line; the shards hold
+    one document's ids each, read as needed.
 
 Batches are LM rows (see ``rows.py``) stacked to ``[B, T]``.
 """
@@ -16,15 +22,16 @@ Batches are LM rows (see ``rows.py``) stacked to ``[B, T]``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from functools import partial
+from functools import cached_property
 
 import grain
 import numpy as np
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.data import loader, rows
-from transformer_jax.data.variants import DOCUMENT_SPLITS
+from transformer_jax.data.lm_cache import TokenStream, cached_shards
+from transformer_jax.data.lm_cache import split_documents as split_documents  # where it was
+from transformer_jax.data.shards import TokenShards
 
 PACKINGS: Registry[type[loader.Pipeline]] = Registry("packing")
 
@@ -37,8 +44,15 @@ def _truncation_warning(T: int) -> rows.WarnOnce:
 
 
 class LMPipeline(loader.Pipeline):
+    UNIT = "records"  # what a record of the cached shards holds (lm_cache.UNITS)
+
     def zero_row(self) -> dict[str, np.ndarray]:
         return rows.lm_zero_row(self.cfg.seq_len)
+
+    @cached_property
+    def shards(self) -> TokenShards:
+        """The corpus tokenized into shards (written at first use, then cached)."""
+        return cached_shards(self.cfg, self.corpus, self.tokenizer, self.UNIT)
 
 
 class _WindowStart:
@@ -69,81 +83,75 @@ class _WindowStart:
         return self.offset(i // self.shard_len) + int(w) * self.T
 
 
-def _stream_batch(starts: np.ndarray, tokens: np.ndarray, T: int) -> dict[str, np.ndarray]:
-    return rows.stream_batch(tokens, starts, T)
+class _StreamBatch:
+    """Window starts [B] -> an LM batch, the windows read from the token shards (picklable)."""
+
+    def __init__(self, stream: TokenStream, T: int):
+        self.stream, self.T = stream, T
+
+    def __call__(self, starts: np.ndarray) -> dict[str, np.ndarray]:
+        windows = np.stack([self.stream.read(int(s), int(s) + self.T + 1) for s in starts])
+        return rows.stream_batch(windows.reshape(-1), np.arange(len(starts)) * (self.T + 1), self.T)
 
 
 @PACKINGS.register("stream")
 class StreamLM(LMPipeline):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._tokens: dict[str, np.ndarray] = {}
+    def stream(self, split: str) -> TokenStream:
+        return TokenStream(self.shards, split)
 
     def tokens(self, split: str) -> np.ndarray:
-        """The split tokenized into one array (uint16 when the vocabulary allows)."""
-        if split not in self._tokens:
-            dtype = np.uint16 if self.tokenizer.vocab_size <= np.iinfo(np.uint16).max else np.int32
-            records = self.corpus.split(split)
-            joiner = self.tokenizer.encode_np(self.corpus.joiner)
-            parts: list[np.ndarray] = []
-            for k, record in enumerate(records):
-                if k and len(joiner):
-                    parts.append(joiner)
-                parts.append(self.tokenizer.encode_np(record))
-            self._tokens[split] = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-        return self._tokens[split]
+        """The whole split's tokens in one array (evaluation rows, the n-gram counts)."""
+        return self.stream(split).all()
+
+    def _length(self, split: str) -> int:
+        return int(self.shards.manifest["splits"][split]["tokens"])
 
     def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
-        T, tokens = self.cfg.seq_len, self.tokens("train")
-        n_windows = (len(tokens) - T) // T
+        T, n = self.cfg.seq_len, self._length("train")
+        n_windows = (n - T) // T
         if n_windows < 1:
             raise ValueError(
-                f"the train split has {len(tokens)} tokens; data.seq_len={T} needs at "
+                f"the train split has {n} tokens; data.seq_len={T} needs at "
                 f"least {2 * T}: use a larger corpus or a smaller seq_len"
             )
         ds, length = loader.epochs(grain.MapDataset.range(n_windows), self.cfg)
         ds = ds.map_with_index(_WindowStart(T, self.cfg.seed, self.cfg.shuffle, length))
         ds = loader.process_rows(ds, batch_size, process_index, process_count)
         ds = ds.batch(batch_size, drop_remainder=True)
-        ds = ds.map(partial(_stream_batch, tokens=tokens, T=T))
+        ds = ds.map(_StreamBatch(self.stream("train"), T))
         return loader.prefetch(loader.to_iter(ds, self.cfg), self.cfg)
 
     def rows(self, split: str) -> dict[str, np.ndarray]:
         return rows.stream_eval_rows(self.tokens(split), self.cfg.seq_len)
 
     def split_size(self, split: str) -> dict[str, int]:
-        n, T = len(self.tokens(split)), self.cfg.seq_len
+        n, T = self._length(split), self.cfg.seq_len
         windows = (n - T) // T if split == "train" else -(-max(n - 1, 0) // T)
         return {"examples": windows, "tokens": n}
 
 
-def split_documents(text: str, how: str) -> list[str]:
-    """Documents of a plain text: blank-line separated ``paragraph``s or non-empty ``line``s."""
-    pieces = DOCUMENT_SPLITS.get(how)(text)
-    return [p.strip("\n") for p in pieces if p.strip()]
-
-
 class _DocumentExample:
-    def __init__(self, tokenizer, T: int, warn: rows.WarnOnce):
-        self.tokenizer, self.T, self.warn = tokenizer, T, warn
+    def __init__(self, T: int, warn: rows.WarnOnce):
+        self.T, self.warn = T, warn
 
-    def __call__(self, doc: str) -> dict[str, np.ndarray]:
-        return rows.document_example(self.tokenizer.encode_np(doc), self.T, self.warn)
+    def __call__(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        return rows.document_example(ids, self.T, self.warn)
 
 
 @PACKINGS.register("documents")
 class DocumentsLM(LMPipeline):
+    UNIT = "documents"
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._warn = _truncation_warning(self.cfg.seq_len)
 
-    def documents(self, split: str) -> Sequence[str]:
-        if self.corpus.records_are_documents:
-            return self.corpus.split(split)
-        return split_documents(self.corpus.text(split), self.cfg.document_split)
+    def documents(self, split: str):
+        """The documents of ``split`` as token ids (read lazily from the shards)."""
+        return self.shards.documents(split)
 
     def _example_fn(self) -> _DocumentExample:
-        return _DocumentExample(self.tokenizer, self.cfg.seq_len, self._warn)
+        return _DocumentExample(self.cfg.seq_len, self._warn)
 
     def train_dataset(self, batch_size: int, process_index: int, process_count: int) -> grain.IterDataset:
         T = self.cfg.seq_len
