@@ -9,6 +9,8 @@
    most 1 with the cache sized to the position, one more for recomputation).
 2. Tokens/s at batch 1 and 8 for 256 new tokens after a 1-token prompt (no EOS), measured
    alternately with ``../shared/bench/torch_gpt.py generate`` (A B A B ..., medians).
+3. KV-cache bytes per token and layer of multi-head, grouped-query and multi-head latent attention
+   (MLA) at the same d_model: the measured model's width and DeepSeek-V3's (``cache_bytes_table``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from flax import nnx
 from transformer_jax.core import compiler
 from transformer_jax.decode import generate
 from transformer_jax.models import ModelConfig, build_model, get_preset
+from transformer_jax.models.common import make_self_caches
+from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.train.timing import alternating_rounds
 
 
@@ -148,6 +152,49 @@ def torch_tokens_per_s(new_tokens: int, reps: int = 3) -> dict | None:
     return {1: out["tokens_per_s_b1"], 8: out["tokens_per_s_b8"]}
 
 
+def cache_bytes_per_token(cfg: ModelConfig, dtype=None) -> float:
+    """Bytes one layer's KV cache holds per token: the shapes ``init_cache`` allocates (not
+    allocated here: ``jax.eval_shape``), keys and values of every slot, divided by the slots."""
+    slots = 64
+    caches = jax.eval_shape(lambda: make_self_caches(dataclasses.replace(cfg, n_layers=1), 1, 1, slots, dtype))
+    return sum(x.size * x.dtype.itemsize for x in (caches[0]["self"].k_BKDS, caches[0]["self"].v_BKDS)) / slots
+
+
+def cache_bytes_table(
+    d_model: int, n_heads: int, *, kv_heads: int, mla: MLAConfig, head_dim: int | None = None, dtype=jnp.float32
+) -> dict:
+    """``{"MHA (...)": bytes, "GQA (...)": bytes, "MLA (...)": bytes}`` per token and layer at one
+    width: n_heads heads of ``head_dim`` (None: d_model / n_heads) for MHA, ``kv_heads`` of them for
+    GQA, ``mla``'s latent and RoPE key for MLA."""
+    base = get_preset("llama_tiny", d_model=d_model, n_heads=n_heads, n_kv_heads=None, d_ff=d_model, n_layers=1)
+    mha = dataclasses.replace(base, head_dim=head_dim)
+    head = mha.resolved_head_dim
+    rows = {
+        f"MHA ({n_heads} heads of {head})": mha,
+        f"GQA ({kv_heads} kv heads of {head})": dataclasses.replace(mha, n_kv_heads=kv_heads),
+        f"MLA (latent {mla.kv_lora_rank} + rope key {mla.qk_rope_head_dim})": dataclasses.replace(base, mla=mla),
+    }
+    return {name: cache_bytes_per_token(cfg, dtype) for name, cfg in rows.items()}
+
+
+def cache_bytes_report(cfg: ModelConfig) -> dict:
+    """`cache_bytes_table` at ``cfg``'s width (GQA with 1/4 of the heads; MLA with DeepSeek-V3's
+    ratios to the head size: latent 4 Dh, RoPE key Dh / 2), float32; and at DeepSeek-V3's (d_model
+    7168, 128 heads of 128 as the DeepSeek-V2 paper's MHA baseline, GQA 8 kv heads, latent 512,
+    RoPE key 64), bfloat16."""
+    Dh = cfg.d_model // cfg.n_heads
+    ours = MLAConfig(kv_lora_rank=4 * Dh, qk_nope_head_dim=Dh, qk_rope_head_dim=Dh // 2, v_head_dim=Dh)
+    v3 = MLAConfig(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+    return {
+        f"d_model={cfg.d_model} float32": cache_bytes_table(
+            cfg.d_model, cfg.n_heads, kv_heads=max(1, cfg.n_heads // 4), mla=ours
+        ),
+        "d_model=7168 (DeepSeek-V3) bfloat16": cache_bytes_table(
+            7168, 128, kv_heads=8, mla=v3, head_dim=128, dtype=jnp.bfloat16
+        ),
+    }
+
+
 def bench_model(cfg: ModelConfig | None = None, max_len: int = 2048) -> ModelConfig:
     """torch_gpt.py's ``small`` model (our ``nanogpt_char``) with a position table for ``max_len``."""
     cfg = cfg if cfg is not None and cfg.kind == "decoder_lm" else get_preset("nanogpt_char")
@@ -160,7 +207,10 @@ def bench_decode(
     """The figures of the module docstring. ``cfg``: an experiment Config whose decoder-only model
     is measured (default / other kinds: ``nanogpt_char``); ``workdir`` is unused."""
     del workdir
-    model = build_model(bench_model(None if cfg is None else cfg.model, max_len=2 * max(positions) + 256))
+    model_cfg = bench_model(None if cfg is None else cfg.model, max_len=2 * max(positions) + 256)
+    cache_bytes = cache_bytes_report(model_cfg)
+    print(json.dumps({"kv_cache_bytes_per_token_per_layer": cache_bytes}), flush=True)
+    model = build_model(model_cfg)
     times = per_token_times(model, positions, k=(16, 64))
     sized, fixed, recompute = times["cached_sized_ms"], times["cached_fixed_ms"], times["recompute_ms"]
     runs = {b: _gen(model, b, 1, new_tokens) for b in (1, 8)}
@@ -185,6 +235,7 @@ def bench_decode(
         "cached_sized_ratio_last_over_first": sized[positions[-1]] / sized[positions[0]],
         "cached_fixed_buffer_ratio_last_over_first": fixed[positions[-1]] / fixed[positions[0]],
         "recompute_ratio_last_over_first": recompute[positions[-1]] / recompute[positions[0]],
+        "kv_cache_bytes_per_token_per_layer": cache_bytes,
         "threads": os.cpu_count(),
         "loadavg": list(os.getloadavg()),
     }
