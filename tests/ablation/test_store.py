@@ -293,3 +293,14 @@ def test_a_kept_summary_of_an_interrupted_run_is_trained_again(smoke):
         assert store.load_run("nb", "arm", 0, cfg()) is None
     store.save_run("nb", "arm", 1, cfg(), fake_curves(stopped="steps"))
     assert store.load_run("nb", "arm", 1, cfg()) is not None
+
+
+def test_a_model_group_added_later_and_left_off_keeps_the_hash_of_older_runs():
+    from transformer_jax.core.configlib import to_dict
+    from transformer_jax.models.mla_config import MLAConfig
+
+    base = cfg()
+    assert not {"mla", "mtp"} & set(store.hashed_config(base)["model"])  # as in runs committed before them
+    on = dataclasses.replace(base, model=dataclasses.replace(base.model, position="rope", mla=MLAConfig()))
+    assert store.hashed_config(on)["model"]["mla"] == to_dict(MLAConfig())
+    assert store.config_hash(on) != store.config_hash(base)

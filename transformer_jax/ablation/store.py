@@ -52,6 +52,10 @@ def _file_digest(path: str) -> str:
     return "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else path
 
 
+# Optional model groups added after runs were committed; while None they are left out of the hash.
+ADDED_GROUPS = ("mla", "mtp")
+
+
 def hashed_config(cfg: Any) -> dict[str, Any]:
     """The parts of ``cfg`` that decide a run's numbers: everything but ``name`` and the model's
     ``vocab_size`` (training sets it from the data); local text files (``data.path``,
@@ -59,6 +63,9 @@ def hashed_config(cfg: Any) -> dict[str, Any]:
     d = json.loads(json.dumps(configlib.to_dict(cfg), default=str))
     d.pop("name", None)
     d.get("model", {}).pop("vocab_size", None)
+    for group in ADDED_GROUPS:  # off: the hash of a run from before the group existed
+        if d.get("model", {}).get(group, 0) is None:
+            del d["model"][group]
     data = d.get("data", {})
     for key in ("path", "val_path"):
         if isinstance(data.get(key), str):
