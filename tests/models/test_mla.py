@@ -218,3 +218,17 @@ def test_bench_decode_reports_deepseek_v3_cache_bytes():
 
     v3 = cache_bytes_report(bench_model())["d_model=7168 (DeepSeek-V3) bfloat16"]
     assert list(v3.values()) == [2 * 128 * 128 * 2, 2 * 8 * 128 * 2, (512 + 64) * 2]  # MHA, GQA, MLA
+
+
+def test_a_lora_adapter_on_kv_b_is_absorbed_too():
+    """Decoding uses kv_b's weight directly (absorbed); an adapter on it must be folded in exactly."""
+    from transformer_jax.models.lora import LoraConfig, apply_lora
+
+    model = build_lm(get_preset("deepseek_v3_tiny", moe=None, n_layers=1, decode_impl="dense"))
+    apply_lora(model, LoraConfig(rank=2, targets=("kv_b",)))
+    adapters = nnx.state(model, lambda path, _: "lora" in path)
+    nnx.update(model, jax.tree.map(lambda x: 0.3 * jax.random.normal(jax.random.key(5), x.shape), adapters))
+    out = generate(model, prompt_BP=PROMPT[:1], max_new_tokens=3, return_logits=True)
+    assert out.logits is not None
+    full, _ = model(jnp.asarray(out.sequences))
+    np.testing.assert_allclose(np.asarray(out.logits[0, 5:8]), np.asarray(full[0, 4:7]), atol=1e-5, rtol=1e-5)
