@@ -46,6 +46,7 @@ MESHES = {
     "data2_fsdp4": ["mesh.data=2", "mesh.fsdp=4"],
     "data2_fsdp2_tensor2": ["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2"],
     "tensor8": ["mesh.data=1", "mesh.tensor=8"],
+    "data2_context4": ["mesh.data=2", "mesh.context=4"],  # the sequence split, batches laid out zigzag
 }
 
 

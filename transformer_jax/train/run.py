@@ -27,6 +27,7 @@ from transformer_jax.core.paths import user_path
 from transformer_jax.data import Data, build_data, tokenizer_from_json
 from transformer_jax.models.lora import apply_lora, join_adapters, split_adapters
 from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
+from transformer_jax.parallel.context import check_context, context_devices, lay_out
 from transformer_jax.train import pretrained
 from transformer_jax.train.checkpoint import CheckpointError, Checkpoints, DamagedCheckpointError
 from transformer_jax.train.config import Config, resolve
@@ -72,6 +73,7 @@ def check_batch(cfg: Config, mesh) -> None:
     n_proc = jax.process_count()
     if cfg.train.batch_size % n_proc:
         configlib.fail("train.batch_size", cfg.train.batch_size, f"is not divisible by the {n_proc} processes")
+    check_context(cfg.model.kind, cfg.data.seq_len, context_devices(mesh))
     n_batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if cfg.train.batch_size % n_batch_shards:
         configlib.fail(
@@ -183,7 +185,10 @@ def _restore_or_init(cfg, workdir, ckpts, mesh, restore, best, restore_step, fal
     tx, schedule = make_optimizer(tc.optim, tc.steps, infos=infos, adapters_only=tc.lora is not None)
     shardings = {ndim: batch_sharding(mesh, ndim) for ndim in (1, 2)}  # [B] source ids, [B, T] rows
 
+    n_context = context_devices(mesh)
+
     def put_batch(batch: dict) -> dict:
+        batch = lay_out(batch, n_context)  # the zigzag order of context parallelism (n_context > 1)
         return {
             k: jax.make_array_from_process_local_data(shardings[np.ndim(v)], np.asarray(v)) for k, v in batch.items()
         }
