@@ -100,7 +100,7 @@ def _lm_batch():
 
 @pytest.mark.parametrize(
     "impl, window", [("chunked", None), ("xla", 6)]
-)  # ring with RoPE + packed segments; all-gather with a sliding window
+)  # ring with RoPE positions of packed segments; all-gather with a sliding window and default positions
 def test_llama_loss_and_parameter_gradients_equal_single_device(impl, window):
     from flax import nnx
 
@@ -127,7 +127,8 @@ def test_llama_loss_and_parameter_gradients_equal_single_device(impl, window):
     def loss_and_grads(params, batch):
         def loss(params):
             model = nnx.merge(graphdef, params, rest)
-            logits, _ = model(batch["inputs"], positions_BT=batch["positions"], segment_ids_BT=batch["segment_ids"])
+            positions = batch.get("positions")  # None: the model's default, the layout's global positions
+            logits, _ = model(batch["inputs"], positions_BT=positions, segment_ids_BT=batch["segment_ids"])
             return cross_entropy(logits, batch["targets"], weights_BT=(batch["segment_ids"] > 0).astype(jnp.float32))[
                 "loss_sum"
             ]
@@ -135,6 +136,8 @@ def test_llama_loss_and_parameter_gradients_equal_single_device(impl, window):
         return jax.value_and_grad(loss)(params)
 
     batch = _lm_batch()
+    if impl == "xla":
+        del batch["positions"]
     ref_loss, ref_grads = loss_and_grads(params, {k: jnp.asarray(v) for k, v in batch.items()})
     mesh = make_mesh(MeshConfig(data=2, context=4))
     placed = {k: jax.device_put(v, batch_sharding(mesh)) for k, v in lay_out(batch, 4).items()}
@@ -146,3 +149,14 @@ def test_llama_loss_and_parameter_gradients_equal_single_device(impl, window):
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
     for g, ref in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
         np.testing.assert_allclose(g, ref, atol=1e-5, rtol=1e-4)
+
+
+def test_decoding_with_a_cache_refuses_a_context_axis():
+    from transformer_jax.models import build_model, get_preset
+
+    model = build_model(get_preset("llama_tiny", vocab_size=64, d_model=32, d_ff=64, n_layers=1, max_len=T))
+    cache = model.init_cache(B, T)
+    tokens = jnp.ones((B, 1), jnp.int32)
+    model(tokens, cache=cache)  # context axis of 1: decoding as before
+    with sharding_context(make_mesh(MeshConfig(data=2, context=4))), pytest.raises(ValueError, match="mesh.context=1"):
+        model(tokens, cache=cache)

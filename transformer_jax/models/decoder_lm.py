@@ -22,6 +22,7 @@ from transformer_jax.nn.block import BlockInputs
 from transformer_jax.nn.moe import collect_moe_aux
 from transformer_jax.nn.positions import POSITIONS
 from transformer_jax.nn.stack import Stack
+from transformer_jax.ops.context_parallel import context_size, sequence_index
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.masks import AttentionMask
 
@@ -93,6 +94,8 @@ class DecoderLM(nnx.Module):
         aux = {**{k: v for k, v in aux.items() if k != "moe"}, **collect_moe_aux(aux)}
         if self.mtp is not None:
             aux["last_hidden"] = x_BTD
+            if cache is None and context_size() > 1:
+                raise ValueError("model.mtp shifts tokens along the sequence, which mesh.context > 1 splits; use 1")
             if cache is None:
                 key = None if dropout_key is None else jax.random.fold_in(dropout_key, 1)
                 logits = self.mtp.logits(x_BTD, tokens_BT, inputs, embed=self.embed, head=self.head, dropout_key=key)
@@ -107,8 +110,11 @@ class DecoderLM(nnx.Module):
 
     def block_inputs(self, B: int, T: int, start, cache, positions_BT=None, segment_ids_BT=None) -> BlockInputs:
         """Mask, positions and position bias for T tokens written at cache slot ``start``
-        (``cache`` None: a full sequence from 0). Positions default to the slot indices."""
-        index_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
+        (``cache`` None: a full sequence from 0). Positions default to the slot indices (under a
+        context mesh axis, to the global positions of the zigzag layout: ``parallel.context``)."""
+        laid_out = sequence_index(T) if cache is None else None
+        index_T = jnp.arange(T, dtype=jnp.int32) if laid_out is None else jnp.asarray(laid_out)
+        index_BT = jnp.broadcast_to(start + index_T, (B, T))
         if cache is None:
             kv_index_BS = index_BT
         else:
