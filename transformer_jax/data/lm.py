@@ -1,7 +1,7 @@
 """Language-model pipelines of ``text``, ``shakespeare`` and TFDS catalogs, chosen by ``data.packing``
 through ``PACKINGS``. Both read token shards (``lm_cache.py``: the corpus tokenized once at first use
-into the format ``transformer-jax prepare`` writes, cached by content), so the tokens are not held
-in memory.
+into the format ``transformer-jax prepare`` writes, cached by content), so training does not hold
+the split's tokens in memory (evaluation still reads its split into rows once, as before).
 
   - ``stream`` (nanoGPT-like): the split's token stream (its records tokenized one by one); training
     rows are windows ``tokens[s : s + T + 1]`` with ``s = offset + w * T`` (``offset`` drawn per
@@ -14,7 +14,7 @@ in memory.
     segment ids and positions (grain's ``FirstFitPackIterDataset`` for training, a
     deterministic first-fit in order for eval). A document is a record of a catalog dataset
     (e.g. an lm1b sentence) or, for local text, a blank-line paragraph or a line; the shards hold
-    one document's ids each, read as needed.
+    the documents' ids, several a record, read as needed.
 
 Batches are LM rows (see ``rows.py``) stacked to ``[B, T]``.
 """
