@@ -51,7 +51,8 @@ def test_invalid_experiment_configs_name_the_field(make, field):
 
 
 def test_mesh_resolves_the_rest_and_rejects_bad_products():
-    assert MeshConfig(data=-1, fsdp=4).resolve(8) == {"data": 2, "fsdp": 4, "tensor": 1, "expert": 1}
+    assert MeshConfig(data=-1, fsdp=4).resolve(8) == {"data": 2, "fsdp": 4, "context": 1, "tensor": 1, "expert": 1}
+    assert MeshConfig(data=-1, context=4).resolve(8)["data"] == 2
     with pytest.raises(ConfigError, match="divide"):
         MeshConfig(data=-1, fsdp=3).resolve(8)
     with pytest.raises(ConfigError, match="multiply to 4"):
