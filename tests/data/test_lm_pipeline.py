@@ -248,3 +248,29 @@ def test_tokens_come_from_cached_shards_read_as_needed(docs_file, tmp_path, monk
     assert again.pipeline.shards.directory == shards.directory
     assert {p.name: p.stat().st_mtime_ns for p in shards.directory.iterdir()} == stamps
     assert 0 < len(reads) < n_records // 2, (len(reads), n_records)
+
+
+def test_a_cache_written_meanwhile_by_another_process_wins(docs_file, tmp_path, monkeypatch):
+    """Two processes preparing the same corpus at once: the one renaming second keeps the first's shards
+    and leaves no temporary folder behind."""
+    import shutil
+
+    from transformer_jax.data import lm_cache
+
+    path, _ = docs_file
+    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=str(tmp_path))
+    first = build_data(cfg, batch_size=B).pipeline
+    winner = first.shards.directory
+    shutil.copytree(winner, tmp_path / "copy")
+    shutil.rmtree(winner)
+    real = lm_cache._write
+
+    def racing(out, *args):
+        real(out, *args)
+        shutil.copytree(tmp_path / "copy", winner)  # the other process renames its copy first
+
+    monkeypatch.setattr(lm_cache, "_write", racing)
+    again = build_data(cfg, batch_size=B, tokenizer=first.tokenizer).pipeline
+    assert again.shards.directory == winner
+    np.testing.assert_array_equal(again.tokens("val"), first.tokens("val"))
+    assert sorted(p.name for p in winner.parent.iterdir()) == [winner.name]
