@@ -232,3 +232,14 @@ def test_a_lora_adapter_on_kv_b_is_absorbed_too():
     assert out.logits is not None
     full, _ = model(jnp.asarray(out.sequences))
     np.testing.assert_allclose(np.asarray(out.logits[0, 5:8]), np.asarray(full[0, 4:7]), atol=1e-5, rtol=1e-5)
+
+
+def test_the_flops_formula_counts_attention_at_mla_width():
+    """Scores over H (qk_nope + qk_rope) dims and the weighted sum over H v_head_dim, not d_model."""
+    from transformer_jax.models import count_active_params
+    from transformer_jax.train.flops import model_flops_per_token
+
+    cfg = get_preset("deepseek_v3_tiny", moe=None)
+    assert cfg.mla is not None
+    width = cfg.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2  # 4 * (24 + 16) / 2 = 80, d_model 64
+    assert model_flops_per_token(cfg, 32) == 6 * count_active_params(cfg) + 12 * cfg.n_layers * width * 32

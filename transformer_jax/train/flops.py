@@ -86,7 +86,7 @@ def gemm_peak_flops(n: int = 1024, dtype: Any = jnp.float32, repeats: int = 5) -
     return _measure(int(n), jnp.dtype(dtype).name, int(repeats), jax.devices()[0])
 
 
-def decoder_flops_per_token(n_params_non_embedding: int, n_layers: int, d_model: int, seq_len: int) -> float:
+def decoder_flops_per_token(n_params_non_embedding: int, n_layers: int, d_model: float, seq_len: int) -> float:
     """Training FLOPs (forward + backward) per token of a decoder: ``6 N + 12 L d T``.
 
     ``6 N``: 2 FLOPs per multiply-add per weight in the forward pass, twice that backward
@@ -102,9 +102,11 @@ def decoder_flops_per_token(n_params_non_embedding: int, n_layers: int, d_model:
 def model_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     """`decoder_flops_per_token` of a model: ``N`` counts the weights one token uses (an MoE layer
     contributes its router, shared experts and only ``top_k`` of its routed experts:
-    `count_active_params`), without a learned position table."""
+    `count_active_params`), without a learned position table. With MLA the attention term's d is
+    H (qk_head_dim + v_head_dim) / 2, the width its scores and weighted sum run at."""
     positions = cfg.max_len * cfg.d_model if cfg.position == "learned" else 0
-    return decoder_flops_per_token(count_active_params(cfg) - positions, cfg.n_layers, cfg.d_model, seq_len)
+    width = cfg.d_model if cfg.mla is None else cfg.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2
+    return decoder_flops_per_token(count_active_params(cfg) - positions, cfg.n_layers, width, seq_len)
 
 
 def compiled_flops(jitted: Any, *args: Any) -> float | None:
