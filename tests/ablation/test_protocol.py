@@ -48,7 +48,8 @@ def test_mean_text_shows_the_interval_and_n():
     assert ablation.mean_text([2.0]) == "2.000 (n=1)"
 
 
-def test_row_shows_each_part_and_combines_the_verdicts():
+def test_row_shows_each_part_and_combines_the_verdicts(monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")  # SMOKE mode prefixes every verdict
     up = ablation.paired([1.3, 1.4, 1.35], [1.0, 1.1, 1.05], expect="greater")
     flat = ablation.paired([1.0, 1.1, 1.05], [1.0, 1.1, 1.06], expect="equal", margin=0.05)
     unsure = ablation.paired([1.3, 0.9, 1.35], [1.0, 1.1, 1.05], expect="greater")

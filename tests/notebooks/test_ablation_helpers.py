@@ -25,7 +25,8 @@ def test_pick_follows_the_smoke_variable(monkeypatch):
     assert not ablation.smoke() and ablation.pick(smoke=1, full=2) == 2
 
 
-def test_verdict_table_escapes_pipes_and_rejects_unknown_verdicts():
+def test_verdict_table_escapes_pipes_and_rejects_unknown_verdicts(monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")  # SMOKE mode prefixes every verdict
     table = ablation.verdict_table(
         [("a claim", "|x| = 3", ablation.verdict(True)), ("another", "n/a", ablation.verdict(None))]
     )

@@ -38,7 +38,8 @@ def test_verdict_maps_true_false_none():
     assert [ablation.verdict(x) for x in (yes, no, nan)] == [HOLDS, FAILS, FAILS]  # pyright: ignore[reportArgumentType]
 
 
-def test_verdict_table_keeps_rows_in_order_and_accepts_only_the_three_verdicts():
+def test_verdict_table_keeps_rows_in_order_and_accepts_only_the_three_verdicts(monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")  # SMOKE mode prefixes every verdict
     rows = [("c1", "m1", HOLDS), ("c2", "m2", FAILS), ("c3", "m3", UNSURE)]
     lines = ablation.verdict_table(rows).splitlines()
     assert lines[:2] == ["| claim | measured | verdict |", "| --- | --- | --- |"]

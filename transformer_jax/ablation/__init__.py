@@ -21,9 +21,22 @@ claims by two one-sided tests against a margin stated before the run. An arm's l
 comes from a sweep scored on a dev split carved from the training text (`tuning`); every run
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
 (`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes.
+Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
+n), and results.json keeps the specs it was judged under.
 """
 
 from transformer_jax.ablation import probes
+from transformer_jax.ablation.claims import (
+    Claim,
+    Criterion,
+    Power,
+    Revision,
+    check_claims,
+    data_date,
+    exploratory,
+    register,
+    spec_record,
+)
 from transformer_jax.ablation.paths import (
     REUSE_ENV,
     SMOKE_ENV,
@@ -52,6 +65,7 @@ from transformer_jax.ablation.results import (
     GALLERY_PAGE,
     GALLERY_START,
     PREDATES,
+    SMOKE_VERDICT,
     VERDICTS,
     config_dict,
     gallery_markdown,
@@ -103,21 +117,29 @@ __all__ = [
     "RETRAIN_ENV",
     "REUSE_ENV",
     "SMOKE_ENV",
+    "SMOKE_VERDICT",
     "START_COMMIT",
     "SUMMARY_FILE",
     "VERDICTS",
+    "Claim",
     "Comparison",
+    "Criterion",
     "Curves",
+    "Power",
+    "Revision",
     "arm_record",
     "bleu_of_stats",
     "bleu_stats",
+    "check_claims",
     "combine",
     "committed_note",
     "config_dict",
     "config_hash",
+    "data_date",
     "decide",
     "dev_split",
     "eval_loss",
+    "exploratory",
     "gallery_markdown",
     "git_commit",
     "kept_measurement",
@@ -132,6 +154,7 @@ __all__ = [
     "pick_lr",
     "probes",
     "read_curves",
+    "register",
     "repo_root",
     "results_dir",
     "row",
@@ -145,6 +168,7 @@ __all__ = [
     "seeds",
     "shakespeare_config",
     "smoke",
+    "spec_record",
     "steps_for_seconds",
     "sweep_lr",
     "t_interval",

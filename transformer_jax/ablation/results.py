@@ -6,17 +6,21 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformer_jax.ablation import runs
+from transformer_jax.ablation.claims import Claim, check_claims, exploratory, spec_record, stored_spec
 from transformer_jax.ablation.paths import START_COMMIT, START_TIME, repo_root, results_dir, smoke
 from transformer_jax.ablation.protocol import PROTOCOL
 from transformer_jax.ablation.stats import FAILS, HOLDS, UNSURE, Comparison
 from transformer_jax.core import configlib
 
 VERDICTS = (HOLDS, FAILS, UNSURE)
+SMOKE_VERDICT = "SMOKE (decides nothing): "
+"""Prefixed to every verdict a SMOKE run prints: its sizes are too small for a verdict to mean anything."""
 
 
 def config_dict(cfg: Any) -> Any:
@@ -33,12 +37,17 @@ def save_results(
     seed: int = 0,
     seeds: Sequence[int] | None = None,
     comparisons: Mapping[str, Comparison | Sequence[Comparison]] | None = None,
+    claims: Sequence[Claim] | None = None,
 ) -> pathlib.Path:
     """Writes ``results.json`` (the figures' numbers, the exact configs, seed, git commit, mode,
     date) and one PNG per matplotlib figure into `results_dir`; returns the folder. Under the
     protocol, ``seeds`` lists every arm's seeds, and ``comparisons`` (claim -> a `Comparison`, or
     a list of them for a claim of several parts) go to ``results["comparisons"]`` with n, mean,
-    interval, margin and verdict; the record is then marked ``"protocol"``."""
+    interval, margin and verdict; the record is then marked ``"protocol"``. ``claims``, the
+    notebook's registered `claims.Claim` specs, are checked against the comparisons
+    (`claims.check_claims`) and stored under ``"claims"``."""
+    if claims is not None:
+        check_claims(claims, comparisons or {})
     out = results_dir(notebook)
     if comparisons is not None:
         results = {**results, "comparisons": {claim: _record(c) for claim, c in comparisons.items()}}
@@ -47,6 +56,7 @@ def save_results(
         "mode": "smoke" if smoke() else "full",
         "git_commit": START_COMMIT,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(START_TIME)),
         "seed": seed,
         "results": results,
         "configs": {k: config_dict(v) for k, v in (configs or {}).items()},
@@ -55,6 +65,8 @@ def save_results(
         record["seeds"] = [int(s) for s in seeds]
     if comparisons is not None:
         record["protocol"] = PROTOCOL
+    if claims is not None:
+        record["claims"] = spec_record(claims)
     if runs._REUSED:
         record["reused_runs"] = dict(runs._REUSED)
     record["wall_clock"] = wall_clock()
@@ -104,13 +116,15 @@ def verdict(holds: bool | None) -> str:
 
 
 def verdict_table(rows: Sequence[tuple[str, str, str]]) -> str:
-    """A Markdown table of (claim, what we measured, verdict) rows; verdicts from ``VERDICTS``."""
+    """A Markdown table of (claim, what we measured, verdict) rows; verdicts from ``VERDICTS``, each
+    shown after ``SMOKE_VERDICT`` in SMOKE mode."""
     for claim, _, v in rows:
         if v not in VERDICTS:
             raise ValueError(f"verdict {v!r} for {claim!r}: use one of {', '.join(VERDICTS)}")
     cell = lambda text: str(text).replace("|", "\\|")
+    prefix = SMOKE_VERDICT if smoke() else ""
     lines = ["| claim | measured | verdict |", "| --- | --- | --- |"]
-    lines += [f"| {cell(c)} | {cell(m)} | {v} |" for c, m, v in rows]
+    lines += [f"| {cell(c)} | {cell(m)} | {prefix}{v} |" for c, m, v in rows]
     return "\n".join(lines)
 
 
@@ -137,7 +151,7 @@ def gallery_markdown(root: pathlib.Path | None = None, page_dir: pathlib.Path | 
             continue
         folder = path.parent.relative_to(root).as_posix()
         figures = "\n".join(f"![{png.stem}]({link(png)})" for png in sorted(path.parent.glob("*.png")))
-        table = record["results"].get("verdicts", "")
+        table = _registered(record["results"].get("verdicts", ""), record)
         if record.get("protocol") != PROTOCOL:
             table += f"\n\n{PREDATES}"
         parts.append(
@@ -146,6 +160,45 @@ def gallery_markdown(root: pathlib.Path | None = None, page_dir: pathlib.Path | 
             f"{record.get('date', '')}; numbers and configs in `{folder}/results.json`.{_wall_clock_text(record)}"
         )
     return "\n\n".join(parts) if parts else "(no FULL results committed yet)"
+
+
+EXPLORATORY = (
+    "*exploratory*: the row's criterion was changed after the run's numbers were seen (`claims` in "
+    "results.json holds the change and why); it decides nothing until rerun on new data."
+)
+CHECKS_HEAD = (
+    "Checks: identities and properties fixed by the probe's construction. They could not have come out "
+    "the other way, so they test the code, not the notes, and are not verdicts."
+)
+
+
+def _registered(table: str, record: dict[str, Any]) -> str:
+    """The verdict ``table`` of a record with registered claims: rows of a check moved to a checks
+    table, rows of an exploratory claim labelled so (`claims.exploratory`)."""
+    specs = record.get("claims")
+    if not specs or not table:
+        return table
+    lines = table.splitlines()
+    verdicts, checks, flagged = lines[:2], [], False
+    for line in lines[2:]:
+        claim, measured, v = (c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1])
+        name = claim.replace("\\|", "|")
+        spec = stored_spec(specs, name)
+        if spec is None:
+            raise ValueError(f"{record['notebook']}: the verdict row {name!r} has no registered claim")
+        if spec.get("check"):
+            word, why = {HOLDS: "agrees", FAILS: "disagrees"}.get(v, v), spec["why"].replace("|", "\\|")
+            checks.append(f"| {claim} | {why} | {measured} | {word} |")
+        elif exploratory(spec, record):
+            verdicts.append(f"| {claim} | {measured} | {v} (exploratory) |")
+            flagged = True
+        else:
+            verdicts.append(line)
+    out = "\n".join(verdicts) + (f"\n\n{EXPLORATORY}" if flagged else "")
+    if checks:
+        head = ["| check | why it cannot decide | measured | result |", "| --- | --- | --- | --- |"]
+        out += f"\n\n{CHECKS_HEAD}\n\n" + "\n".join(head + checks)
+    return out
 
 
 def update_gallery(page: pathlib.Path | None = None, root: pathlib.Path | None = None) -> bool:

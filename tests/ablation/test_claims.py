@@ -1,0 +1,135 @@
+"""Claims registered before the run (`ablation.claims`): specs that judge the comparisons saved
+under them, the power calculation, exploratory rows, checks out of the verdict table, and SMOKE
+verdicts that say they decide nothing."""
+
+import json
+
+import pytest
+
+from transformer_jax import ablation
+
+HOLDS, FAILS, UNSURE = ablation.VERDICTS
+OLD = ablation.Revision("2026-12-05", "registered", "written down after the run")
+
+
+def _claim(name="Fine experts do at least as well", margin=0.01, **kw):
+    return ablation.Claim(
+        name,
+        notes="002.txt",
+        says="finer experts specialise better",
+        measure="loss fine - coarse",
+        criteria=(ablation.Criterion("not greater", margin=margin),),
+        why="negligible",
+        n=3,
+        **kw,
+    )
+
+
+def test_criterion_takes_a_margin_for_an_equivalence_only():
+    assert ablation.Criterion("less").level == 0.95 and ablation.Criterion("equal", margin=0.1).level == 0.90
+    for bad in (dict(expect="less", margin=0.1), dict(expect="equal"), dict(expect="smaller")):
+        with pytest.raises(ValueError):
+            ablation.Criterion(**bad)  # type: ignore[arg-type]
+
+
+def test_check_claims_refuses_comparisons_judged_otherwise():
+    specs = ablation.register(_claim())
+    fine, coarse = [1.70, 1.72, 1.69], [1.71, 1.70, 1.70]
+    ablation.check_claims(specs, {specs[0].name: ablation.paired(fine, coarse, expect="not greater", margin=0.01)})
+    with pytest.raises(ValueError, match="registered"):  # the margin was widened after the fact
+        ablation.check_claims(specs, {specs[0].name: ablation.paired(fine, coarse, expect="not greater", margin=0.05)})
+    with pytest.raises(ValueError, match="matches 0 registered claims"):
+        ablation.check_claims(specs, {"Another claim": ablation.paired(fine, expect="less")})
+    with pytest.raises(ValueError, match="without a verdict row"):
+        ablation.check_claims(specs, {})
+    with pytest.raises(ValueError, match="declared twice or also matches"):
+        ablation.register(_claim("A"), _claim("A (lr 0.1)"))
+
+
+def test_criteria_judge_blocks_of_parts_and_rows_named_after_the_claim():
+    two = ablation.Claim(
+        "Gradient slope",
+        notes="000.txt",
+        says="s",
+        measure="m",
+        criteria=(ablation.Criterion("equal", 1.0, 0.5), ablation.Criterion("equal", 0.0, "1/L")),
+        why="w",
+        n=8,
+    )
+    post = [ablation.paired([1.0, 1.1, 0.9], expect="equal", reference=1.0, margin=0.5)] * 2
+    pre = [ablation.paired([0.0, 0.01, -0.01], expect="equal", margin=1 / d) for d in (6, 18)]
+    ablation.check_claims([two], {"Gradient slope at 6 and 18 layers": post + pre})
+    with pytest.raises(ValueError, match="part 2"):  # the blocks swapped: pre judged against 1 +- 0.5
+        ablation.check_claims([two], {"Gradient slope": post[:1] + pre[:1] + post[:1] + pre[:1]})
+    unmeasured = ablation.Comparison.unmeasured("less", "diverged")
+    ablation.check_claims([two], {"Gradient slope": [unmeasured]})  # nothing measured: nothing to judge
+
+
+def test_power_n_for_a_direction_and_an_equivalence():
+    # one-sided paired t, effect = 1 sd, alpha 0.05, power 0.8: 8 (noncentral t: power 0.815 at 8, 0.754 at 7)
+    assert ablation.Power(sd=1.0, effect=1.0, pilot="p").n() == 8
+    # issue 39's audit: a 0.01-nat margin with a paired sd of 0.024 needs ~50 seeds, not 3
+    assert ablation.Power(sd=0.0243, effect=0.01, pilot="p", equivalence=True).n() == 53
+    record = _claim(power=ablation.Power(sd=0.0243, effect=0.01, pilot="p", equivalence=True)).as_dict()
+    assert record["power"]["n"] == 53 and record["alpha"] == 0.05 and record["n"] == 3
+
+
+def test_a_criterion_changed_after_the_numbers_is_exploratory_until_rerun_on_new_data():
+    changed = ablation.Revision("2026-12-03", "margin 0.5", "after a 'does not hold'", seen="2026-12-02")
+    run = {"date": "2026-12-03 21:54:09 UTC", "reused_runs": {"a s0": "a.json (trained 2026-12-02 08:00:00 UTC, c)"}}
+    assert ablation.data_date(run) == "2026-12-02 08:00:00"
+    spec = lambda *h: json.loads(json.dumps(_claim(history=h).as_dict()))
+    assert not ablation.exploratory(spec(OLD), run)
+    assert ablation.exploratory(spec(OLD, changed), run)
+    fresh = ablation.Revision("2026-12-06", "rerun", "seeds 3-5, never run before", fresh=True)
+    assert ablation.exploratory(spec(OLD, changed, fresh), run)  # the same old runs reused: still exploratory
+    rerun = {"date": "2026-12-07 10:00:00 UTC", "started": "2026-12-06 09:00:00 UTC"}
+    assert not ablation.exploratory(spec(OLD, changed, fresh), rerun)
+    assert ablation.exploratory(spec(OLD, fresh, changed), rerun)  # changed again after the rerun
+
+
+def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tmp_path, monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")
+    changed = ablation.Revision("2026-12-03", "margin", "after the numbers", seen="2026-12-03")
+    specs = ablation.register(
+        _claim("Decided before"),
+        _claim("Decided after", history=(OLD, changed)),
+        _claim("An identity", check=True),
+    )
+    rows = [("Decided before (lr 0.1)", "m1", HOLDS), ("Decided after", "m|2", UNSURE), ("An identity", "m3", HOLDS)]
+    folder = tmp_path / "experiments" / "results" / "demo"
+    folder.mkdir(parents=True)
+    record = {"notebook": "demo", "mode": "full", "date": "2026-12-03 10:00:00 UTC", "protocol": ablation.PROTOCOL}
+    record |= {"results": {"verdicts": ablation.verdict_table(rows)}, "claims": ablation.spec_record(specs)}
+    (folder / "results.json").write_text(json.dumps(record))
+    md = ablation.gallery_markdown(tmp_path)
+    verdicts, checks = md.split("Checks:")
+    assert (
+        "| Decided before (lr 0.1) | m1 | holds |" in verdicts
+        and "| Decided after | m\\|2 | inconclusive (exploratory) |" in verdicts
+    )
+    assert "An identity" not in verdicts and "| An identity | negligible | m3 | agrees |" in checks
+
+
+def test_smoke_verdicts_say_they_decide_nothing(monkeypatch):
+    rows = [("c1", "m1", HOLDS), ("c2", "m2", FAILS)]
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    lines = ablation.verdict_table(rows).splitlines()[2:]
+    assert lines == [
+        "| c1 | m1 | SMOKE (decides nothing): holds |",
+        "| c2 | m2 | SMOKE (decides nothing): does not hold |",
+    ]
+    monkeypatch.setenv(ablation.SMOKE_ENV, "0")
+    assert "SMOKE" not in ablation.verdict_table(rows)
+
+
+def test_save_results_stores_the_specs_it_ran_under_and_refuses_others(monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")  # results go to a temporary folder
+    specs = ablation.register(_claim())
+    good = {specs[0].name: ablation.paired([1.70, 1.72, 1.69], [1.71, 1.7, 1.7], expect="not greater", margin=0.01)}
+    out = ablation.save_results("claims_demo", {"verdicts": ""}, comparisons=good, claims=specs)
+    record = json.loads((out / "results.json").read_text())
+    assert record["claims"] == json.loads(json.dumps(ablation.spec_record(specs))) and "started" in record
+    bad = {specs[0].name: ablation.paired([1.70, 1.72, 1.69], expect="less", reference=1.8)}
+    with pytest.raises(ValueError, match="registered"):
+        ablation.save_results("claims_demo", {"verdicts": ""}, comparisons=bad, claims=specs)

@@ -1,0 +1,209 @@
+"""Claims registered before the run (issue 39, item 1): what a notebook tests, fixed in one place.
+
+A notebook declares its `Claim` specs in one cell and passes them to `results.save_results`,
+which stores them in results.json (``"claims"``) beside the comparisons they judged, after checking
+that every comparison is judged by its claim's `Criterion` (`check_claims`). A test compares each
+notebook's current specs with the ones its committed results were run under, so a changed
+criterion forces a rerun; a criterion changed after a run's numbers were seen stays in the spec's
+``history`` (`Revision` with ``seen``), and the gallery labels its row *exploratory* until a
+registered rerun on new data (`exploratory`). A claim that cannot come out the other way (an
+identity, a property of the probe's construction) is a *check*: shown, never a verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from transformer_jax.ablation.stats import DIRECTIONS, EXPECTS, Comparison, default_level, t_quantile
+
+
+@dataclasses.dataclass(frozen=True)
+class Criterion:
+    """How one part of a claim is judged (`stats.decide`): ``expect``, the ``reference`` (a number,
+    or words for one measured in the run, such as the unigram loss), the equivalence ``margin`` (a
+    number, or words for a rule such as ``"1/L"``) and the interval's ``level`` (default: 0.95 for a
+    direction, 0.90 for two one-sided tests)."""
+
+    expect: str
+    reference: float | str = 0.0
+    margin: float | str | None = None
+    level: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.expect not in EXPECTS:
+            raise ValueError(f"Criterion(expect={self.expect!r}): use one of {', '.join(EXPECTS)}")
+        if (self.margin is None) != (self.expect in DIRECTIONS):
+            raise ValueError(f"Criterion({self.expect!r}, margin={self.margin}): a margin is for an equivalence only")
+        if self.level is None:
+            object.__setattr__(self, "level", default_level(self.expect))
+
+    def mismatch(self, c: Comparison) -> str | None:
+        """Why comparison ``c`` was not judged by this criterion (None when it was)."""
+        same_ref = isinstance(self.reference, str) or math.isclose(float(self.reference), c.reference)
+        same_margin = (self.margin is None) == (c.margin is None) and (
+            not isinstance(self.margin, float | int) or c.margin is None or math.isclose(self.margin, c.margin)
+        )
+        if c.expect == self.expect and same_ref and same_margin and math.isclose(float(self.level or 0), c.level):
+            return None
+        judged = f"expect={c.expect!r}, reference={c.reference}, margin={c.margin}, level={c.level}"
+        return f"registered {self!r}, judged by {judged}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Power:
+    """The inputs of a power calculation for a paired t test: the ``sd`` of the paired difference
+    (from ``pilot``, the run it was read from), the ``effect`` to detect (a direction) or the
+    equivalence margin (with a true difference of 0), ``alpha`` per one-sided test, and ``power``."""
+
+    sd: float
+    effect: float
+    pilot: str
+    alpha: float = 0.05
+    power: float = 0.8
+    equivalence: bool = False
+
+    def n(self) -> int:
+        """The smallest n with ((t_{1-alpha} + t_{power'}) * sd / effect)^2 <= n, t with n-1 degrees of
+        freedom; power' = power for a direction, 1 - (1 - power)/2 for two one-sided tests."""
+        if self.sd <= 0 or self.effect <= 0:
+            raise ValueError(f"{self}: sd and effect must be positive")
+        beta = (1 - self.power) / 2 if self.equivalence else 1 - self.power
+        for n in range(2, 100_000):
+            t = t_quantile(1 - self.alpha, n - 1) + t_quantile(1 - beta, n - 1)
+            if (t * self.sd / self.effect) ** 2 <= n:
+                return n
+        raise ValueError(f"{self}: needs more than 100,000 seeds")
+
+
+@dataclasses.dataclass(frozen=True)
+class Revision:
+    """One entry of a spec's history: ``date``, what changed, and why. ``seen``: the date of the run
+    whose numbers were seen before the change (None: fixed before any run it judges); the claim is
+    then exploratory until a later entry with ``fresh`` registers a rerun on data nobody has seen
+    (new seeds or items: the same seeds reproduce the same numbers), run on or after its ``date``."""
+
+    date: str
+    change: str
+    reason: str
+    seen: str | None = None
+    fresh: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A claim as registered: ``name`` (the verdict row; rows ``name (…)`` belong to it too, e.g. one
+    per learning rate), the ``notes`` file and the claim in our words (``says``), the ``measure``, one
+    `Criterion` per part, ``why`` that direction or margin, ``n`` per arm (seeds, items or points)
+    and the `Power` calculation behind it if any, ``check`` for an identity (never a verdict), and
+    the ``history`` of its criterion."""
+
+    name: str
+    notes: str
+    says: str
+    measure: str
+    criteria: tuple[Criterion, ...]
+    why: str
+    n: int
+    power: Power | None = None
+    check: bool = False
+    history: tuple[Revision, ...] = ()
+
+    @property
+    def alpha(self) -> float:
+        """The error rate of each part: 1 - level for a direction, (1 - level)/2 per one-sided test."""
+        c = self.criteria[0]
+        return round((1 - float(c.level or 0)) / (1 if c.expect in DIRECTIONS else 2), 6)
+
+    def matches(self, row: str) -> bool:
+        return row_of(row, self.name)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["alpha"] = self.alpha
+        if self.power is not None:
+            d["power"]["n"] = self.power.n()
+        return d
+
+
+def row_of(row: str, name: str) -> bool:
+    """Whether verdict row ``row`` belongs to the claim ``name``: the same, or ``name`` and more words."""
+    return row == name or row.startswith(name + " ")
+
+
+def stored_spec(specs: Mapping[str, Any], row: str) -> Any:
+    """The spec of ``row`` among the specs a results.json stores (`spec_record`); None if none."""
+    return next((s for name, s in specs.items() if row_of(row, name)), None)
+
+
+def register(*specs: Claim) -> tuple[Claim, ...]:
+    """A notebook's specs, checked: unique names, no row matched by two of them."""
+    names = [c.name for c in specs]
+    for c in specs:
+        clash = [o.name for o in specs if o is not c and c.matches(o.name)]
+        if names.count(c.name) > 1 or clash:
+            raise ValueError(f"claim {c.name!r} is declared twice or also matches {clash}")
+    return tuple(specs)
+
+
+def claim_of(specs: Iterable[Claim], row: str) -> Claim:
+    found = [c for c in specs if c.matches(row)]
+    if len(found) != 1:
+        raise ValueError(f"the verdict row {row!r} matches {len(found)} registered claims (need exactly one)")
+    return found[0]
+
+
+def check_claims(specs: Sequence[Claim], comparisons: Mapping[str, Comparison | Sequence[Comparison]]) -> None:
+    """Raises ValueError unless every row of ``comparisons`` belongs to one claim whose criteria
+    judged its parts, and every claim has a row: results are saved under the registered specs only.
+    With k criteria and m parts (m a multiple of k), criterion i judges the i-th block of m/k parts
+    (one criterion judges every part; a part per depth or learning rate repeats its criterion). A
+    part that was not measured (`Comparison.unmeasured`) is judged by nothing."""
+    for row, given in comparisons.items():
+        parts = [given] if isinstance(given, Comparison) else list(given)
+        spec = claim_of(specs, row)
+        measured = [p for p in parts if not p.method.startswith("not measured")]
+        if not measured:
+            continue
+        k = len(spec.criteria)
+        if len(parts) % k:
+            raise ValueError(f"{row!r}: {len(parts)} comparisons for {k} registered criteria")
+        for i, part in enumerate(parts):
+            unmeasured = part.method.startswith("not measured")
+            why = None if unmeasured else spec.criteria[i // (len(parts) // k)].mismatch(part)
+            if why is not None:
+                raise ValueError(f"{row!r}, part {i + 1}: {why}")
+    unused = [c.name for c in specs if not any(c.matches(r) for r in comparisons)]
+    if unused:
+        raise ValueError(f"registered claims without a verdict row: {unused}")
+
+
+def spec_record(specs: Iterable[Claim]) -> dict[str, dict[str, Any]]:
+    """The ``"claims"`` entry of results.json."""
+    return {c.name: c.as_dict() for c in specs}
+
+
+_TRAINED = re.compile(r"trained (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+
+
+def data_date(record: Mapping[str, Any]) -> str:
+    """When the oldest data of a results record was produced: the earliest ``trained`` date of the
+    runs it reused, else the sitting's start (``started``), else its ``date``."""
+    dates = [m.group(1) for v in (record.get("reused_runs") or {}).values() if (m := _TRAINED.search(str(v)))]
+    own = str(record.get("started") or record.get("date") or "")
+    return min([*dates, own[:19]]) if dates or own else ""
+
+
+def exploratory(spec: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
+    """Whether a stored spec's row is exploratory in results ``record``: its criterion was changed
+    after numbers were seen (a `Revision` with ``seen``), and no later ``fresh`` revision registers a
+    rerun whose data (`data_date`) is as new as that revision."""
+    history = list(spec.get("history") or ())
+    changed = [i for i, r in enumerate(history) if r.get("seen")]
+    if not changed:
+        return False
+    oldest = data_date(record)[:10]
+    return not any(r.get("fresh") and oldest >= str(r["date"])[:10] for r in history[changed[-1] + 1 :])
