@@ -45,6 +45,18 @@ def test_zigzag_layout_puts_chunks_i_and_2n_minus_1_minus_i_on_device_i():
         zigzag_perm(12, 4)
 
 
+def test_zigzag_balances_causal_work_where_contiguous_does_not():
+    """Visible (query, key) pairs per device under the causal mask: equal in zigzag order."""
+
+    def work(layout):
+        return [
+            int((np.arange(64)[None, :] <= np.asarray(layout_index(16, 4, i, layout))[:, None]).sum()) for i in range(4)
+        ]
+
+    assert len(set(work("zigzag"))) == 1
+    assert work("contiguous")[-1] > 6 * work("contiguous")[0]
+
+
 @pytest.mark.parametrize(
     "impl, kind, window, segments",
     [
