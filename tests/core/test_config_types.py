@@ -13,6 +13,7 @@ from transformer_jax.models import ModelConfig
 from transformer_jax.models.lora import LoraConfig
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.parallel import MeshConfig
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.optim import OptimConfig
@@ -21,6 +22,7 @@ CONFIGS = {
     "model": ModelConfig(),
     "model.moe": MoEConfig(),
     "model.mla": MLAConfig(),
+    "model.mtp": MTPConfig(),
     "train": TrainConfig(),
     "train.optim": OptimConfig(),
     "data": DataConfig(),
