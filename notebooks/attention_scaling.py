@@ -75,6 +75,70 @@ print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| de
 print(ablation.committed_note(NOTEBOOK))
 
 # %% [markdown]
+# ## Claims, registered
+# What each verdict row tests, in one place: the notes' claim (in our words, with its file), the
+# measure, the criterion and why, the interval's level, n (and the power calculation behind n where
+# there is one). `ablation.save_results` refuses comparisons judged otherwise and stores these
+# specs in results.json; a test fails when they differ from the specs of the committed results, so
+# a changed criterion means a rerun. A criterion changed after a run's numbers were seen keeps the
+# change in its `history`, and the gallery calls its row exploratory until it is rerun on new data.
+# A `check` is an identity or a property of the probe's construction: shown, never a verdict.
+
+# %%
+REGISTERED = ablation.Revision(
+    "2026-12-05",
+    "registered",
+    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
+)
+IDENTITY = "q and k are drawn iid N(0, 1) and the logits come from this notebook's einsum, not the library"
+claim = lambda name, **kw: ablation.Claim(
+    name, **{"notes": "004_0c7acc088a14ef8a.txt", "n": 3, "history": (REGISTERED,), **kw}
+)
+CLAIMS = ablation.register(
+    claim(
+        "Unscaled logits have variance ~ d_k; scaled ones ~ 1",
+        says="dividing QK^T by sqrt(d_k) keeps the variance stable; without it dot products grow with d",
+        measure="log-log slope of the unscaled logits' variance against d_k; largest |ln variance| when scaled",
+        criteria=(ablation.Criterion("equal", 1.0, 0.1), ablation.Criterion("less", "ln 1.3")),
+        why=f"an identity: {IDENTITY}, so Var = d_k by construction",
+        n=5,
+        check=True,
+    ),
+    claim(
+        "Without scaling the softmax saturates as d_k grows",
+        says="large dot products make the softmax inputs large",
+        measure="mean largest softmax weight at the largest d_k, unscaled then scaled",
+        criteria=(ablation.Criterion("greater", 0.8), ablation.Criterion("less", 0.5)),
+        why=f"follows by construction: {IDENTITY}; logits of std sqrt(d_k) saturate any softmax",
+        n=5,
+        check=True,
+    ),
+    claim(
+        "... and the gradient through the softmax vanishes",
+        says="a softmax with large inputs has small gradients",
+        measure="softmax Jacobian norm at the largest d_k unscaled, over the smaller of two references",
+        criteria=(ablation.Criterion("less", 0.5),),
+        why=f"follows by construction: {IDENTITY}; the gradient reaching q through the library grows",
+        n=5,
+        check=True,
+    ),
+    claim(
+        "Training without the factor ends worse at",
+        says="without the factor the softmax saturates and the gradients are small, so training suffers",
+        measure="final validation loss, unscaled minus scaled, paired by seed, per d_k",
+        criteria=(ablation.Criterion("greater"),),
+        why="a direction: any loss difference above zero beyond the seed noise",
+    ),
+    claim(
+        "... and more so at larger d_k",
+        says="the variance, and so the harm, grows with d_k",
+        measure="the unscaled-minus-scaled gap at the largest d_k minus the gap at the smallest",
+        criteria=(ablation.Criterion("greater"),),
+        why="a direction",
+    ),
+)
+
+# %% [markdown]
 # ## Part 1: logits, saturation and gradients against d_k
 # Random q, k, v with unit-variance entries, one query over S = 64 keys, N samples per draw; one
 # draw per probe seed.
@@ -271,5 +335,6 @@ out = ablation.save_results(
     configs=configs,
     seeds=SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
+    claims=CLAIMS,
 )
 print("results in", out)

@@ -73,6 +73,58 @@ SEEDS = ablation.seeds()
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
+# %% [markdown]
+# ## Claims, registered
+# What each verdict row tests, in one place: the notes' claim (in our words, with its file), the
+# measure, the criterion and why, the interval's level, n (and the power calculation behind n where
+# there is one). `ablation.save_results` refuses comparisons judged otherwise and stores these
+# specs in results.json; a test fails when they differ from the specs of the committed results, so
+# a changed criterion means a rerun. A criterion changed after a run's numbers were seen keeps the
+# change in its `history`, and the gallery calls its row exploratory until it is rerun on new data.
+# A `check` is an identity or a property of the probe's construction: shown, never a verdict.
+
+# %%
+REGISTERED = ablation.Revision(
+    "2026-12-05",
+    "registered",
+    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
+)
+claim = lambda name, **kw: ablation.Claim(name, **{"notes": "004_0c7acc088a14ef8a.txt", "n": 3, **kw})
+CLAIMS = ablation.register(
+    claim(
+        "Without the mask the training loss collapses (the model copies the visible next token)",
+        says="trained without the causal mask, the loss gets very low because the model only learns to copy",
+        measure="final training loss, unmasked-trained minus half the masked-trained's, paired by seed, per LR",
+        criteria=(ablation.Criterion("less"),),
+        why="'very low' read as below half the masked model's loss: copying the visible token needs no model",
+        history=(REGISTERED,),
+    ),
+    claim(
+        "... but evaluation with the mask fails",
+        says="the copying model's low loss is an illusion that shows as soon as the future is hidden",
+        measure="validation loss with the mask, unmasked-trained minus masked-trained, paired by seed, per LR",
+        criteria=(ablation.Criterion("greater", 0.5),),
+        why="worse by more than 0.5 nats: far beyond seed-to-seed noise (about 0.01 nats here)",
+        history=(REGISTERED,),
+    ),
+    claim(
+        "... and so does generation",
+        says="the problem only shows when the model is used for real, i.e. when it generates",
+        measure="share of sampled characters inside real words, unmasked-trained minus masked-trained, per LR",
+        criteria=(ablation.Criterion("less", -0.2),),
+        why="lower by more than 0.2 of the sample: text visibly less like English",
+        history=(
+            REGISTERED,
+            ablation.Revision(
+                "2026-12-01",
+                "generation judged by the share of characters in real words, not the share of real words",
+                "a sample of newlines and 'o'/'me' scored 0.65 words-real under the first metric (commit 658a7e1)",
+                seen="2026-12-01",
+            ),
+        ),
+    ),
+)
+
 # %%
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
 LRS = ablation.pick(smoke=(1e-3,), full=(1e-3, 3e-3))
@@ -253,5 +305,6 @@ out = ablation.save_results(
     configs=configs,
     seeds=SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
+    claims=CLAIMS,
 )
 print("results in", out)

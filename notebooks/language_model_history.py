@@ -92,6 +92,66 @@ WIN, LSTM, TF = "fixed-window (Bengio 2003)", "LSTM (2 layers)", "Transformer"
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
+# %% [markdown]
+# ## Claims, registered
+# What each verdict row tests, in one place: the notes' claim (in our words, with its file), the
+# measure, the criterion and why, the interval's level, n (and the power calculation behind n where
+# there is one). `ablation.save_results` refuses comparisons judged otherwise and stores these
+# specs in results.json; a test fails when they differ from the specs of the committed results, so
+# a changed criterion means a rerun. A criterion changed after a run's numbers were seen keeps the
+# change in its `history`, and the gallery calls its row exploratory until it is rerun on new data.
+# A `check` is an identity or a property of the probe's construction: shown, never a verdict.
+
+# %%
+REGISTERED = ablation.Revision(
+    "2026-12-05",
+    "registered",
+    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
+)
+claim = lambda name, **kw: ablation.Claim(
+    name, **{"notes": "004_0c7acc088a14ef8a.txt", "n": 3, "history": (REGISTERED,), **kw}
+)
+CLAIMS = ablation.register(
+    claim(
+        "A neural fixed-window LM beats the n-gram",
+        says="the fixed-window neural LM has no sparsity or memory problem (the notes do not say lower perplexity)",
+        measure="validation perplexity, window LM minus the n-gram (order chosen on dev), paired by seed",
+        criteria=(ablation.Criterion("less"),),
+        why="a direction",
+    ),
+    claim(
+        "An RNN beats the fixed-window LM",
+        says="an RNN is not held to a fixed window and handles long sentences much better",
+        measure="validation perplexity, LSTM minus window LM, at equal steps, then at equal wall-clock",
+        criteria=(ablation.Criterion("less"),),
+        why="directions",
+    ),
+    claim(
+        "The Transformer beats the RNN at about the same parameters and steps",
+        notes="000_20579b809c9e1b51.txt",
+        says="not what the notes say: limitation 4 is that a Transformer does worse than classic models on small data",
+        measure="validation perplexity, Transformer minus LSTM, context 64 then 256",
+        criteria=(ablation.Criterion("less"),),
+        why="directions",
+    ),
+    claim(
+        "The Transformer beats the RNN at equal wall-clock",
+        notes="000_20579b809c9e1b51.txt",
+        says="not what the notes say, as above (004 claims parallel, faster training, the next row)",
+        measure="validation perplexity, Transformer minus the LSTM trained for the same measured time",
+        criteria=(ablation.Criterion("less"),),
+        why="a direction",
+    ),
+    claim(
+        "The Transformer trains faster than the RNN",
+        says="an RNN trains slowly, more so for long sentences, since it cannot be parallelised like a Transformer",
+        measure="training tokens/s, Transformer minus LSTM, paired by timing round, context 64 then 256",
+        criteria=(ablation.Criterion("greater"),),
+        why="directions",
+        n=9,
+    ),
+)
+
 # %%
 # FULL: one validation pass, at the end (only the final loss is read; each pass over the whole
 # validation split costs as much as 20-40 training steps)
@@ -306,6 +366,7 @@ out = ablation.save_results(
     configs=configs,
     seeds=SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
+    claims=CLAIMS,
 )
 print("results in", out)
 

@@ -79,6 +79,66 @@ SEEDS = ablation.seeds()
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
+# %% [markdown]
+# ## Claims, registered
+# What each verdict row tests, in one place: the notes' claim (in our words, with its file), the
+# measure, the criterion and why, the interval's level, n (and the power calculation behind n where
+# there is one). `ablation.save_results` refuses comparisons judged otherwise and stores these
+# specs in results.json; a test fails when they differ from the specs of the committed results, so
+# a changed criterion means a rerun. A criterion changed after a run's numbers were seen keeps the
+# change in its `history`, and the gallery calls its row exploratory until it is rerun on new data.
+# A `check` is an identity or a property of the probe's construction: shown, never a verdict.
+
+# %%
+REGISTERED = ablation.Revision(
+    "2026-12-05",
+    "registered",
+    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
+)
+claim = lambda name, **kw: ablation.Claim(
+    name, **{"notes": "002_aa3d7b0c5341285e.txt", "n": 3, "history": (REGISTERED,), **kw}
+)
+CLAIMS = ablation.register(
+    claim(
+        "At equal active parameters MoE beats dense in the same steps",
+        says="routing each token to a few experts adds capacity without adding compute per token",
+        measure="final validation loss, GShard top-2 minus dense, paired by seed (the other MoE arms shown)",
+        criteria=(ablation.Criterion("less"),),
+        why="a direction; GShard top-2 is the arm tested, fixed before the run",
+    ),
+    claim(
+        "Fine-grained + shared experts do at least as well as coarse top-2",
+        says="DeepSeekMoE's finer experts, more of them per token, plus shared experts, specialise better",
+        measure="final validation loss, DeepSeekMoE minus GShard top-2 (same balance loss), paired by seed",
+        criteria=(ablation.Criterion("not greater", margin=0.01),),
+        why="0.01 nats, set before the run as negligible; the power calculation, read after the run from its "
+        "own sd, needs 53 seeds: at n=3 'holds' was out of reach (issue 39)",
+        power=ablation.Power(
+            sd=0.0243, effect=0.01, pilot="the FULL run of 2026-12-03 (paired sd over 3 seeds)", equivalence=True
+        ),
+    ),
+    claim(
+        "Without balancing, the router concentrates the load",
+        says="not in the notes: the reason Switch and GShard add a balance loss",
+        measure="max/mean expert load without balancing over max/mean with the balance loss",
+        criteria=(ablation.Criterion("greater", 1.5),),
+        why="1.5x the balanced run's max/mean: a concentration well beyond the seed noise",
+    ),
+    claim(
+        "The loss-free bias evens the load without an auxiliary loss",
+        says="not in the notes: DeepSeek-V3's auxiliary-loss-free balancing",
+        measure="max/mean load with the bias minus without balancing; max/mean load with the bias",
+        criteria=(ablation.Criterion("less"), ablation.Criterion("less", 1.5)),
+        why="lower than without balancing, and a max/mean below 1.5",
+    ),
+)
+for c in CLAIMS:
+    if c.power is not None:
+        pw = c.power
+        print(
+            f"{c.name}: n = {pw.n()} seeds for sd {pw.sd} and margin {pw.effect} (power {pw.power}), registered n={c.n}"
+        )
+
 # %%
 # FULL: validation every 500 steps (the dots of the loss plot; each pass over the whole validation
 # split costs as much as 20-40 training steps)
@@ -250,14 +310,16 @@ out = ablation.save_results(
     configs=configs,
     seeds=SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
+    claims=CLAIMS,
 )
 print("results in", out)
 
 # %% [markdown]
 # ## Reading the FULL run (3 seeds, 2026-12-03)
-# Every tuned arm picked lr 3e-3 on the dev split. Val loss (mean +- sd, n=3): dense 1.727 +- 0.008,
-# switch 1.685 +- 0.032, GShard top-2 1.679 +- 0.035, DeepSeekMoE 1.684 +- 0.030, GShard without
-# balancing 1.677 +- 0.038, with the loss-free bias 1.685 +- 0.020.
+# Every tuned arm picked lr 3e-3 on the dev split. Val loss (mean +- the half-width of its 95% t
+# interval, n=3; not an sd): dense 1.727 +- 0.008, switch 1.685 +- 0.032, GShard top-2 1.679 +- 0.035,
+# DeepSeekMoE 1.684 +- 0.030, GShard without balancing 1.677 +- 0.038, with the loss-free bias
+# 1.685 +- 0.020.
 # - MoE beats dense at equal active parameters by 0.05 nats [0.005, 0.092]: the gain is real but
 #   the interval is wide with three seeds.
 # - DeepSeekMoE vs GShard at the same balance loss: +0.005 [-0.036, +0.046]; the interval is far

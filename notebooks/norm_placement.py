@@ -110,6 +110,107 @@ FAIL_MARGIN = 0.5  # a run "fails" when it diverges or ends within 0.5 nats of t
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
+# %% [markdown]
+# ## Claims, registered
+# What each verdict row tests, in one place: the notes' claim (in our words, with its file), the
+# measure, the criterion and why, the interval's level, n (and the power calculation behind n where
+# there is one). `ablation.save_results` refuses comparisons judged otherwise and stores these
+# specs in results.json; a test fails when they differ from the specs of the committed results, so
+# a changed criterion means a rerun. A criterion changed after a run's numbers were seen keeps the
+# change in its `history`, and the gallery calls its row exploratory until it is rerun on new data.
+# A `check` is an identity or a property of the probe's construction: shown, never a verdict.
+
+# %%
+REGISTERED = ablation.Revision(
+    "2026-12-05",
+    "registered",
+    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
+)
+claim = lambda name, **kw: ablation.Claim(
+    name, **{"notes": "000_20579b809c9e1b51.txt", "n": 3, "history": (REGISTERED,), **kw}
+)
+CLAIMS = ablation.register(
+    claim(
+        "Post-LN without warmup trains worse, more so with depth; warmup rescues it",
+        says="Post-Norm usually needs warmup and a small enough LR to converge; without warmup the top layers "
+        "learn fast on the poorly trained output of the bottom ones",
+        measure="loss without warmup minus with, at 18 layers, and that gap minus the gap at 6, per fixed LR",
+        criteria=(ablation.Criterion("greater"),),
+        why="directions",
+    ),
+    claim(
+        "Pre-LN trains without warmup",
+        says="Pre-Norm keeps the residual's identity path, so it keeps the ease of training that Post-Norm loses",
+        measure="loss without warmup minus with, at 6 and 18 layers, per fixed LR",
+        criteria=(ablation.Criterion("not greater", margin=0.05),),
+        why="no worse by more than 0.05 nats, set before the run as negligible; not sized from a pilot",
+    ),
+    claim(
+        "Post-LN can end lower than Pre-LN at shallow depth (each at its best LR)",
+        says="Post-Norm does better than Pre-Norm at its best settings, not at the same settings",
+        measure="6 layers, Adam, final loss Post-LN minus Pre-LN, each at its dev-picked LR, paired by seed",
+        criteria=(ablation.Criterion("less"),),
+        why="a direction",
+    ),
+    claim(
+        "Adam is less hurt than SGD by Post-LN",
+        says="Adam's update is of order the LR whatever the gradient's size, so vanishing gradients hurt it less",
+        measure="(loss SGD - loss Adam) for Post-LN minus the same for Pre-LN, SGD at its pick, then one step lower",
+        criteria=(ablation.Criterion("greater"),),
+        why="directions",
+    ),
+    claim(
+        "DeepNorm rescues deep Post-LN (same warmup)",
+        says="DeepNorm up-weights the residual and down-scales the init so that deep Post-Norm trains",
+        measure="18 layers, both with warmup: loss DeepNorm minus Post-LN; DeepNorm's loss against a failure line",
+        criteria=(ablation.Criterion("less"), ablation.Criterion("less", "the unigram loss - 0.5")),
+        why="lower than Post-LN, and more than 0.5 nats below the unigram loss (a model that uses no context)",
+        history=(
+            REGISTERED,
+            ablation.Revision(
+                "2026-12-04",
+                "Post-LN fails when it ends within 0.5 nats of the unigram loss, not of ln V",
+                "every deep Post-LN run sat at the unigram loss, 1.1 nats below ln V, and had counted as training "
+                "(commit 9d02348)",
+                seen="2026-12-04",
+            ),
+        ),
+    ),
+    claim(
+        "At init, Post-LN's gradient shrinks towards the input like 2^(-1/2) per sublayer; Pre-LN's is flat",
+        says="with x and F(x) of unit variance, Post-Norm scales the identity path by 2^(-l/2) at layer l",
+        measure="log2 slope of ||dL/dx_l|| per layer (towards the output), Post-LN then Pre-LN, at each depth",
+        criteria=(ablation.Criterion("equal", 1.0, 0.5), ablation.Criterion("equal", 0.0, "1/L")),
+        why="1 +- 0.5 log2 per layer (two sublayers); flat: within 1/L per layer, a factor 2 over the stack",
+        n=8,
+    ),
+    claim(
+        "The notes' assumption at init: Var(F(x)) = Var(x) in Post-LN (Xavier)",
+        says="the derivation assumes x and F(x) of unit variance (an assumption, not a claim)",
+        measure="mean log2 of Var(F(x)) / Var(x) over the Post-LN sublayers",
+        criteria=(ablation.Criterion("equal", margin=1.0),),
+        why="fixed by the init formula (0.233 for Xavier, GELU, d_ff = 4d), and an assumption of the notes",
+        n=8,
+        check=True,
+    ),
+    claim(
+        "Pre-LN's relative residual change falls with depth (trained)",
+        says="in Pre-Norm x_t grows like O(t), so a layer changes its input relatively less with depth",
+        measure="log-log slope of ||x_(l+1) - x_l|| / ||x_l|| against l, 18 layers, trained, per seed",
+        criteria=(ablation.Criterion("less"),),
+        why="a direction (the notes' O(t) gives -1)",
+        history=(
+            REGISTERED,
+            ablation.Revision(
+                "2026-12-02",
+                "a negative log-log slope against l, not the last layer's change over the first's below 0.5",
+                "changed after the first rounds' runs were seen (commit 5e96f26; issue 39's audit)",
+                seen="2026-12-02",
+            ),
+        ),
+    ),
+)
+
 # %%
 # FULL: one validation pass, at the end (only the final loss is read; each pass over the whole
 # validation split costs as much as 20-40 training steps)
@@ -425,6 +526,7 @@ out = ablation.save_results(
     configs={"base": base},
     seeds=SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
+    claims=CLAIMS,
 )
 print("results in", out)
 

@@ -83,6 +83,75 @@ print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| de
 print(ablation.committed_note(NOTEBOOK))
 
 # %% [markdown]
+# ## Claims, registered
+# What each verdict row tests, in one place: the notes' claim (in our words, with its file), the
+# measure, the criterion and why, the interval's level, n (and the power calculation behind n where
+# there is one). `ablation.save_results` refuses comparisons judged otherwise and stores these
+# specs in results.json; a test fails when they differ from the specs of the committed results, so
+# a changed criterion means a rerun. A criterion changed after a run's numbers were seen keeps the
+# change in its `history`, and the gallery calls its row exploratory until it is rerun on new data.
+# A `check` is an identity or a property of the probe's construction: shown, never a verdict.
+
+# %%
+REGISTERED = ablation.Revision(
+    "2026-12-05",
+    "registered",
+    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
+)
+claim = lambda name, **kw: ablation.Claim(
+    name, **{"notes": "004_0c7acc088a14ef8a.txt", "n": 3, "history": (REGISTERED,), **kw}
+)
+CLAIMS = ablation.register(
+    claim(
+        "Without positions, self-attention is permutation-equivariant",
+        says="neither attention nor the FFN sees word order, so a phrase and its reordering look the same",
+        measure="max |f(Px) - Pf(x)| / max |f(x)| without positions; the smaller of learned and RoPE with them",
+        criteria=(ablation.Criterion("less", 1e-4), ablation.Criterion("greater", 1e-2)),
+        why="an algebraic identity of attention without positions: only float32 rounding can break it",
+        check=True,
+        history=(
+            REGISTERED,
+            ablation.Revision(
+                "2026-12-01",
+                "a bound of 1e-4 on the difference relative to max |f(x)|, not an absolute 1e-4",
+                "the first FULL run's absolute bound failed on float32 rounding: 1.6e-4 on logits of 21 (09b0488)",
+                seen="2026-12-01",
+            ),
+        ),
+    ),
+    claim(
+        "RoPE's dot product depends only on the relative offset",
+        notes="002_aa3d7b0c5341285e.txt",
+        says="RoPE rotates pairs of dimensions by an angle proportional to the position",
+        measure="largest spread along a diagonal of the score matrix, over the score's std",
+        criteria=(ablation.Criterion("less", 1e-3),),
+        why="an identity of rotations, R(m)^T R(n) = R(n - m): only float32 rounding can break it",
+        check=True,
+    ),
+    claim(
+        "Relative encodings degrade less than absolute ones at 4x the training length",
+        says="fixed absolute encodings generalise poorly to long sequences; relative ones encode i - j",
+        measure="loss at 256 minus loss at 64 (trained at 64), worst relative minus best absolute, paired by seed",
+        criteria=(ablation.Criterion("less"),),
+        why="a direction",
+    ),
+    claim(
+        "A learned table cannot extrapolate",
+        says="a learned table cannot be applied to sequences longer than it",
+        measure="learned table: loss at 256 minus loss at 64",
+        criteria=(ablation.Criterion("greater", 0.5),),
+        why="0.5 nats: positions past the table are untrained, a clear degradation far above seed noise",
+    ),
+    claim(
+        "ALiBi extrapolates best",
+        says="not in the notes (ALiBi is not mentioned); they say only that absolute encodings extrapolate poorly",
+        measure="ALiBi's growth from 64 to 256 minus the best other encoding's (per seed)",
+        criteria=(ablation.Criterion("not greater", margin=0.02),),
+        why="0.02 nats, set before the run as a negligible difference; not sized from a pilot",
+    ),
+)
+
+# %% [markdown]
 # ## 1. Permutation equivariance without positions
 # A randomly initialised model with `position="none"` and no causal mask: outputs for a permuted
 # input against the permuted outputs, as a difference relative to the largest output (float32
@@ -255,6 +324,7 @@ out = ablation.save_results(
     configs=configs,
     seeds=SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
+    claims=CLAIMS,
 )
 print("results in", out)
 

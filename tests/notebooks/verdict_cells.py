@@ -2,7 +2,8 @@
 
 ``notebook_verdicts`` runs the one cell of ``notebooks/<name>.py`` that builds the verdict table,
 exactly as written, on inputs bound to the names the cell reads, with the real ``ablation``
-functions except a ``save_results`` that only records; it returns ``{claim: verdict}`` and checks
+functions except a ``save_results`` that only records (after `ablation.check_claims` against the
+notebook's registered ``CLAIMS``, as the real one does); it returns ``{claim: verdict}`` and checks
 that every claim's comparisons were saved and that each row shows its n.
 """
 
@@ -19,16 +20,24 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 HOLDS, FAILS, UNSURE = ablation.VERDICTS
 
 
-def verdict_cell(notebook: str) -> str:
-    """The cell of ``notebooks/<notebook>.py`` that builds the verdict table, preceded by blank lines
-    so that tracebacks give the notebook file's line numbers."""
+def verdict_cell(notebook: str, marker: str = "ablation.verdict_table(") -> str:
+    """The cell of ``notebooks/<notebook>.py`` that builds the verdict table (or the one holding
+    ``marker``), preceded by blank lines so that tracebacks give the notebook file's line numbers."""
     text = (NOTEBOOKS / f"{notebook}.py").read_text()
     starts = [m.end() for m in re.finditer(r"^# %%.*$", text, flags=re.M)]
     cells = [(a, text[a:b]) for a, b in zip([0, *starts], [*starts, len(text)])]
-    found = [(a, c) for a, c in cells if "ablation.verdict_table(" in c]
-    assert len(found) == 1, f"{notebook}: expected one cell that builds the verdict table, found {len(found)}"
+    found = [(a, c) for a, c in cells if marker in c]
+    assert len(found) == 1, f"{notebook}: expected one cell holding {marker!r}, found {len(found)}"
     start, cell = found[0]
     return "\n" * text.count("\n", 0, start) + cell
+
+
+def notebook_claims(notebook: str) -> tuple:
+    """``CLAIMS``, the registered `ablation.Claim` specs of ``notebook``, from its one cell that
+    calls ``ablation.register``, run as written."""
+    scope = {"ablation": ablation}
+    exec(compile(verdict_cell(notebook, "ablation.register("), str(NOTEBOOKS / f"{notebook}.py"), "exec"), scope)
+    return scope["CLAIMS"]
 
 
 def notebook_verdicts(notebook: str, **inputs) -> dict[str, str]:
@@ -40,12 +49,14 @@ def notebook_verdicts(notebook: str, **inputs) -> dict[str, str]:
         return ablation.verdict_table(rows)
 
     def save_results(name, results, **kw):
+        ablation.check_claims(kw["claims"], kw["comparisons"])  # what the real one refuses
         saved.update(name=name, results=results, **kw)
         return pathlib.Path("/nowhere")
 
     real = {name: getattr(ablation, name) for name in ablation.__all__}
     fake = types.SimpleNamespace(**{**real, "verdict_table": verdict_table, "save_results": save_results})
-    scope = {"ablation": fake, "np": np, "math": math, "print": lambda *a, **k: None, "NOTEBOOK": notebook, **inputs}
+    scope = {"ablation": fake, "np": np, "math": math, "print": lambda *a, **k: None, "NOTEBOOK": notebook}
+    scope |= {"CLAIMS": notebook_claims(notebook), **inputs}
     exec(compile(verdict_cell(notebook), str(NOTEBOOKS / f"{notebook}.py"), "exec"), scope)
     assert saved["name"] == notebook and saved["results"]["verdicts"] == ablation.verdict_table(built)
     verdicts = {claim: v for claim, _, v in built}
