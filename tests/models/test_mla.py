@@ -116,9 +116,8 @@ def test_chunked_equals_xla_and_causal_by_gradient():
 
 
 MODELS = {
-    # DeepSeek-V3's attention: q latent, interleaved RoPE pairs (its MoE left out: generate() fails
-    # on a model with bias balancing whatever its attention, TraceContextError on ExpertBias)
-    "deepseek_v3_tiny": dict(preset="deepseek_v3_tiny", moe=None),
+    # DeepSeek-V3's layout: q latent, interleaved RoPE pairs, sigmoid-routed MoE with balancing bias
+    "deepseek_v3_tiny": dict(preset="deepseek_v3_tiny"),
     # plain q, values wider than q/k heads, scanned, windowed, soft-capped, 3-slot decode blocks
     "plain_q_scan_window": dict(
         preset="llama_tiny",

@@ -61,8 +61,10 @@ class Stack(nnx.Module):
     that differ, e.g. local and global attention); a scanned stack needs every layer alike.
     With ``scan=True`` the parameters carry a leading ``layers`` axis (logical name ``layers``)
     and the forward pass is one ``lax.scan``; caches are then stacked along axis 0 as well.
-    Variables other than parameters that a block writes during its call (MoE balancing biases)
-    are written back to the stack.
+    Variables other than parameters that a block writes during a training call (one with a
+    ``dropout_key``: MoE balancing biases) are written back to the stack; other calls write nothing
+    back (they change nothing, and a write from inside a transform the model was not built in,
+    e.g. the decoding loop's ``while_loop``, is refused by Flax).
     """
 
     def __init__(
@@ -159,7 +161,8 @@ class Stack(nnx.Module):
             x, c, a, rest = self._block_fn(graphdef)(
                 state, x, inputs, None if caches is None else caches[i], None if keys is None else keys[i]
             )
-            nnx.update(block, rest)
+            if keys is not None:
+                nnx.update(block, rest)
             new_caches.append(c)
             if a:
                 auxes.append(a)
@@ -176,7 +179,8 @@ class Stack(nnx.Module):
             return y, (new_cache, aux, rest, x if return_hidden else None)
 
         x_out, (caches, aux, rest, hidden) = jax.lax.scan(body, x, (states, caches, keys))
-        nnx.update(self.layers, rest)
+        if keys is not None:
+            nnx.update(self.layers, rest)
         return x_out, caches, aux, hidden
 
     def _scan_groups(self, x, inputs, caches, keys, return_hidden):
@@ -211,8 +215,9 @@ class Stack(nnx.Module):
         x_out, (caches, aux, dense_rest, moe_rest, hidden) = jax.lax.scan(
             body, x, (dense_states, moe_states, caches, keys)
         )
-        nnx.update(self.layers, _ungroup(dense_rest))
-        nnx.update(self.moe_layers, moe_rest)
+        if keys is not None:
+            nnx.update(self.layers, _ungroup(dense_rest))
+            nnx.update(self.moe_layers, moe_rest)
         caches = None if caches is None else _ungroup(caches)
         hidden = None if hidden is None else _ungroup(hidden)
         return x_out, caches, aux, hidden
