@@ -242,3 +242,13 @@ def test_the_flops_formula_counts_attention_at_mla_width():
     assert cfg.mla is not None
     width = cfg.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2  # 4 * (24 + 16) / 2 = 80, d_model 64
     assert model_flops_per_token(cfg, 32) == 6 * count_active_params(cfg) + 12 * cfg.n_layers * width * 32
+
+
+def test_cached_decoding_refuses_a_context_axis():
+    from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
+
+    model = build_lm(get_preset("deepseek_v3_tiny", moe=None, n_layers=1))
+    cache = model.init_cache(2, 8)
+    tokens = jnp.ones((2, 1), jnp.int32)
+    with sharding_context(make_mesh(MeshConfig(data=2, context=4))), pytest.raises(ValueError, match="mesh.context=1"):
+        model(tokens, cache=cache)

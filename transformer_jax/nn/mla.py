@@ -13,6 +13,7 @@ from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import mla as mla_ops
+from transformer_jax.ops.context_parallel import context_size
 from transformer_jax.ops.decode_attention import decode_attention
 from transformer_jax.ops.kv_cache import KVCache, update_kv_cache
 from transformer_jax.ops.masks import AttentionMask
@@ -155,6 +156,11 @@ class MultiHeadLatentAttention(nnx.Module):
         cache with this call's latents and RoPE keys appended at ``cache.index`` (absorbed)."""
         if positions_BT is None:
             raise ValueError("MLA needs positions_BT for its RoPE part")
+        if cache is not None and context_size() > 1:  # as nn.attention.Attention
+            raise ValueError(
+                f"decoding with a KV cache under a context mesh axis of {context_size()} devices: the latent "
+                "cache is not split over the sequence; generate on a mesh with mesh.context=1"
+            )
         N, R, V, C = self.dims
         spec = self.spec
         q_nope_BTHN, q_pe_BTHR = mla_ops.split_heads(self._queries(x_BTD), N)
