@@ -419,6 +419,9 @@ plt.show()
 # layer); "flat": a slope within +-1/L (at most a factor 2 over the whole stack). "Var(F(x)) =
 # Var(x)": the geometric mean of the Post-LN ratios within a factor 2 of 1. The relative change
 # "falls": a negative log-log slope against the layer index (the notes' x_t = O(t) gives -1).
+# Two of these were changed after runs had been seen, so their rows are exploratory until rerun on
+# new seeds (history in `CLAIMS`): the failure line (the unigram loss, not ln V) and the relative
+# change (a slope, not the last layer's change over the first's).
 
 # %%
 diff = lambda a, b: np.subtract(a, b)
