@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from transformer_jax import ablation
 from transformer_jax.core import compiler
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.run import setup
 from transformer_jax.train.step import make_train_step
 
@@ -49,7 +49,7 @@ def main() -> None:
     seeded = [dataclasses.replace(base, train=dataclasses.replace(base.train, seed=s)) for s in range(args.seeds)]
     runs = [setup(cfg, tempfile.mkdtemp(), restore=False, devices=jax.devices()[:1])[0] for cfg in seeded]
     run = runs[0]
-    step = make_train_step(run.graphdef, run.tx, TASKS.get(run.data.task), run.cfg.train, run.schedule)
+    step = make_train_step(run.graphdef, run.tx, FORWARDS.get(run.data.task), run.cfg.train, run.schedule)
     one, many = compiler.jit(step), compiler.jit(jax.vmap(step))
     batches = []
     for r in runs:

@@ -11,8 +11,8 @@ import pytest
 from transformer_jax.data import DataConfig
 from transformer_jax.decode import SamplingConfig, generate
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
-from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import BaselineConfig, baseline_model_config
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.loop import train
 from transformer_jax.train.optim import OptimConfig
@@ -57,7 +57,7 @@ def test_trains_evaluates_and_samples_like_a_transformer(kind, corpus, tmp_path)
     summary = train(cfg, str(tmp_path), devices=jax.devices()[:1])
     assert summary["step"] == 3 and np.isfinite(summary["val_loss"]) and summary["params"] > 0
     run, _ = setup(cfg, str(tmp_path), devices=jax.devices()[:1])
-    eval_step = jax.jit(make_eval_step(run.graphdef, TASKS.get("lm")))
+    eval_step = jax.jit(make_eval_step(run.graphdef, FORWARDS.get("lm")))
     again = evaluate(eval_step, run.state, run.data.eval_batches("val", 2), run.put_batch)
     run.checkpoints.close()
     assert again["loss"] == pytest.approx(summary["val_loss"], rel=1e-5)

@@ -206,7 +206,7 @@ def test_fine_grained_preset_has_the_flops_of_its_coarse_counterpart():
 def test_train_step_logs_moe_metrics_and_updates_the_bias(tmp_path):
     """The real train step on a synthetic batch: aux losses and per-layer metrics are reported,
     the balancing biases (model state, not parameters) are updated, 2-D metrics are logged."""
-    from transformer_jax.eval.tasks import TASKS
+    from transformer_jax.models.forward import FORWARDS
     from transformer_jax.parallel import MeshConfig, make_mesh
     from transformer_jax.train.config import TrainConfig
     from transformer_jax.train.optim import OptimConfig, make_optimizer
@@ -225,7 +225,7 @@ def test_train_step_logs_moe_metrics_and_updates_the_bias(tmp_path):
     train = TrainConfig(steps=2, batch_size=2, optim=OptimConfig(lr=1e-3, warmup_steps=0))
     tx, schedule = make_optimizer(train.optim, train.steps)
     state = init_state(cfg, tx, seed=0, mesh=make_mesh(MeshConfig(), jax.devices()[:1]))
-    step = jax.jit(make_train_step(model_graph(cfg)[0], tx, TASKS.get("lm"), train, schedule))
+    step = jax.jit(make_train_step(model_graph(cfg)[0], tx, FORWARDS.get("lm"), train, schedule))
     tokens = random_tokens(jax.random.key(0), (2, 17), 60)
     batch = {
         "inputs": tokens[:, :-1],

@@ -92,7 +92,7 @@ def test_train_step_gradient_is_that_of_main_plus_lambda_over_d_times_the_depth_
     import optax
     from flax import nnx
 
-    from transformer_jax.eval.tasks import TASKS
+    from transformer_jax.models.forward import FORWARDS
     from transformer_jax.train.config import TrainConfig
     from transformer_jax.train.state import TrainState
     from transformer_jax.train.step import make_train_step
@@ -119,7 +119,7 @@ def test_train_step_gradient_is_that_of_main_plus_lambda_over_d_times_the_depth_
     tx = optax.sgd(1.0)  # update = -gradient
     zero = jnp.zeros((), jnp.int32)
     state = TrainState(zero, params, rest, tx.init(params), zero, zero)
-    step = make_train_step(graphdef, tx, TASKS.get("lm"), TrainConfig(), lambda s: 1.0)
+    step = make_train_step(graphdef, tx, FORWARDS.get("lm"), TrainConfig(), lambda s: 1.0)
     after, metrics = jax.jit(step)(state, batch, jax.random.key(0))
     assert {"mtp_loss/1", "mtp_loss/2"} <= set(metrics) and float(metrics["mtp_loss/2"]) > 0
     want = jax.jit(jax.grad(want_objective))(params)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.parallel import LOGICAL_RULES, logical_to_spec, sharding_context
 from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.run import setup
@@ -27,7 +27,7 @@ def _steps(tmp_path, name, mesh_sets, devices, n=3, extra=()):
         make_train_step(
             run.graphdef,
             run.tx,
-            TASKS.get("lm"),
+            FORWARDS.get("lm"),
             run.cfg.train,
             run.schedule,
         )

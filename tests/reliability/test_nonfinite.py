@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli_helpers import nonfinite_leaves, saved_states, train
 from transformer_jax.data.pipeline import Data
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.actions import NonFiniteError
 from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.loop import train as train_in_process
@@ -80,14 +80,14 @@ _nan_gradient.defvjp(_nan_gradient_fwd, _nan_gradient_bwd)
 def _poison_one_gradient(monkeypatch) -> None:
     """The language-model forward pass, with the gradient of ``POISONED`` NaN in batches whose
     weights exceed 1 (the forward values and every other gradient unchanged)."""
-    lm = TASKS.get("lm")
+    lm = FORWARDS.get("lm")
 
     def forward(model, batch, key):
         kernel = model.layers.layers[1].ffn.w_out.kernel
         kernel.set_value(_nan_gradient(kernel.get_value(), jnp.max(batch["weights"]) > 1.5))
         return lm.forward(model, batch, key)
 
-    monkeypatch.setitem(TASKS._items, "lm", dataclasses.replace(lm, forward=forward))  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.setitem(FORWARDS._items, "lm", dataclasses.replace(lm, forward=forward))  # pyright: ignore[reportPrivateUsage]
 
 
 def _marked_iterator(at_step: int):

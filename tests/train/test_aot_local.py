@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from tests.train.aot_helpers import no_persistent_cache, tiny_config
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train import aot
 from transformer_jax.train.config import resolve
@@ -20,7 +20,7 @@ def _step_and_state(cfg, mesh):
     with sharding_context(mesh):
         state = init_state(cfg.model, tx, seed=0, mesh=mesh)
     graphdef = aot.abstract_model(cfg.model, mesh=mesh)[0]
-    return jit_train_step(graphdef, tx, TASKS.get("lm"), cfg.train, schedule, state), state
+    return jit_train_step(graphdef, tx, FORWARDS.get("lm"), cfg.train, schedule, state), state
 
 
 def test_the_local_report_measures_the_running_devices():

@@ -12,8 +12,8 @@ from flax import nnx
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import build_model, get_preset
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.models.lora import (
     LoraAdapter,
     LoraConfig,
@@ -169,7 +169,7 @@ def _trainer(model, lora: LoraConfig | None, optim: OptimConfig, steps: int):
     tx, schedule = make_optimizer(optim, steps, adapters_only=lora is not None)
     state = state_from_model(model, tx, mesh=make_mesh(MeshConfig(), jax.devices()[:1]))
     graphdef = nnx.split(model, nnx.Param, ...)[0]
-    return jax.jit(make_train_step(graphdef, tx, TASKS.get("lm"), train, schedule)), state
+    return jax.jit(make_train_step(graphdef, tx, FORWARDS.get("lm"), train, schedule)), state
 
 
 @pytest.mark.parametrize("scan, optimizer", [(False, "adamw"), (True, "adamw"), (False, "muon")])

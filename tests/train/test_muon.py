@@ -287,7 +287,7 @@ def test_unknown_weight_is_refused_not_left_to_adam():
 
 
 def test_tiny_moe_model_trains_with_muon():
-    from transformer_jax.eval.tasks import TASKS
+    from transformer_jax.models.forward import FORWARDS
     from transformer_jax.parallel import MeshConfig, make_mesh
     from transformer_jax.train.config import TrainConfig
     from transformer_jax.train.state import init_state, model_graph
@@ -298,7 +298,7 @@ def test_tiny_moe_model_trains_with_muon():
     train = TrainConfig(steps=8, batch_size=4, optim=optim)
     tx, schedule = make_optimizer(optim, train.steps)
     state = init_state(cfg, tx, seed=0, mesh=make_mesh(MeshConfig(), jax.devices()[:1]))
-    step = jax.jit(make_train_step(model_graph(cfg)[0], tx, TASKS.get("lm"), train, schedule))
+    step = jax.jit(make_train_step(model_graph(cfg)[0], tx, FORWARDS.get("lm"), train, schedule))
     tokens = jax.random.randint(jax.random.key(0), (4, 17), 0, 32)
     batch = {
         "inputs": tokens[:, :-1],

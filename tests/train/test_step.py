@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.loop import train
 from transformer_jax.train.run import setup
@@ -30,7 +30,7 @@ def _one_step(tmp_path, name, *sets, poison=False):
         make_train_step(
             run.graphdef,
             run.tx,
-            TASKS.get("lm"),
+            FORWARDS.get("lm"),
             run.cfg.train,
             run.schedule,
         )

@@ -10,7 +10,7 @@ from flax import nnx
 
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.actions import reduce_metrics
 from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.run import setup
@@ -23,7 +23,7 @@ NAMES = ("web", "code", "math")
 def _row_nll(run, state, batch) -> tuple[np.ndarray, np.ndarray]:
     """(NLL sum, weight sum) per row, in float64 from the model's logits."""
     model = nnx.merge(run.graphdef, state.params, state.model_state)
-    logits, _ = TASKS.get("lm").forward(model, batch, None)
+    logits, _ = FORWARDS.get("lm").forward(model, batch, None)
     logits = np.asarray(logits, np.float64)
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
@@ -35,7 +35,7 @@ def _row_nll(run, state, batch) -> tuple[np.ndarray, np.ndarray]:
 def test_per_source_loss_equals_numpy_from_per_row_losses(tmp_path):
     cfg = apply_overrides(load_experiment(EXPERIMENT), ["train.grad_accum=2", "model.dropout=0.0"])
     run, _ = setup(cfg, str(tmp_path / "w"), devices=jax.devices()[:1])
-    task = TASKS.get("lm")
+    task = FORWARDS.get("lm")
     batch = dict(next(run.data.train_iterator()))
     B = batch["inputs"].shape[0]
     batch["weights"][1, :8] = 0  # rows of unequal weight

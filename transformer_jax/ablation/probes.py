@@ -30,6 +30,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from transformer_jax.models.common import output_logits
+from transformer_jax.nn.attention import Attention
 from transformer_jax.nn.block import Block, BlockInputs
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.ops.masks import AttentionMask
@@ -187,6 +188,8 @@ def attention_logits(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, floa
     seen: dict[str, Array] = {}
     block.placement.apply(x_BTD, lambda h: seen.setdefault("h", h) * 0, block.self_attn_norm, block.cfg.alpha)
     attn = block.self_attn
+    if not isinstance(attn, Attention):
+        raise ValueError(f"attention_logits reads separate q and k projections; {type(attn).__name__} has none")
     q_BTHD, k_BTKD = attn.q(seen["h"]), attn.k(seen["h"])
     if attn.q_norm is not None and attn.k_norm is not None:
         q_BTHD, k_BTKD = attn.q_norm(q_BTHD), attn.k_norm(k_BTKD)

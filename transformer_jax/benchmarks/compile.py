@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.core import compiler
-from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import get_preset
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.optim import OptimConfig, make_optimizer
@@ -43,7 +43,7 @@ def compile_seconds(cfg_name: str, n_layers: int, scan: bool) -> float:
         k: jax.ShapeDtypeStruct((B, T), jnp.float32 if k == "weights" else jnp.int32)
         for k in ("inputs", "targets", "segment_ids", "positions", "weights")
     }
-    step = make_train_step(graphdef, tx, TASKS.get("lm"), tc, schedule)
+    step = make_train_step(graphdef, tx, FORWARDS.get("lm"), tc, schedule)
     with sharding_context(mesh):
         state = abstract_state(model, tx, mesh=mesh)
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ import numpy as np
 from transformer_jax.core import compiler
 from transformer_jax.data.config import DataConfig
 from transformer_jax.data.pipeline import build_data
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.config import Config
 from transformer_jax.train.run import setup
 from transformer_jax.train.step import make_train_step
@@ -50,7 +50,7 @@ def train_step_tokens_per_s(cfg: Config, workdir: str, steps: int = 30) -> float
         make_train_step(
             run.graphdef,
             run.tx,
-            TASKS.get(run.data.task),
+            FORWARDS.get(run.data.task),
             run.cfg.train,
             run.schedule,
         ),
@@ -68,7 +68,7 @@ def train_step_tokens_per_s(cfg: Config, workdir: str, steps: int = 30) -> float
         jax.block_until_ready(state.params)
         times.append(time.perf_counter() - t0)
     run.checkpoints.close()
-    task = TASKS.get(run.data.task)
+    task = FORWARDS.get(run.data.task)
     return batches[0][task.tokens].size / float(np.median(times))
 
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.core import compiler
-from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import count_params, get_preset
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.flops import compiled_flops, gemm_peak_flops, model_flops_per_token
@@ -69,7 +69,7 @@ def time_train_step(
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     graphdef, _, _ = model_graph(cfg)
     batches = random_lm_batches(steps + warmup, batch, seq_len, cfg.vocab_size)
-    step = compiler.jit(make_train_step(graphdef, tx, TASKS.get("lm"), tc, schedule), donate_argnums=(0,))
+    step = compiler.jit(make_train_step(graphdef, tx, FORWARDS.get("lm"), tc, schedule), donate_argnums=(0,))
     key = jax.random.key(0)
     with sharding_context(mesh):
         state = init_state(cfg, tx, seed=0, mesh=mesh)

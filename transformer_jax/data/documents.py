@@ -69,7 +69,7 @@ def input_files(specs: Sequence[str]) -> list[Source]:
     """The files named by ``specs`` (``--input``), in order, with format, size and sha256."""
     files: list[Path] = []
     for spec in specs:
-        files += textio.expand_paths(spec, field="--input")
+        files += [Path(p) for p in textio.expand_paths(spec, field="--input")]  # prepare refuses URLs
     return [Source(p, file_format(p), p.stat().st_size, sha256_file(p)) for p in files]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from flax import nnx
 
 from transformer_jax.data.mixture import SOURCE_IDS
-from transformer_jax.eval.tasks import Task
+from transformer_jax.models.forward import BatchForward
 from transformer_jax.ops.losses import cross_entropy
 
 
@@ -52,7 +52,7 @@ def per_source_losses(sources: Sequence[str], nll_sums, weight_sums) -> dict[str
     return {f"loss/{name}": float(nll[i] / weight[i]) for i, name in enumerate(sources) if weight[i] > 0}
 
 
-def make_eval_step(graphdef, task: Task, n_sources: int = 0) -> Callable[[Any, Any, dict], dict]:
+def make_eval_step(graphdef, task: BatchForward, n_sources: int = 0) -> Callable[[Any, Any, dict], dict]:
     """``eval_step(params, model_state, batch) -> {nll_sum, weight_sum, correct_sum}`` (no dropout);
     with ``n_sources``, also ``source/loss_sum`` and ``source/weight_sum`` [n_sources] by
     ``batch["source_ids"]``."""

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from transformer_jax.core import compiler
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 
 
 def perplexity(graphdef, params, model_state, batches: Iterable[dict], task: str, *, put_batch=None) -> dict:
@@ -15,7 +15,7 @@ def perplexity(graphdef, params, model_state, batches: Iterable[dict], task: str
     ("lm" or "seq2seq"): loss = sum of per-token NLL / number of target tokens, perplexity =
     exp(loss) (``evaluate`` run with the task's eval step)."""
     state = types.SimpleNamespace(params=params, model_state=model_state)
-    step = compiler.jit(make_eval_step(graphdef, TASKS.get(task)))
+    step = compiler.jit(make_eval_step(graphdef, FORWARDS.get(task)))
     return evaluate(step, state, batches, put_batch or (lambda b: b))
 
 

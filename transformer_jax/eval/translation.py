@@ -143,9 +143,9 @@ def run_translate_config(run, *, beam_size: int, alpha: float = 0.6, batch_size:
 def validation_bleu(
     run, state, split: str = "val", max_batches: int | None = None, *, beam_size: int = 1, alpha: float = 0.6
 ) -> dict:
-    """The seq2seq task's ``extra_eval``: ``{"bleu": ...}`` of ``state`` on ``split`` (greedy by
-    default, to keep validation cheap); ``max_batches`` (``train.eval_batches``) limits it to
-    the first ``max_batches * train.batch_size`` sentences."""
+    """The seq2seq layout's extra validation metric (``eval.task_metrics``): ``{"bleu": ...}`` of
+    ``state`` on ``split`` (greedy by default, to keep validation cheap); ``max_batches``
+    (``train.eval_batches``) limits it to the first ``max_batches * train.batch_size`` sentences."""
     limit = None if max_batches is None else max_batches * run.cfg.train.batch_size
     cfg = run_translate_config(run, beam_size=beam_size, alpha=alpha)
     result = bleu_on_split(run.graphdef, (state.params, state.model_state), run.data, split, cfg, limit)

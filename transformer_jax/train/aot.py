@@ -25,8 +25,8 @@ from transformer_jax.core.configlib import ConfigError, fail
 from transformer_jax.core.targets import Target
 from transformer_jax.data.rows import LM_FIELDS, SEQ2SEQ_FIELDS
 from transformer_jax.decode.generate import lower_generate
-from transformer_jax.eval.tasks import TASKS
 from transformer_jax.models import count_params
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.parallel import batch_sharding, make_mesh, replicated, sharding_context
 from transformer_jax.parallel.context import context_devices
 from transformer_jax.parallel.topology import target_devices
@@ -72,7 +72,7 @@ def _lower_train(cfg: Config, mesh):
     tc = cfg.train
     infos = model_infos(cfg.model, tc.lora)
     tx, schedule = make_optimizer(tc.optim, tc.steps, infos=infos, adapters_only=tc.lora is not None)
-    task = TASKS.get("seq2seq" if cfg.model.kind == "encoder_decoder" else "lm")
+    task = FORWARDS.get("seq2seq" if cfg.model.kind == "encoder_decoder" else "lm")
     # Built outside the mesh context: optax runs a placeholder init eagerly, which compile-only
     # devices cannot do.
     state = abstract_state(cfg.model, tx, mesh=mesh, lora=tc.lora)

@@ -18,8 +18,9 @@ from transformer_jax.core.paths import user_path
 from transformer_jax.decode import SamplingConfig
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.eval.sampling import sample_from
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.eval.task_metrics import EXTRA_METRICS
 from transformer_jax.models import count_params
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.models.lora import split_adapters
 from transformer_jax.parallel import sharding_context
 from transformer_jax.train import actions, aot, flops
@@ -70,7 +71,7 @@ class Trainer:
         if self.is_main:
             warn_schedule(self.tc.optim, self.tc.steps)
         self.start_step = int(jax.device_get(run.state.step))
-        self.task = TASKS.get(run.data.task)
+        self.task = FORWARDS.get(run.data.task)
         self.sources = run.data.sources
         self.train_step = jit_train_step(
             run.graphdef, run.tx, self.task, self.tc, run.schedule, run.state, n_sources=len(self.sources)
@@ -130,8 +131,8 @@ class Trainer:
         run, tc = self.run_, self.tc
         batches = run.data.eval_batches("val", tc.eval_batches)
         result = evaluate(self.eval_step, state, batches, run.put_batch, self.sources)
-        if self.task.extra_eval is not None and tc.extra_eval:
-            result.update(self.task.extra_eval(run, state, "val", tc.eval_batches))
+        if run.data.task in EXTRA_METRICS and tc.extra_eval:
+            result.update(EXTRA_METRICS.get(run.data.task)(run, state, "val", tc.eval_batches))
         if tc.best_metric not in result:
             configlib.fail(
                 "train.best_metric",

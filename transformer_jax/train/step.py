@@ -11,7 +11,7 @@ from flax import nnx
 
 from transformer_jax.core import compiler
 from transformer_jax.data.mixture import SOURCE_IDS
-from transformer_jax.eval.tasks import Task
+from transformer_jax.models.forward import BatchForward
 from transformer_jax.models.param_roles import adapter_mask
 from transformer_jax.ops.losses import cross_entropy, mtp_nll_sums
 from transformer_jax.train.config import TrainConfig
@@ -44,7 +44,7 @@ def _split_micro(batch: dict, n: int) -> dict:
 def make_train_step(
     graphdef,
     tx: optax.GradientTransformation,
-    task: Task,
+    task: BatchForward,
     cfg: TrainConfig,
     schedule: Callable,
     n_sources: int = 0,
@@ -171,7 +171,7 @@ def make_train_step(
 def jit_train_step(
     graphdef,
     tx: optax.GradientTransformation,
-    task: Task,
+    task: BatchForward,
     cfg: TrainConfig,
     schedule: Callable,
     state: TrainState,

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 from transformer_jax.core import compiler
-from transformer_jax.eval.tasks import TASKS
+from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.config import Config
 from transformer_jax.train.run import Run, setup
 from transformer_jax.train.step import make_train_step
@@ -60,7 +60,7 @@ def prepare_step(cfg: Config, *, warmup: int = 3) -> PreparedStep:
         raise ValueError(f"warmup={warmup}: at least one step (the one that compiles)")
     workdir = tempfile.mkdtemp(prefix="tj_timing_")
     run, _ = setup(cfg, workdir, restore=False, devices=jax.devices()[:1])
-    task = TASKS.get(run.data.task)
+    task = FORWARDS.get(run.data.task)
     step = compiler.jit(make_train_step(run.graphdef, run.tx, task, run.cfg.train, run.schedule), donate_argnums=(0,))
     state, metrics = run.state, {}
     with run.data.train_iterator() as it:
