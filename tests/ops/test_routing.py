@@ -250,3 +250,16 @@ def test_bias_balancing_fixes_a_skewed_router_within_60_steps():
         bias, ratio = step(bias, jax.random.fold_in(key, i))
         ratios.append(float(ratio))
     assert max(ratios[BIAS_STEPS - 1 :]) < 1.2, ratios
+
+
+def test_scaling_factor_multiplies_the_combine_weights_only():
+    """DeepSeek-V3's routed_scaling_factor: the same experts, weights (after renormalising) times s."""
+    logits = jnp.asarray(_logits())
+    plain = routing.top_k_route(logits, 3, router="sigmoid_topk", renormalize=True, n_groups=4, topk_groups=2)
+    scaled = routing.top_k_route(
+        logits, 3, router="sigmoid_topk", renormalize=True, n_groups=4, topk_groups=2, scaling_factor=2.5
+    )
+    np.testing.assert_array_equal(scaled.experts_TK, plain.experts_TK)
+    np.testing.assert_allclose(scaled.weights_TK, 2.5 * np.asarray(plain.weights_TK), rtol=1e-6)
+    np.testing.assert_allclose(np.sum(scaled.weights_TK, -1), 2.5, rtol=1e-6)
+    np.testing.assert_array_equal(scaled.probs_TE, plain.probs_TE)

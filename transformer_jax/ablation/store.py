@@ -54,6 +54,8 @@ def _file_digest(path: str) -> str:
 
 # Optional model groups added after runs were committed; while None they are left out of the hash.
 ADDED_GROUPS = ("mla", "mtp")
+# MoE fields added after runs were committed, with their defaults: left out of the hash while at them.
+ADDED_MOE_FIELDS = {"first_dense": 0, "routed_scaling_factor": 1.0}
 
 
 def hashed_config(cfg: Any) -> dict[str, Any]:
@@ -66,6 +68,10 @@ def hashed_config(cfg: Any) -> dict[str, Any]:
     for group in ADDED_GROUPS:  # off: the hash of a run from before the group existed
         if d.get("model", {}).get(group, 0) is None:
             del d["model"][group]
+    moe = d.get("model", {}).get("moe")
+    for name, default in ADDED_MOE_FIELDS.items():  # at the default: the hash of a run from before the field
+        if isinstance(moe, dict) and name in moe and moe[name] == default:
+            del moe[name]
     data = d.get("data", {})
     for key in ("path", "val_path"):
         if isinstance(data.get(key), str):

@@ -373,4 +373,5 @@ class ModelConfig:
             moe=self.moe_spec(),
             mla=self.mla,
             moe_every=1 if self.moe is None else self.moe.every,
+            moe_first_dense=0 if self.moe is None else self.moe.first_dense,
         )

@@ -31,12 +31,17 @@ class MoEConfig:
     ``dispatch``: ``auto`` (fastest for the backend), naive, dense, ragged, padded, megablox (TPU),
     expert_parallel. Balancing: ``balance_coef * balance_loss`` (switch | expert | sequence),
     ``z_loss_coef * router z-loss``, ``bias_update_rate`` (gamma of auxiliary-loss-free
-    balancing; 0 = off). ``every``: MoE in every n-th layer (layers i with (i+1) % every == 0).
+    balancing; 0 = off). ``routed_scaling_factor``: the routed experts' combine weights are
+    multiplied by it (DeepSeek-V3: 2.5), the shared experts' output is not. ``every``: MoE in every
+    n-th layer (layers i with (i+1) % every == 0); ``first_dense``: the first k layers keep the
+    dense FFN whatever ``every`` says (DeepSeek-V3's ``first_k_dense_replace``; not with
+    ``scan_layers``).
     """
 
     n_experts: int = 8
     top_k: int = 2
     every: int = 1
+    first_dense: int = 0
     d_expert: int | None = None
     segments: int = 1
     n_shared: int = 0
@@ -46,6 +51,7 @@ class MoEConfig:
     n_groups: int = 1
     topk_groups: int = 1
     group_score: str = "max"
+    routed_scaling_factor: float = 1.0
     capacity_factor: float | None = None
     drop_order: str = "rank"
     dispatch: str = "auto"
@@ -61,6 +67,8 @@ class MoEConfig:
         if not 1 <= self.top_k <= self.n_experts:
             fail("model.moe.top_k", self.top_k, f"must be in [1, n_experts={self.n_experts}]")
         check_positive("model.moe.n_shared", self.n_shared, allow_zero=True)
+        check_positive("model.moe.first_dense", self.first_dense, allow_zero=True)
+        check_positive("model.moe.routed_scaling_factor", self.routed_scaling_factor)
         if self.n_shared >= self.top_k * self.segments:
             fail(
                 "model.moe.n_shared",
@@ -119,6 +127,20 @@ class MoEConfig:
                 f"leaves a stack without MoE layers ({stacks})",
                 "use every <= the number of layers, or model.moe=None for a dense model",
             )
+        if self.first_dense and (min(stacks.values()) // self.every) * self.every <= self.first_dense:
+            fail(
+                "model.moe.first_dense",
+                self.first_dense,
+                f"leaves a stack without MoE layers ({stacks}, every={self.every})",
+                "lower first_dense, or model.moe=None for a dense model",
+            )
+        if model.scan_layers and self.first_dense:
+            fail(
+                "model.moe.first_dense",
+                self.first_dense,
+                "dense first layers with scan_layers=True are not supported (the scan repeats one group of layers)",
+                "set model.scan_layers=False",
+            )
         if model.scan_layers and self.every > 1:
             _check_scanned_groups(self, model, stacks)
         if self.d_expert is None and model.resolved_d_ff % self.segments:
@@ -133,7 +155,8 @@ class MoEConfig:
         """The layer-level settings (``nn.moe.MoESpec``), fine-grained sizes resolved against the
         model's ``d_ff`` and ``ffn``."""
         width = (self.d_expert or d_ff) // self.segments
-        fields = ("router", "renormalize", "n_groups", "topk_groups", "group_score", "capacity_factor")
+        fields = ("router", "renormalize", "n_groups", "topk_groups", "group_score", "routed_scaling_factor")
+        fields += ("capacity_factor",)
         fields += ("drop_order", "dispatch", "balance_loss", "balance_coef", "z_loss_coef", "bias_update_rate")
         return MoESpec(
             n_experts=self.n_routed,

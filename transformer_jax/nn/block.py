@@ -33,7 +33,8 @@ class BlockConfig:
     ``alpha`` scales the residual stream inside the placement (DeepNorm: Norm(alpha x + F(x)));
     ``beta`` is the init gain of the value/output/FFN projections (DeepNorm's beta).
     ``moe``: Mixture-of-Experts in place of the FFN; in a ``Stack``, only in every
-    ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0), the others keep the FFN.
+    ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0) from layer ``moe_first_dense``
+    on, the others keep the FFN.
     ``qkv_bias``: biases on q/k/v only (None: ``use_bias``). ``mla``: the sizes of Multi-head
     Latent Attention (``nn.mla.MLADims``, e.g. a ``models.mla_config.MLAConfig``) in place of
     ``Attention`` for self-attention (``n_kv_heads``/``head_dim`` then size cross-attention only).
@@ -62,6 +63,7 @@ class BlockConfig:
     param_dtype: Any = jnp.float32
     moe: MoESpec | None = None
     moe_every: int = 1
+    moe_first_dense: int = 0
     mla: MLADims | None = None
 
 

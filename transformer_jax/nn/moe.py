@@ -29,7 +29,8 @@ class MoESpec:
     ``n_experts``/``top_k``: routed experts and how many each token uses; ``d_expert``: width of
     one routed expert; ``n_shared`` shared experts of width ``d_shared`` (default ``d_expert``).
     ``router`` (``routing.ROUTERS``), ``renormalize``, ``n_groups``/``topk_groups``/``group_score``:
-    `routing.top_k_route`. ``capacity_factor`` (None: dropless) and ``drop_order``
+    `routing.top_k_route`, as does ``routed_scaling_factor`` (the routed experts' combine weights
+    are multiplied by it, the shared experts' output is not). ``capacity_factor`` (None: dropless) and ``drop_order``
     (``routing.DROP_ORDERS``): which assignments are dropped. ``dispatch``: a name of
     ``moe_dispatch.dispatch_names()``. Losses: ``balance_coef * BALANCE_LOSSES[balance_loss]``,
     ``z_loss_coef * router_z_loss``. ``bias_update_rate`` > 0 turns on auxiliary-loss-free
@@ -47,6 +48,7 @@ class MoESpec:
     n_groups: int = 1
     topk_groups: int = 1
     group_score: str = "max"
+    routed_scaling_factor: float = 1.0
     capacity_factor: float | None = None
     drop_order: str = "rank"
     dispatch: str = "auto"
@@ -169,6 +171,7 @@ class MoE(nnx.Module):
             n_groups=spec.n_groups,
             topk_groups=spec.topk_groups,
             group_score=spec.group_score,
+            scaling_factor=spec.routed_scaling_factor,
         )
         dispatch = moe_dispatch.get_dispatch(spec.dispatch)
         y_TD, keep_TK = dispatch(

@@ -28,7 +28,7 @@ REMAT_POLICIES.register("save_dots", jax.checkpoint_policies.dots_with_no_batch_
 
 def is_moe_layer(cfg: BlockConfig, i: int) -> bool:
     """Whether layer i (0-based) of a stack built from ``cfg`` is a MoE layer."""
-    return cfg.moe is not None and (i + 1) % cfg.moe_every == 0
+    return cfg.moe is not None and i >= cfg.moe_first_dense and (i + 1) % cfg.moe_every == 0
 
 
 def _stacked_blocks(cfg: BlockConfig, n: int, rngs: nnx.Rngs):
@@ -80,6 +80,11 @@ class Stack(nnx.Module):
         if len(cfgs) != n_layers:
             raise ValueError(f"got {len(cfgs)} layer configs for n_layers={n_layers}")
         cfg = cfgs[0]
+        if scan and cfg.moe is not None and cfg.moe_first_dense:
+            raise ValueError(
+                f"moe_first_dense={cfg.moe_first_dense} with scan=True: the scan repeats one group of layers, "
+                "so dense first layers are not supported; use scan=False (model.scan_layers=False)"
+            )
         if scan and any(c != cfg for c in cfgs):
             raise ValueError(
                 "scan=True repeats one block, but the layers differ (e.g. local and global attention); "

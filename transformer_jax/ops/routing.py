@@ -94,12 +94,15 @@ def top_k_route(
     n_groups: int = 1,
     topk_groups: int = 1,
     group_score: str = "max",
+    scaling_factor: float = 1.0,
 ) -> Routing:
     """Top-k routing (Shazeer et al. 2017; GShard; Switch for k=1; DeepSeek-V3 eq. 13-16).
 
     ``s = ROUTERS[router].scores(logits)``; experts = top-k of ``s + bias`` (restricted to the best
     groups when ``n_groups > 1``); ``w_tk = s_t,e_tk`` (divided by ``sum_k w_tk`` when
-    ``renormalize``). Ties go to the lower expert index (``lax.top_k``).
+    ``renormalize``), then times ``scaling_factor`` (DeepSeek-V3's ``routed_scaling_factor``, 2.5:
+    the routed experts' weighted sum is scaled, the shared experts' output is not). Ties go to the
+    lower expert index (``lax.top_k``).
     """
     E = logits_TE.shape[-1]
     if not 1 <= k <= E:
@@ -116,6 +119,8 @@ def top_k_route(
     weights_TK = jnp.take_along_axis(scores_TE, experts_TK, axis=-1)
     if renormalize:
         weights_TK = weights_TK / jnp.sum(weights_TK, axis=-1, keepdims=True)
+    if scaling_factor != 1.0:
+        weights_TK = weights_TK * scaling_factor
     return Routing(experts_TK=experts_TK.astype(jnp.int32), weights_TK=weights_TK, probs_TE=spec.probs(scores_TE))
 
 
