@@ -48,6 +48,13 @@ _GEMMA = dict(
     layer_types=["sliding_attention", "full_attention"],
 )
 _QWEN3_MOE = dict(_LLAMA, head_dim=24, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+# MLA (query latent, interleaved RoPE), a dense first layer, then 1 shared + top-2 of 8 routed experts in
+# 4 groups (best 2), weights renormalised and scaled by 2.5
+_DEEPSEEK_V3 = dict(
+    _LLAMA, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+    v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=32,
+    n_group=4, topk_group=2, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+)  # fmt: skip
 # model_type -> config.json arguments of a tiny model (2 layers, d 64, large init so top-2 margins are wide)
 CASES = {
     "gpt2": dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, initializer_range=0.25),
@@ -70,6 +77,7 @@ CASES = {
     # a dense first layer (mlp_only_layers), weights renormalised / all layers routed, raw softmax weights
     "qwen3_moe": dict(_QWEN3_MOE, mlp_only_layers=[0], norm_topk_prob=True),
     "qwen3_moe_all": dict(_QWEN3_MOE, norm_topk_prob=False),
+    "deepseek_v3": _DEEPSEEK_V3,
     "gemma2": dict(_GEMMA, attn_logit_softcapping=20.0, final_logit_softcapping=15.0),
     "gemma3_text": dict(_GEMMA, rope_parameters={
         "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
@@ -102,6 +110,9 @@ def hf_model(case: str, seed: int = 0):
         for name, p in hf.named_parameters():
             if name.endswith("bias") or "norm" in name or ".ln_" in name:  # GPT-2: h.N.ln_1, ln_2, ln_f
                 p.uniform_(-0.5 if name.endswith("bias") else 0.5, 0.5 if name.endswith("bias") else 1.5)
+        for name, b in hf.named_buffers():  # DeepSeek-V3's routing bias, a buffer that starts at 0
+            if name.endswith("e_score_correction_bias"):
+                b.uniform_(-0.3, 0.3)
     return hf
 
 

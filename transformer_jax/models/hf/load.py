@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -85,6 +86,18 @@ def check_params(family: Family, links: list[Link], params: Mapping[str, Any]) -
 def check_coverage(family: Family, links: list[Link], names: set[str], params: Mapping[str, Any]) -> None:
     check_tensors(family, links, names)
     check_params(family, links, params)
+
+
+def usable_names(family: Family, cfg: ModelConfig, names: set[str]) -> set[str]:
+    """``names`` without the tensors the family skips (``Family.skipped``), with a warning naming them."""
+    skipped, why = family.skipped(cfg, names)
+    if skipped:
+        warnings.warn(
+            f"{family.name}: {len(skipped)} checkpoint tensor(s) left unread: {_few(sorted(skipped))}; {why}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return names - set(skipped)
 
 
 def _few(names: list[str], n: int = 8) -> str:
@@ -169,7 +182,7 @@ def load_params(
     flight are bounded to 1/4 of the checkpoint (at least one link), so host memory stays near
     the parameters' own size.
     """
-    names = reader.names()
+    names = usable_names(family, model_cfg, reader.names())
     links = family.links(model_cfg, names)
     check_tensors(family, links, names)
     place = _placer(mesh, rules)
@@ -247,7 +260,7 @@ def load_state_dict(model: nnx.Module, sd: Mapping[str, np.ndarray], family: str
     flat = {_path(path): var for path, var in nnx.to_flat_state(nnx.state(model))}
     slots = layer_slots(flat, cfg.n_layers)
     targets = per_layer_shapes(flat, slots)
-    names = set(sd)
+    names = usable_names(fam, cfg, set(sd))
     links = fam.links(cfg, names)
     check_coverage(fam, links, names, targets)
     stacks = LayerStacks(flat, slots)

@@ -81,13 +81,20 @@ def _fused_down(hf: str, ours: str) -> Link:
 
 
 def expert_links(
-    cfg: ModelConfig, ffn: str, router: str, experts: str, names: AbstractSet[str] | None, projections: tuple[str, ...]
+    cfg: ModelConfig,
+    ffn: str,
+    router: str,
+    experts: str,
+    names: AbstractSet[str] | None,
+    projections: tuple[str, ...],
+    n_experts: int | None = None,
 ) -> list[Link]:
     """One MoE layer's router [D, E] and experts: from transformers 5's fused in-memory layout
     (``{experts}.gate_up_proj`` [E, 2F, D], ``{experts}.down_proj``) when ``names`` has it, else one
-    tensor per expert, ``{experts}.{e}.{name}.weight`` for the gate, up and down ``projections``."""
+    tensor per expert, ``{experts}.{e}.{name}.weight`` for the gate, up and down ``projections``.
+    ``n_experts``: the routed experts E (default ``model.moe.n_experts``, no shared ones)."""
     assert cfg.moe is not None
-    E = cfg.moe.n_experts
+    E = cfg.moe.n_experts if n_experts is None else n_experts
     links = [linear(f"{router}.weight", f"{ffn}.router.kernel", (cfg.d_model,), (E,))]
     if names is not None and f"{experts}.gate_up_proj" in names:
         fused = [_fused_gate_up(f"{experts}.gate_up_proj", ffn), _fused_down(f"{experts}.down_proj", f"{ffn}.w_out")]

@@ -345,8 +345,11 @@ class Family:
     caller checks that it maps back to the same config). ``links(cfg, names)``: the tensor mapping
     for a config, given the checkpoint's tensor names when loading (a family may accept several
     layouts) or None when saving. ``derived``: checkpoint tensors that carry nothing to load
-    (buffers recomputed from the config), by predicate on the name. ``architectures``: the
-    ``architectures`` entries accepted, the first one written.
+    (buffers recomputed from the config), by predicate on the name. ``skipped(cfg, names)``:
+    ``(tensors, why)``, checkpoint tensors that are real weights with no place in a DecoderLM of
+    ``cfg`` (DeepSeek-V3's multi-token prediction layers); loading leaves them unread with a
+    warning that names them and says why. ``architectures``: the ``architectures`` entries
+    accepted, the first one written.
     """
 
     name: str
@@ -355,6 +358,7 @@ class Family:
     to_hf: Callable[[ModelConfig], dict[str, Any]]
     links: Callable[[ModelConfig, AbstractSet[str] | None], list[Link]]
     derived: Callable[[str], bool] = lambda name: False
+    skipped: Callable[[ModelConfig, AbstractSet[str]], tuple[AbstractSet[str], str]] = lambda cfg, names: (set(), "")
 
 
 FAMILIES: Registry[Family] = Registry("Hugging Face model_type")
