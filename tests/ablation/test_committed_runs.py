@@ -24,12 +24,6 @@ def _summaries(notebook: str) -> list[dict]:
     return [s for s in found if "config_hash" in s and "config" in s and readable(s)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config fields added since the runs were trained change every hash (train.loggers, "
-    "train.wandb_entity, train.wandb_project, data.mixture, data.mixture_schedule, mesh.context): "
-    "store.hashed_config must leave them out at their defaults; remove this mark when it does",
-)
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_committed_runs_hash_to_the_key_they_are_stored_under(notebook):
     summaries = _summaries(notebook)

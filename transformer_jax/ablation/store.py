@@ -52,26 +52,44 @@ def _file_digest(path: str) -> str:
     return "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else path
 
 
-# Optional model groups added after runs were committed; while None they are left out of the hash.
-ADDED_GROUPS = ("mla", "mtp")
-# MoE fields added after runs were committed, with their defaults: left out of the hash while at them.
-ADDED_MOE_FIELDS = {"first_dense": 0, "routed_scaling_factor": 1.0}
+# Fields added after runs were committed, with the value every earlier run trained under: left out of
+# the hash at that value, so a run from before the field existed keeps its key. One table for all.
+ADDED_FIELDS: dict[str, Any] = {
+    "model.mla": None,
+    "model.mtp": None,
+    "model.moe.first_dense": 0,
+    "model.moe.routed_scaling_factor": 1.0,
+    "data.mixture": None,
+    "data.mixture_schedule": None,
+    "mesh.context": 1,
+}
+# Added later too, and they never change a run's numbers (where metrics are sent): left out at any value.
+ADDED_BOOKKEEPING = ("train.loggers", "train.wandb_entity", "train.wandb_project")
+
+
+def _drop(d: dict[str, Any], dotted: str, *, only_if: Any = None, always: bool = False) -> None:
+    """Removes the field at ``dotted`` from the nested dict ``d`` (if ``always``, or if it equals ``only_if``)."""
+    *parents, name = dotted.split(".")
+    for key in parents:
+        d = d.get(key)  # type: ignore[assignment]
+        if not isinstance(d, dict):
+            return
+    if name in d and (always or d[name] == only_if):
+        del d[name]
 
 
 def hashed_config(cfg: Any) -> dict[str, Any]:
-    """The parts of ``cfg`` that decide a run's numbers: everything but ``name`` and the model's
-    ``vocab_size`` (training sets it from the data); local text files (``data.path``,
-    ``data.val_path``) stand for their contents, so the hash is the same on every machine."""
+    """The parts of ``cfg`` that decide a run's numbers: everything but ``name``, the model's
+    ``vocab_size`` (training sets it from the data) and the fields added since runs were committed
+    while at their old behaviour (`ADDED_FIELDS`, `ADDED_BOOKKEEPING`); local text files
+    (``data.path``, ``data.val_path``) stand for their contents, so the hash is the same on every machine."""
     d = json.loads(json.dumps(configlib.to_dict(cfg), default=str))
     d.pop("name", None)
     d.get("model", {}).pop("vocab_size", None)
-    for group in ADDED_GROUPS:  # off: the hash of a run from before the group existed
-        if d.get("model", {}).get(group, 0) is None:
-            del d["model"][group]
-    moe = d.get("model", {}).get("moe")
-    for name, default in ADDED_MOE_FIELDS.items():  # at the default: the hash of a run from before the field
-        if isinstance(moe, dict) and name in moe and moe[name] == default:
-            del moe[name]
+    for dotted, old in ADDED_FIELDS.items():
+        _drop(d, dotted, only_if=old)
+    for dotted in ADDED_BOOKKEEPING:
+        _drop(d, dotted, always=True)
     data = d.get("data", {})
     for key in ("path", "val_path"):
         if isinstance(data.get(key), str):
