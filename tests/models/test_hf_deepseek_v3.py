@@ -138,3 +138,18 @@ def test_save_writes_what_deepseek_v3_expresses_and_refuses_the_rest(saved):
         config_to_hf(softmax, family="deepseek_v3")
     with pytest.raises(ValueError, match=r"model\.moe\.first_dense=1: .*scan_layers=True"):
         dataclasses.replace(cfg, scan_layers=True)
+
+
+def test_fused_in_memory_experts_load_the_same(saved, tmp_path):
+    hf, path, _ = saved
+    fused = {k: v.detach().numpy() for k, v in hf.state_dict().items()}  # transformers 5's in-memory layout
+    assert (
+        "model.layers.1.mlp.experts.gate_up_proj" in fused
+        and "model.layers.1.mlp.gate.e_score_correction_bias" in fused
+    )
+    with torch_blocked():
+        _, a = from_pretrained(path)
+        _, b = from_pretrained(_rewrite(path, tmp_path / "fused", fused))
+    pa, pb = _params(a), _params(b)
+    assert pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
+    assert np.abs(pa[("layers", "layers", 1, "ffn", "bias")]).max() > 0  # the random routing bias arrived
