@@ -93,11 +93,7 @@ print(ablation.committed_note(NOTEBOOK))
 # A `check` is an identity or a property of the probe's construction: shown, never a verdict.
 
 # %%
-REGISTERED = ablation.Revision(
-    "2026-12-05",
-    "registered",
-    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
-)
+REGISTERED = ablation.REGISTERED_AFTER_FULL_RUN
 claim = lambda name, **kw: ablation.Claim(
     name, **{"notes": "004_0c7acc088a14ef8a.txt", "n": 3, "history": (REGISTERED,), **kw}
 )

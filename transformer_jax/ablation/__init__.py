@@ -27,6 +27,7 @@ n), and results.json keeps the specs it was judged under.
 
 from transformer_jax.ablation import probes
 from transformer_jax.ablation.claims import (
+    REGISTERED_AFTER_FULL_RUN,
     Claim,
     Criterion,
     Power,
@@ -114,6 +115,7 @@ __all__ = [
     "GALLERY_START",
     "PREDATES",
     "PROTOCOL",
+    "REGISTERED_AFTER_FULL_RUN",
     "RETRAIN_ENV",
     "REUSE_ENV",
     "SMOKE_ENV",

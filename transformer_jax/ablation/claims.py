@@ -93,6 +93,14 @@ class Revision:
     fresh: bool = False
 
 
+REGISTERED_AFTER_FULL_RUN = Revision(
+    "2026-12-05",
+    "registered",
+    "written down after the FULL run, from the criteria that run applied: no spec was stored before (issue 39)",
+)
+"""The first history entry of every claim whose committed results predate the claims registry."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim as registered: ``name`` (the verdict row; rows ``name (…)`` belong to it too, e.g. one
