@@ -44,7 +44,8 @@ def test_bad_inputs_exit_2_with_one_message(tmp_path):
                  check=False), "--tokenizer='wordpiece': unknown tokenizer")  # fmt: skip
     _refused(cli("prepare", "--input", str(tmp_path / "d.jsonl"), "--out", out, "--tokenizer", "char",
                  "--vocab-size", "500", check=False),
-             "--vocab-size is read only with --tokenizer sentencepiece")  # fmt: skip
+             "prepare.vocab_size=500: is read only with --tokenizer sentencepiece, not char "
+             "(option --vocab-size)")  # fmt: skip
 
 
 def test_help_states_the_config_defaults():

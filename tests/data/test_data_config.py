@@ -26,13 +26,13 @@ def test_unknown_names_list_the_valid_ones(field, value, listed):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(dataset="text"), "data.path is required when data.dataset='text'"),
-        (dict(dataset="parallel"), "data.dir is required"),
-        (dict(dataset="tfds"), "data.tfds_name is required"),
-        (dict(val_fraction=1.0), "data.val_fraction=1.0: must be in"),
-        (dict(seq_len=0), "data.seq_len=0: must be an integer >= 1"),
-        (dict(prefetch=-1), "data.prefetch=-1: must be an integer >= 0"),
-        (dict(tokenizer="sentencepiece", vocab_size=100), "data.vocab_size=100 is too small"),
+        (dict(dataset="text"), "data.path=None: is required when data.dataset='text'; give"),
+        (dict(dataset="parallel"), "data.dir=None: is required"),
+        (dict(dataset="tfds"), "data.tfds_name=None: is required"),
+        (dict(val_fraction=1.0), "data.val_fraction=1.0: must be > 0.0 and < 1.0"),
+        (dict(seq_len=1), "data.seq_len=1: must be >= 2"),
+        (dict(prefetch=-1), "data.prefetch=-1: must be >= 0"),
+        (dict(tokenizer="sentencepiece", vocab_size=100), "data.vocab_size=100: is too small for SentencePiece"),
         (dict(src_lang="en", tgt_lang="en"), "data.tgt_lang='en': equals data.src_lang"),
     ],
 )

@@ -142,7 +142,7 @@ def test_bad_weights_are_refused_naming_the_field(mixture, schedule, match):
 
 
 def test_settings_a_mixture_does_not_read_are_refused(sources):
-    with pytest.raises(ConfigError, match="data.mixture is required when data.dataset='mixture'"):
+    with pytest.raises(ConfigError, match="data.mixture=None: is required when data.dataset='mixture'"):
         DataConfig(dataset="mixture")
     for field, value in (("path", "/p"), ("tokenizer", "byte")):
         cfg = DataConfig(dataset="mixture", mixture=spec(sources, (1, 1, 1)), **{field: value})

@@ -260,16 +260,22 @@ def test_other_options_in_the_same_out_are_refused_unless_overwrite(tmp_path, do
     ("kw", "message"),
     [
         ({"tokenizer": "chr"}, "unknown tokenizer (did you mean 'char'?); choose one of: char, byte, sentencepiece"),
-        ({"tokenizer": "char", "vocab_size": 500}, "--vocab-size is read only with --tokenizer sentencepiece"),
-        ({"tokenizer": "sentencepiece", "vocab_size": 100}, "--vocab-size=100: must be an integer >= 300"),
-        ({"tokenizer": "byte", "workers": 0}, "--workers=0: must be an integer >= 1"),
-        ({"tokenizer": "byte", "val_fraction": 1.0}, "--val-fraction=1.0: must be a finite number >= 0.0 and < 1.0"),
-        ({"tokenizer": "byte", "documents": "page"}, "--documents='page': unknown document unit; choose one of: para"),
+        ({"tokenizer": "char", "vocab_size": 500},
+         "prepare.vocab_size=500: is read only with --tokenizer sentencepiece, not char (option --vocab-size)"),
+        ({"tokenizer": "sentencepiece", "vocab_size": 100},
+         "prepare.vocab_size=100: must be >= 300 (option --vocab-size)"),
+        ({"tokenizer": "byte", "workers": 0}, "prepare.workers=0: must be >= 1 (option --workers)"),
+        ({"tokenizer": "byte", "val_fraction": 1.0},
+         "prepare.val_fraction=1.0: must be >= 0.0 and < 1.0 (option --val-fraction)"),
+        ({"tokenizer": "byte", "documents": "page"},
+         "prepare.documents='page': unknown choice; choose one of: paragraph, line, file (option --documents)"),
+        ({"tokenizer": "byte", "inputs": ()}, "prepare.inputs=(): give at least one text file, directory, .jsonl or "
+         ".parquet file (option --input)"),
     ],
-)
-def test_bad_options_name_the_flag(tmp_path, kw, message):
+)  # fmt: skip
+def test_bad_options_name_the_field_and_the_flag(tmp_path, kw, message):
     with pytest.raises(ConfigError) as e:
-        PrepareConfig(inputs=("x.txt",), out=str(tmp_path / "o"), **kw)
+        PrepareConfig(**{"inputs": ("x.txt",), "out": str(tmp_path / "o"), **kw})
     assert message in str(e.value)
 
 

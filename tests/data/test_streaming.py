@@ -207,7 +207,7 @@ def test_the_tokenizer_is_the_prepared_one_and_settings_it_fixes_are_refused(pre
         with pytest.raises(ConfigError, match=f"data.{field}=.* is not read with data.dataset='prepared'"):
             configlib.check_reads(cfg, prefix="data.")
     configlib.check_reads(DataConfig(dataset="prepared", path=str(path), packing="documents"), prefix="data.")
-    with pytest.raises(ConfigError, match="data.path is required when data.dataset='prepared'"):
+    with pytest.raises(ConfigError, match="data.path=None: is required when data.dataset='prepared'"):
         DataConfig(dataset="prepared")
     with pytest.raises(FileNotFoundError, match="data.path: .* is not a directory"):
         data_of(tmp_path / "missing")

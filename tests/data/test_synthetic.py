@@ -86,7 +86,7 @@ def test_generated_from_the_seed():
 def test_config_checks_room_for_the_task():
     with pytest.raises(ValueError, match="seq_len >= 33"):
         DataConfig(dataset="reverse", synthetic_max_len=16, seq_len=32)
-    with pytest.raises(ValueError, match="synthetic_vocab=4 is too small"):
+    with pytest.raises(ValueError, match="data.synthetic_vocab=4: is too small"):
         DataConfig(dataset="associative_recall", synthetic_vocab=4, synthetic_max_len=8, seq_len=64)
-    with pytest.raises(ValueError, match="max_src_len=8 < 17"):
+    with pytest.raises(ValueError, match="max_src_len=8: is shorter than 17"):
         DataConfig(dataset="copy", task_format="seq2seq", synthetic_max_len=16, max_src_len=8)

@@ -343,10 +343,10 @@ def test_a_field_the_optimizer_does_not_read_is_an_error(kwargs, field):
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        ({"muon_momentum": 1.0}, r"train.optim.muon_momentum=1.0: must be a finite number >= 0.0 and < 1.0"),
-        ({"muon_ns_steps": 0}, r"train.optim.muon_ns_steps=0: must be an integer >= 1"),
+        ({"muon_momentum": 1.0}, r"train.optim.muon_momentum=1.0: must be >= 0.0 and < 1.0"),
+        ({"muon_ns_steps": 0}, r"train.optim.muon_ns_steps=0: must be >= 1"),
         ({"muon_ns_steps": 2.5}, r"train.optim.muon_ns_steps=2.5"),
-        ({"adam_lr": 0.0}, r"train.optim.adam_lr=0.0: must be a finite number > 0.0"),
+        ({"adam_lr": 0.0}, r"train.optim.adam_lr=0.0: must be > 0.0"),
         ({"muon_rms": -0.2}, r"train.optim.muon_rms=-0.2"),
     ],
 )

@@ -1,8 +1,9 @@
 """``DataConfig``: which corpus, tokenizer, sequence shapes and pipeline options.
 
-Validated in ``__post_init__``; every error names the field and the fix. Names (``dataset``,
-``tokenizer``, ``packing``, ...) are checked against ``data.variants``, which also says which
-fields each choice reads, so an unknown name lists the valid ones without importing the pipeline.
+Each field declares what it accepts (``setting``: bounds, a choice of ``data.variants``' names,
+which also say which fields each choice reads, so an unknown name lists the valid ones without
+importing the pipeline); the rules across fields are the small named checks below the class,
+run by ``DataConfig.check``. Every error names the field and the fix.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_types, fail
+from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.data.mixspec import parse_mixture, parse_schedule
 from transformer_jax.data.synthetic import TASKS
 from transformer_jax.data.variants import (
@@ -26,7 +27,7 @@ from transformer_jax.data.variants import (
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Config):
     """Data options (``--set data.FIELD=VALUE``).
 
     dataset: shakespeare | text | parallel | tfds | prepared | mixture | copy | reverse | sort | associative_recall.
@@ -59,10 +60,10 @@ class DataConfig:
       (fast); larger ones are read lazily from the array_record files.
     """
 
-    dataset: str = "shakespeare"
+    dataset: str = setting("shakespeare", choice=DATASET_VARIANTS)
     path: str | None = None
     val_path: str | None = None
-    val_fraction: float = 0.1
+    val_fraction: float = setting(0.1, gt=0.0, lt=1.0)
     dir: str | None = None
     src_lang: str = "de"
     tgt_lang: str = "en"
@@ -70,32 +71,32 @@ class DataConfig:
     mixture_schedule: str | None = None
     tfds_name: str | None = None
     tfds_download: bool = False
-    tokenizer: str = "char"
+    tokenizer: str = setting("char", choice=TOKENIZER_VARIANTS)
     vocab_size: int = 8000
-    sp_model_type: str = "bpe"
+    sp_model_type: str = setting("bpe", choice=SP_MODEL_TYPES)
     sp_byte_fallback: bool = True
     sp_character_coverage: float = 0.9995
-    sp_max_sentences: int = 2_000_000
-    tokenizer_max_records: int = 2_000_000
-    seq_len: int = 64
-    max_src_len: int = 64
-    packing: str = "stream"
-    document_split: str = "paragraph"
+    sp_max_sentences: int = setting(2_000_000, ge=1)
+    tokenizer_max_records: int = setting(2_000_000, ge=1)
+    seq_len: int = setting(64, ge=2)  # room for BOS/EOS
+    max_src_len: int = setting(64, ge=2)
+    packing: str = setting("stream", choice=PACKING_VARIANTS)
+    document_split: str = setting("paragraph", choice=DOCUMENT_SPLITS)
     shuffle: bool = True
-    seed: int = 0
-    prefetch: int = 2
-    read_threads: int = 2
-    worker_count: int = 0
+    seed: int = setting(0, ge=0, lt=2**32)
+    prefetch: int = setting(2, ge=0)
+    read_threads: int = setting(2, ge=1)
+    worker_count: int = setting(0, ge=0)
     cache_dir: str | None = None
-    chunk_chars: int = 4096
-    max_records_in_memory: int = 1_000_000
-    decode_errors: str = "strict"
-    task_format: str = "lm"
-    synthetic_train_size: int = 10000
-    synthetic_val_size: int = 500
-    synthetic_min_len: int = 4
+    chunk_chars: int = setting(4096, ge=1)
+    max_records_in_memory: int = setting(1_000_000, ge=1)
+    decode_errors: str = setting("strict", choice=DECODE_ERRORS)
+    task_format: str = setting("lm", choice=TASK_FORMATS)
+    synthetic_train_size: int = setting(10000, ge=1)
+    synthetic_val_size: int = setting(500, ge=1)
+    synthetic_min_len: int = setting(4, ge=1)
     synthetic_max_len: int = 16
-    synthetic_vocab: int = 16
+    synthetic_vocab: int = setting(16, ge=1)
 
     SELECTORS: ClassVar = (
         ("dataset", DATASET_VARIANTS),
@@ -103,76 +104,11 @@ class DataConfig:
         ("packing", PACKING_VARIANTS),
     )
 
-    def __post_init__(self):
-        check_types(self, "data")
-        check_choice("data.dataset", self.dataset, DATASET_VARIANTS)
-        check_choice("data.tokenizer", self.tokenizer, TOKENIZER_VARIANTS)
-        check_choice("data.packing", self.packing, PACKING_VARIANTS)
-        check_choice("data.sp_model_type", self.sp_model_type, SP_MODEL_TYPES, "SentencePiece model type")
-        check_choice("data.task_format", self.task_format, TASK_FORMATS, "task format")
-        check_choice("data.document_split", self.document_split, DOCUMENT_SPLITS, "document split")
-        check_choice("data.decode_errors", self.decode_errors, DECODE_ERRORS, "decode error policy")
-        required = DATASET_VARIANTS.get(self.dataset).required
-        if required is not None and not getattr(self, required[0]):
-            raise ConfigError(f"data.{required[0]} is required when data.dataset={self.dataset!r}: give {required[1]}")
-        if self.mixture is not None:
-            parse_schedule(self.mixture_schedule, tuple(s.name for s in parse_mixture(self.mixture)))
-        if self.src_lang == self.tgt_lang:
-            fail("data.tgt_lang", self.tgt_lang, "equals data.src_lang", "give two different language suffixes")
-        if not 0.0 < self.val_fraction < 1.0:
-            fail("data.val_fraction", self.val_fraction, "must be in (0, 1)", "e.g. 0.1")
-        positive = ("seq_len", "max_src_len", "chunk_chars", "synthetic_train_size", "synthetic_val_size",
-                    "synthetic_min_len", "synthetic_vocab", "sp_max_sentences", "tokenizer_max_records",
-                    "read_threads", "max_records_in_memory")  # fmt: skip
-        for name in positive:
-            check_int(f"data.{name}", getattr(self, name), low=1)
-        for name in ("prefetch", "worker_count"):
-            check_int(f"data.{name}", getattr(self, name), low=0)
-        check_int("data.seed", self.seed, low=0)
-        if self.seed >= 2**32:
-            fail("data.seed", self.seed, "must be in [0, 2**32)")
-        if self.seq_len < 2 or self.max_src_len < 2:
-            raise ConfigError(
-                f"data.seq_len={self.seq_len} and data.max_src_len={self.max_src_len} must be >= 2 (room for BOS/EOS)"
-            )
-        if self.tokenizer == "sentencepiece":
-            fallback = self.sp_byte_fallback
-            low = 300 if fallback else 8
-            if self.vocab_size < low:
-                raise ConfigError(
-                    f"data.vocab_size={self.vocab_size} is too small for SentencePiece"
-                    + (" with byte fallback (256 byte pieces)" if fallback else "")
-                    + f"; use >= {low}"
-                    + (" or set data.sp_byte_fallback=false" if fallback else "")
-                )
-        if self.dataset in TASKS:
-            self._check_synthetic(TASKS.get(self.dataset))
+    PATH: ClassVar[str] = "data"
 
-    def _check_synthetic(self, task) -> None:
-        lo, hi = self.synthetic_min_len, self.synthetic_max_len
-        if lo > hi:
-            raise ConfigError(f"data.synthetic_min_len={lo} > data.synthetic_max_len={hi}; make min <= max")
-        if self.synthetic_vocab < task.min_vocab(hi):
-            raise ConfigError(
-                f"data.synthetic_vocab={self.synthetic_vocab} is too small for "
-                f"{self.dataset} with synthetic_max_len={hi}; use >= {task.min_vocab(hi)}"
-            )
-        if self.task_format == "lm" and self.seq_len < task.lm_len(hi):
-            raise ConfigError(
-                f"data.seq_len={self.seq_len} cannot hold [BOS] prompt SEP answer of "
-                f"{self.dataset} at synthetic_max_len={hi}; use seq_len >= {task.lm_len(hi)}"
-            )
-        if self.task_format == "seq2seq":
-            if self.max_src_len < task.prompt_len(hi) + 1:
-                raise ConfigError(
-                    f"data.max_src_len={self.max_src_len} < {task.prompt_len(hi) + 1} "
-                    f"(prompt + EOS of {self.dataset} at synthetic_max_len={hi})"
-                )
-            if self.seq_len < task.answer_len(hi) + 1:
-                raise ConfigError(
-                    f"data.seq_len={self.seq_len} < {task.answer_len(hi) + 1} "
-                    f"(answer + EOS of {self.dataset} at synthetic_max_len={hi})"
-                )
+    def check(self) -> None:
+        for rule in (_required_source, _mixture_schedule, _two_languages, _sentencepiece_vocab, _synthetic_sizes):
+            rule(self)
 
     def replace(self, **changes) -> DataConfig:
         return dataclasses.replace(self, **changes)
@@ -190,3 +126,63 @@ class DataConfig:
     @property
     def is_synthetic(self) -> bool:
         return DATASET_VARIANTS.get(self.dataset).task == "synthetic"
+
+
+def _required_source(cfg: DataConfig) -> None:
+    """A dataset that reads a path, a directory or a catalog name needs it given."""
+    required = DATASET_VARIANTS.get(cfg.dataset).required
+    if required is not None and not getattr(cfg, required[0]):
+        fail(f"data.{required[0]}", getattr(cfg, required[0]), f"is required when data.dataset={cfg.dataset!r}",
+             f"give {required[1]}")  # fmt: skip
+
+
+def _mixture_schedule(cfg: DataConfig) -> None:
+    """The schedule's stages name the mixture's sources (``mixspec`` raises naming the field)."""
+    if cfg.mixture is not None:
+        parse_schedule(cfg.mixture_schedule, tuple(s.name for s in parse_mixture(cfg.mixture)))
+
+
+def _two_languages(cfg: DataConfig) -> None:
+    if cfg.src_lang == cfg.tgt_lang:
+        fail("data.tgt_lang", cfg.tgt_lang, "equals data.src_lang", "give two different language suffixes")
+
+
+def _sentencepiece_vocab(cfg: DataConfig) -> None:
+    """SentencePiece needs room for its pieces: 256 byte pieces with byte fallback."""
+    if cfg.tokenizer != "sentencepiece":
+        return
+    fallback = cfg.sp_byte_fallback
+    low = 300 if fallback else 8
+    if cfg.vocab_size < low:
+        fail(
+            "data.vocab_size",
+            cfg.vocab_size,
+            "is too small for SentencePiece" + (" with byte fallback (256 byte pieces)" if fallback else ""),
+            f"use >= {low}" + (" or set data.sp_byte_fallback=false" if fallback else ""),
+        )
+
+
+def _synthetic_sizes(cfg: DataConfig) -> None:
+    """A synthetic task's sequences fit its vocabulary and the rows (LM or seq2seq)."""
+    if cfg.dataset not in TASKS:
+        return
+    task = TASKS.get(cfg.dataset)
+    lo, hi = cfg.synthetic_min_len, cfg.synthetic_max_len
+    if lo > hi:
+        fail("data.synthetic_min_len", lo, f"exceeds data.synthetic_max_len={hi}", "make min <= max")
+    if cfg.synthetic_vocab < task.min_vocab(hi):
+        why = f"is too small for {cfg.dataset} with synthetic_max_len={hi}"
+        fail("data.synthetic_vocab", cfg.synthetic_vocab, why, f"use >= {task.min_vocab(hi)}")
+    at = f"of {cfg.dataset} at synthetic_max_len={hi}"
+    if cfg.task_format == "lm" and cfg.seq_len < task.lm_len(hi):
+        fail(
+            "data.seq_len",
+            cfg.seq_len,
+            f"cannot hold [BOS] prompt SEP answer {at}",
+            f"use seq_len >= {task.lm_len(hi)}",
+        )
+    if cfg.task_format == "seq2seq":
+        if cfg.max_src_len < task.prompt_len(hi) + 1:
+            fail("data.max_src_len", cfg.max_src_len, f"is shorter than {task.prompt_len(hi) + 1} (prompt + EOS {at})")
+        if cfg.seq_len < task.answer_len(hi) + 1:
+            fail("data.seq_len", cfg.seq_len, f"is shorter than {task.answer_len(hi) + 1} (answer + EOS {at})")

@@ -33,9 +33,9 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real, fail
+from transformer_jax.core.configlib import Config, ConfigError, fail, setting
 from transformer_jax.data import documents as docs_io
 from transformer_jax.data import shards
 from transformer_jax.data.prepare_tokenizer import SP_DEFAULTS, read_tokenizer_file, tokenizer_file
@@ -49,51 +49,37 @@ MB = 1_000_000
 
 
 @dataclasses.dataclass(frozen=True)
-class PrepareConfig:
-    """The options of ``transformer-jax prepare`` (each field is the ``--flag`` of the same name)."""
+class PrepareConfig(Config):
+    """The options of ``transformer-jax prepare`` (each field is the ``--flag`` of the same name;
+    errors name ``prepare.FIELD`` and the flag)."""
 
     inputs: tuple[str, ...]
     out: str
     tokenizer: str
-    vocab_size: int | None = None  # sentencepiece only (default 8000)
-    sp_model_type: str | None = None  # sentencepiece only: bpe | unigram (default bpe)
-    documents: str = "paragraph"  # text files: paragraph | line | file
+    vocab_size: int | None = setting(None, ge=300)  # sentencepiece only (default 8000; 256 byte pieces + specials)
+    sp_model_type: str | None = setting(None, choice=("bpe", "unigram"))  # sentencepiece only (default bpe)
+    documents: str = setting("paragraph", choice=docs_io.DOCUMENT_UNITS)  # text files: paragraph | line | file
     field: str = "text"  # JSONL field / Parquet column
-    val_fraction: float = 0.0
-    seed: int = 0
-    shard_mb: float = 64.0
-    record_kb: float = 16.0  # KiB of token ids a record holds on average (several documents)
-    workers: int = 1
-    tokenizer_sample_mb: float = 100.0
-    decode_errors: str = "strict"
+    val_fraction: float = setting(0.0, ge=0.0, lt=1.0)
+    seed: int = setting(0, ge=0, lt=2**32)
+    shard_mb: float = setting(64.0, gt=0.0)
+    record_kb: float = setting(16.0, gt=0.0)  # KiB of token ids a record holds on average (several documents)
+    workers: int = setting(1, ge=1)
+    tokenizer_sample_mb: float = setting(100.0, gt=0.0)
+    decode_errors: str = setting("strict", choice=("strict", "replace"))
     overwrite: bool = False
 
-    def __post_init__(self):
-        if isinstance(self.inputs, str) or not self.inputs:
-            raise ConfigError("--input: give at least one text file, directory, .jsonl or .parquet file")
-        tokenizer_file(self.tokenizer)  # an unknown name is an error now
-        if self.tokenizer != "sentencepiece":
-            for name in ("vocab_size", "sp_model_type"):
-                if getattr(self, name) is not None:
-                    flag = "--" + name.replace("_", "-")
-                    raise ConfigError(f"{flag} is read only with --tokenizer sentencepiece, not {self.tokenizer}")
-        else:
-            check_int("--vocab-size", self.vocab_size_, low=300)  # 256 byte pieces + specials
-            check_choice("--sp-model-type", self.sp_model_type_, ("bpe", "unigram"), "SentencePiece model type")
-        check_choice("--documents", self.documents, docs_io.DOCUMENT_UNITS, "document unit")
-        check_choice("--decode-errors", self.decode_errors, ("strict", "replace"), "decode error policy")
-        check_real("--val-fraction", self.val_fraction, low=0.0, high=1.0)
-        check_real("--shard-mb", self.shard_mb, low=0.0, low_open=True)
-        check_real("--record-kb", self.record_kb, low=0.0, low_open=True)
-        check_real("--tokenizer-sample-mb", self.tokenizer_sample_mb, low=0.0, low_open=True)
-        check_int("--workers", self.workers, low=1)
-        check_int("--seed", self.seed, low=0)
-        if self.seed >= 2**32:
-            fail("--seed", self.seed, "must be in [0, 2**32)")
-        if not self.field:
-            fail("--field", self.field, "must name a JSONL field / Parquet column")
-        if Path(self.out).expanduser().exists() and not Path(self.out).expanduser().is_dir():
-            raise ConfigError(f"--out {self.out} is a file; give a directory for the shards")
+    PATH: ClassVar[str] = "prepare"
+
+    def __post_init__(self) -> None:
+        try:
+            super().__post_init__()
+        except ConfigError as e:
+            raise ConfigError(_with_flag(str(e))) from None
+
+    def check(self) -> None:
+        for rule in (_some_inputs, _known_tokenizer, _sentencepiece_options, _named_field, _out_is_a_directory):
+            rule(self)
 
     @property
     def vocab_size_(self) -> int:
@@ -116,6 +102,48 @@ class PrepareConfig:
                 tok.update(vocab_size=self.vocab_size_, sp_model_type=self.sp_model_type_)
         keys = ("documents", "field", "val_fraction", "seed", "shard_mb", "record_kb", "decode_errors")
         return {"tokenizer": tok, **{k: getattr(self, k) for k in keys}}
+
+
+_FLAGS = {"inputs": "--input"}
+
+
+def _with_flag(message: str) -> str:
+    """``prepare.FIELD=...`` messages also name the command-line flag (``--field`` with dashes)."""
+    name = message.partition("=")[0].removeprefix("prepare.")
+    if not message.startswith("prepare.") or not name.isidentifier():
+        return message
+    return f"{message} (option {_FLAGS.get(name, '--' + name.replace('_', '-'))})"
+
+
+def _some_inputs(cfg: PrepareConfig) -> None:
+    if isinstance(cfg.inputs, str) or not cfg.inputs:
+        fail("prepare.inputs", cfg.inputs, "give at least one text file, directory, .jsonl or .parquet file")
+
+
+def _known_tokenizer(cfg: PrepareConfig) -> None:
+    tokenizer_file(cfg.tokenizer)  # an unknown name is an error now
+
+
+def _sentencepiece_options(cfg: PrepareConfig) -> None:
+    if cfg.tokenizer == "sentencepiece":
+        return
+    for name in ("vocab_size", "sp_model_type"):
+        if getattr(cfg, name) is not None:
+            fail(
+                f"prepare.{name}",
+                getattr(cfg, name),
+                f"is read only with --tokenizer sentencepiece, not {cfg.tokenizer}",
+            )
+
+
+def _named_field(cfg: PrepareConfig) -> None:
+    if not cfg.field:
+        fail("prepare.field", cfg.field, "must name a JSONL field / Parquet column")
+
+
+def _out_is_a_directory(cfg: PrepareConfig) -> None:
+    if Path(cfg.out).expanduser().exists() and not Path(cfg.out).expanduser().is_dir():
+        fail("prepare.out", cfg.out, "is a file", "give a directory for the shards")
 
 
 @dataclasses.dataclass

@@ -6,19 +6,20 @@ Each rule is ``pick(logits_BV, key, cfg) -> tokens_B`` (pure; batched; determini
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.core.configlib import check_choice, check_types, fail
+from transformer_jax.core.configlib import Config, setting
 from transformer_jax.core.registry import Registry
 
 STRATEGIES: Registry = Registry("decoding strategy")
 
 
 @dataclasses.dataclass(frozen=True)
-class SamplingConfig:
+class SamplingConfig(Config):
     """``strategy``: greedy | sample | top_k | top_p (beam search lives in ``decode.beam``).
 
     ``temperature`` divides the logits before sampling; ``top_k`` keeps the k most likely tokens
@@ -26,21 +27,13 @@ class SamplingConfig:
     ``top_p`` keeps the smallest set whose probability reaches p (Holtzman et al. 2020).
     """
 
-    strategy: str = "greedy"
-    temperature: float = 1.0
-    top_k: int = 40
-    top_p: float = 0.9
+    strategy: str = setting("greedy", choice=STRATEGIES)
+    temperature: float = setting(1.0, gt=0.0)  # T -> 0: strategy=greedy
+    top_k: int = setting(40, ge=1)
+    top_p: float = setting(0.9, gt=0.0, le=1.0)
     uniform_top_k: bool = False
 
-    def __post_init__(self):
-        check_types(self, "sample")
-        check_choice("sample.strategy", self.strategy, STRATEGIES, "decoding strategy")
-        if self.temperature <= 0:
-            fail("sample.temperature", self.temperature, "must be positive", "use strategy=greedy for T -> 0")
-        if self.top_k < 1:
-            fail("sample.top_k", self.top_k, "must be at least 1")
-        if not 0.0 < self.top_p <= 1.0:
-            fail("sample.top_p", self.top_p, "must be in (0, 1]")
+    PATH: ClassVar[str] = "sample"
 
 
 def top_k_logits(logits_BV: Float[Array, "B V"], k: int) -> Float[Array, "B V"]:

@@ -9,37 +9,36 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
 
 import jax
 import numpy as np
 
+from transformer_jax.core.configlib import Config, setting
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.decode import SamplingConfig, translate, translate_beam
 from transformer_jax.eval.bleu import corpus_bleu
 
 
 @dataclasses.dataclass(frozen=True)
-class TranslateConfig:
+class TranslateConfig(Config):
     """``beam_size`` 1: token by token with ``sampling`` (default greedy; top-k/top-p draws use
     ``seed``), else beam search with the GNMT length penalty ``alpha``; ``batch_size`` sentences
     per call; sources are cut to ``max_src_len`` tokens (EOS included); at most
     ``min(max_new_tokens, len_a * source bucket + len_b)`` target tokens (EOS included)."""
 
-    beam_size: int = 4
+    beam_size: int = setting(4, ge=1)
     alpha: float = 0.6
-    batch_size: int = 64
-    max_src_len: int = 128
-    max_new_tokens: int = 128
+    batch_size: int = setting(64, ge=1)
+    max_src_len: int = setting(128, ge=1)
+    max_new_tokens: int = setting(128, ge=1)
     len_a: float = 1.5
     len_b: int = 10
-    length_bucket: int = 16
+    length_bucket: int = setting(16, ge=1)
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0
 
-    def __post_init__(self):
-        for name in ("beam_size", "batch_size", "max_src_len", "max_new_tokens", "length_bucket"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TranslateConfig.{name}={getattr(self, name)} must be >= 1")
+    PATH: ClassVar[str] = "translate"
 
 
 def _source_ids(ids: Sequence[int], max_src_len: int) -> list[int]:

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from transformer_jax.core.configlib import ConfigError, check_int, check_real, check_types
+from transformer_jax.core.configlib import Config, ConfigError, fail, setting
 from transformer_jax.core.registry import unknown_name_message
 from transformer_jax.models.model_roles import is_param_info, model_param_infos
 from transformer_jax.models.param_roles import PROJECTIONS, adapter_mask, classify_names, path_names
@@ -31,34 +31,36 @@ from transformer_jax.ops import linear as linear_ops
 
 
 @dataclasses.dataclass(frozen=True)
-class LoraConfig:
+class LoraConfig(Config):
     """``rank`` r, ``alpha`` (the update is scaled by ``alpha / rank``) and ``targets``: the
     projections that get an adapter, by name (`param_roles.PROJECTIONS`; Hu et al.: q, v)."""
 
-    rank: int = 8
-    alpha: float = 16.0
+    rank: int = setting(8, ge=1)
+    alpha: float = setting(16.0, gt=0.0)
     targets: tuple[str, ...] = ("q", "v")
 
-    def __post_init__(self):
-        check_types(self, "train.lora")
-        check_int("train.lora.rank", self.rank, low=1)
-        check_real("train.lora.alpha", self.alpha, low=0.0, low_open=True)
-        targets = self.targets
-        if isinstance(targets, str) or not isinstance(targets, tuple | list) or not targets:
-            raise ConfigError(
-                f"train.lora.targets={targets!r} must be a non-empty tuple of projection names, e.g. q,v "
-                f"(choose from {', '.join(PROJECTIONS)})"
-            )
-        for name in targets:
-            if name not in PROJECTIONS:
-                raise ConfigError(f"train.lora.targets: {unknown_name_message('projection', name, PROJECTIONS)}")
-        if len(set(targets)) != len(targets):
-            raise ConfigError(f"train.lora.targets={tuple(targets)!r} names a projection twice")
-        object.__setattr__(self, "targets", tuple(targets))
+    PATH: ClassVar[str] = "train.lora"
+
+    def check(self) -> None:
+        _check_targets(self)
 
     @property
     def scale(self) -> float:
         return self.alpha / self.rank
+
+
+def _check_targets(cfg: LoraConfig) -> None:
+    """A non-empty tuple (a list is made one) of distinct `param_roles.PROJECTIONS` names."""
+    targets = cfg.targets
+    if isinstance(targets, str) or not isinstance(targets, tuple | list) or not targets:
+        fail("train.lora.targets", targets, "must be a non-empty tuple of projection names",
+             f"e.g. q,v (choose from {', '.join(PROJECTIONS)})")  # fmt: skip
+    for name in targets:
+        if name not in PROJECTIONS:
+            fail("train.lora.targets", name, unknown_name_message("projection", name, PROJECTIONS))
+    if len(set(targets)) != len(targets):
+        fail("train.lora.targets", tuple(targets), "names a projection twice", "list each projection once")
+    object.__setattr__(cfg, "targets", tuple(targets))
 
 
 class LoraAdapter(nnx.Module):

@@ -1,19 +1,20 @@
 """``MLAConfig``: Multi-head Latent Attention settings of a ModelConfig (``model.mla``; None = off).
 
-The cross-field rules are the small functions below, each refusing one combination by name;
-``MLAConfig.validate`` (called by ``ModelConfig``) runs them all.
+Each field declares its range (``setting``); the rules across fields are the small functions below,
+each refusing one combination by name: ``MLAConfig.check`` runs the one among its own fields,
+``MLAConfig.validate`` (called by ``ModelConfig``) those that read the model's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
-from transformer_jax.core.configlib import check_positive, check_types, fail
+from transformer_jax.core.configlib import Config, fail, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class MLAConfig:
+class MLAConfig(Config):
     """Multi-head Latent Attention (DeepSeek-V2, Liu et al. 2024, section 2.1; DeepSeek-V3).
 
     Keys and values of all heads come from one latent c = RMSNorm(x W_DKV) of ``kv_lora_rank``
@@ -28,25 +29,17 @@ class MLAConfig:
     ``rms_norm_eps`` says).
     """
 
-    q_lora_rank: int | None = None
-    kv_lora_rank: int = 64
-    qk_nope_head_dim: int = 32
-    qk_rope_head_dim: int = 16
-    v_head_dim: int = 32
-    norm_eps: float = 1e-6
+    q_lora_rank: int | None = setting(None, ge=1)
+    kv_lora_rank: int = setting(64, ge=1)
+    qk_nope_head_dim: int = setting(32, ge=1)
+    qk_rope_head_dim: int = setting(16, ge=1)  # even
+    v_head_dim: int = setting(32, ge=1)
+    norm_eps: float = setting(1e-6, gt=0.0)
 
-    def __post_init__(self):
-        check_types(self, "model.mla")
-        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "norm_eps"):
-            check_positive(f"model.mla.{name}", getattr(self, name))
-        if self.q_lora_rank is not None:
-            check_positive("model.mla.q_lora_rank", self.q_lora_rank)
-        if self.qk_rope_head_dim % 2:
-            fail(
-                "model.mla.qk_rope_head_dim",
-                self.qk_rope_head_dim,
-                "RoPE rotates pairs of dimensions: use an even size",
-            )
+    PATH: ClassVar[str] = "model.mla"
+
+    def check(self) -> None:
+        _rope_pairs(self)
 
     @property
     def qk_head_dim(self) -> int:
@@ -62,6 +55,11 @@ class MLAConfig:
         """The rules across ``model``'s fields (called by ``ModelConfig``)."""
         for rule in (_needs_softmax, _needs_rope, _own_head_sizes, _own_norms, _no_yarn, _no_pallas_decode):
             rule(self, model)
+
+
+def _rope_pairs(mla: MLAConfig) -> None:
+    if mla.qk_rope_head_dim % 2:
+        fail("model.mla.qk_rope_head_dim", mla.qk_rope_head_dim, "RoPE rotates pairs of dimensions: use an even size")
 
 
 def _needs_softmax(mla: MLAConfig, model: Any) -> None:
@@ -112,7 +110,7 @@ def _no_yarn(mla: MLAConfig, model: Any) -> None:
             "yarn",
             "MLA with YaRN also rescales the softmax by mscale(factor, mscale_all_dim)^2 (DeepSeek-V3), "
             "which is not implemented yet",
-            "use rope_scaling none, linear, ntk or llama3 with model.mla",
+            "use scaling none, linear, ntk or llama3 with model.mla",
         )
 
 

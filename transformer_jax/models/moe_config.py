@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
-from transformer_jax.core.configlib import check_choice, check_positive, check_types, fail
+from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.nn.moe import MoESpec
 from transformer_jax.ops import moe_dispatch, routing
 from transformer_jax.ops.activations import FFN_ACTIVATIONS
 
 
 @dataclasses.dataclass(frozen=True)
-class MoEConfig:
+class MoEConfig(Config):
     """Which layers use experts and how tokens are routed to them.
 
     Sizes follow DeepSeekMoE (Dai et al. 2024): ``n_experts`` experts of width ``d_expert``
@@ -38,71 +38,33 @@ class MoEConfig:
     ``scan_layers``).
     """
 
-    n_experts: int = 8
-    top_k: int = 2
-    every: int = 1
-    first_dense: int = 0
-    d_expert: int | None = None
-    segments: int = 1
-    n_shared: int = 0
-    ffn: str | None = None  # None: model.ffn
-    router: str = "softmax_topk"
+    n_experts: int = setting(8, ge=1)
+    top_k: int = setting(2, ge=1)  # <= n_experts
+    every: int = setting(1, ge=1)
+    first_dense: int = setting(0, ge=0)
+    d_expert: int | None = setting(None, ge=1)
+    segments: int = setting(1, ge=1)
+    n_shared: int = setting(0, ge=0)
+    ffn: str | None = setting(None, choice=FFN_ACTIVATIONS)  # None: model.ffn
+    router: str = setting("softmax_topk", choice=routing.ROUTERS)
     renormalize: bool = False
-    n_groups: int = 1
-    topk_groups: int = 1
-    group_score: str = "max"
-    routed_scaling_factor: float = 1.0
-    capacity_factor: float | None = None
-    drop_order: str = "rank"
-    dispatch: str = "auto"
-    balance_loss: str = "switch"
-    balance_coef: float = 0.01
-    z_loss_coef: float = 0.0
-    bias_update_rate: float = 0.0
+    n_groups: int = setting(1, ge=1)
+    topk_groups: int = setting(1, ge=1)
+    group_score: str = setting("max", choice=routing.GROUP_SCORES)
+    routed_scaling_factor: float = setting(1.0, gt=0.0)
+    capacity_factor: float | None = setting(None, gt=0.0)  # None: dropless routing
+    drop_order: str = setting("rank", choice=routing.DROP_ORDERS)
+    dispatch: str = setting("auto", choice=moe_dispatch.dispatch_names())
+    balance_loss: str = setting("switch", choice=routing.BALANCE_LOSSES)
+    balance_coef: float = setting(0.01, ge=0.0)
+    z_loss_coef: float = setting(0.0, ge=0.0)
+    bias_update_rate: float = setting(0.0, ge=0.0)
 
-    def __post_init__(self):
-        check_types(self, "model.moe")
-        for name in ("n_experts", "every", "segments", "n_groups", "topk_groups"):
-            check_positive(f"model.moe.{name}", getattr(self, name))
-        if not 1 <= self.top_k <= self.n_experts:
-            fail("model.moe.top_k", self.top_k, f"must be in [1, n_experts={self.n_experts}]")
-        check_positive("model.moe.n_shared", self.n_shared, allow_zero=True)
-        check_positive("model.moe.first_dense", self.first_dense, allow_zero=True)
-        check_positive("model.moe.routed_scaling_factor", self.routed_scaling_factor)
-        if self.n_shared >= self.top_k * self.segments:
-            fail(
-                "model.moe.n_shared",
-                self.n_shared,
-                f"leaves no routed expert per token (top_k * segments = {self.top_k * self.segments})",
-                "shared experts are taken out of the top_k * segments active ones; lower n_shared or raise top_k",
-            )
-        if self.d_expert is not None:
-            check_positive("model.moe.d_expert", self.d_expert)
-            if self.d_expert % self.segments:
-                fail("model.moe.d_expert", self.d_expert, f"is not divisible by segments={self.segments}")
-        if self.ffn is not None:
-            check_choice("model.moe.ffn", self.ffn, FFN_ACTIVATIONS, "feed-forward kind")
-        check_choice("model.moe.router", self.router, routing.ROUTERS, "router")
-        check_choice("model.moe.group_score", self.group_score, routing.GROUP_SCORES, "group score")
-        check_choice("model.moe.drop_order", self.drop_order, routing.DROP_ORDERS, "drop order")
-        check_choice("model.moe.dispatch", self.dispatch, moe_dispatch.dispatch_names(), "MoE dispatch")
-        check_choice("model.moe.balance_loss", self.balance_loss, routing.BALANCE_LOSSES, "balance loss")
-        if self.n_routed % self.n_groups:
-            fail("model.moe.n_groups", self.n_groups, f"does not divide the {self.n_routed} routed experts")
-        if self.topk_groups > self.n_groups:
-            fail("model.moe.topk_groups", self.topk_groups, f"exceeds n_groups={self.n_groups}")
-        if self.topk_groups * (self.n_routed // self.n_groups) < self.routed_k:
-            fail(
-                "model.moe.topk_groups",
-                self.topk_groups,
-                f"the chosen groups hold {self.topk_groups * (self.n_routed // self.n_groups)} experts, fewer than "
-                f"the {self.routed_k} each token needs",
-                "raise topk_groups or lower n_groups",
-            )
-        if self.capacity_factor is not None and self.capacity_factor <= 0:
-            fail("model.moe.capacity_factor", self.capacity_factor, "must be positive (or None for dropless routing)")
-        for name in ("balance_coef", "z_loss_coef", "bias_update_rate"):
-            check_positive(f"model.moe.{name}", getattr(self, name), allow_zero=True)
+    PATH: ClassVar[str] = "model.moe"
+
+    def check(self) -> None:
+        for rule in (_top_k_within_experts, _routed_experts_left, _segments_split_d_expert, _groups_hold_top_k):
+            rule(self)
 
     @property
     def n_routed(self) -> int:
@@ -185,4 +147,40 @@ def _check_scanned_groups(moe: MoEConfig, model: Any, stacks: dict[str, int]) ->
             "every > 1 with scan_layers=True is not supported for "
             "encoder_decoder (decoder cross-attention caches assume one stacked layer kind)",
             "use every=1 or scan_layers=False",
+        )
+
+
+def _top_k_within_experts(moe: MoEConfig) -> None:
+    if moe.top_k > moe.n_experts:
+        fail("model.moe.top_k", moe.top_k, f"must be in [1, n_experts={moe.n_experts}]")
+
+
+def _routed_experts_left(moe: MoEConfig) -> None:
+    if moe.n_shared >= moe.top_k * moe.segments:
+        fail(
+            "model.moe.n_shared",
+            moe.n_shared,
+            f"leaves no routed expert per token (top_k * segments = {moe.top_k * moe.segments})",
+            "shared experts are taken out of the top_k * segments active ones; lower n_shared or raise top_k",
+        )
+
+
+def _segments_split_d_expert(moe: MoEConfig) -> None:
+    if moe.d_expert is not None and moe.d_expert % moe.segments:
+        fail("model.moe.d_expert", moe.d_expert, f"is not divisible by segments={moe.segments}")
+
+
+def _groups_hold_top_k(moe: MoEConfig) -> None:
+    """Group-limited routing: the groups split the routed experts and the kept ones hold top_k."""
+    if moe.n_routed % moe.n_groups:
+        fail("model.moe.n_groups", moe.n_groups, f"does not divide the {moe.n_routed} routed experts")
+    if moe.topk_groups > moe.n_groups:
+        fail("model.moe.topk_groups", moe.topk_groups, f"exceeds n_groups={moe.n_groups}")
+    held = moe.topk_groups * (moe.n_routed // moe.n_groups)
+    if held < moe.routed_k:
+        fail(
+            "model.moe.topk_groups",
+            moe.topk_groups,
+            f"the chosen groups hold {held} experts, fewer than the {moe.routed_k} each token needs",
+            "raise topk_groups or lower n_groups",
         )

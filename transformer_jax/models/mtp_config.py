@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
-from transformer_jax.core.configlib import check_int, check_real, check_types, fail
+from transformer_jax.core.configlib import Config, fail, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class MTPConfig:
+class MTPConfig(Config):
     """DeepSeek-V3's multi-token prediction (Liu et al. 2024, section 2.2): ``depth`` = D sequential
     modules after the main model; module k (1..D) combines the previous depth's hidden state
     h^{k-1}_i (h^0: the main model's last block) with the embedding of token t_{i+k},
@@ -23,13 +23,10 @@ class MTPConfig:
     The modules also draft D tokens for speculative decoding (``decode.speculative``).
     """
 
-    depth: int = 1
-    loss_weight: float = 0.3
+    depth: int = setting(1, ge=1)
+    loss_weight: float = setting(0.3, ge=0.0)
 
-    def __post_init__(self):
-        check_types(self, "model.mtp")
-        check_int("model.mtp.depth", self.depth, low=1)
-        check_real("model.mtp.loss_weight", self.loss_weight, low=0.0)
+    PATH: ClassVar[str] = "model.mtp"
 
     def validate(self, model: Any) -> None:
         """Rules across the model's fields (called by ``ModelConfig``): only a decoder-only

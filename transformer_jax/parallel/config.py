@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
-from transformer_jax.core.configlib import check_types, fail
+from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.core.mesh_axes import MESH_AXES
 
 
 @dataclasses.dataclass(frozen=True)
-class MeshConfig:
+class MeshConfig(Config):
     """Sizes of the mesh axes; one of them may be -1 (all remaining devices).
 
     ``data``: batch split, parameters replicated; ``fsdp``: batch split and parameters sharded
@@ -19,20 +20,17 @@ class MeshConfig:
     split.
     """
 
-    data: int = -1
-    fsdp: int = 1
-    context: int = 1
-    tensor: int = 1
-    expert: int = 1
+    data: int = setting(-1, ge=-1)
+    fsdp: int = setting(1, ge=-1)
+    context: int = setting(1, ge=-1)
+    tensor: int = setting(1, ge=-1)
+    expert: int = setting(1, ge=-1)
 
-    def __post_init__(self):
-        check_types(self, "mesh")
-        sizes = self.sizes()
-        if sum(1 for s in sizes.values() if s == -1) > 1:
-            fail("mesh", sizes, "at most one axis may be -1 (the rest of the devices)")
-        for name, size in sizes.items():
-            if size == 0 or size < -1:
-                fail(f"mesh.{name}", size, "must be a positive number of devices or -1")
+    PATH: ClassVar[str] = "mesh"
+
+    def check(self) -> None:
+        for rule in (_one_axis_takes_the_rest, _no_empty_axis):
+            rule(self)
 
     def sizes(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in MESH_AXES}
@@ -60,3 +58,15 @@ class MeshConfig:
                 "set one axis to -1 or make the product equal the device count",
             )
         return sizes
+
+
+def _no_empty_axis(mesh: MeshConfig) -> None:
+    for name, size in mesh.sizes().items():
+        if size == 0:
+            fail(f"mesh.{name}", size, "must be a positive number of devices or -1")
+
+
+def _one_axis_takes_the_rest(mesh: MeshConfig) -> None:
+    sizes = mesh.sizes()
+    if sum(1 for s in sizes.values() if s == -1) > 1:
+        fail("mesh", sizes, "at most one axis may be -1 (the rest of the devices)")

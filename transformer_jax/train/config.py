@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import ConfigError, check_choice, check_positive, check_range, check_types, fail
+from transformer_jax.core import configlib
+from transformer_jax.core.configlib import ConfigError, check_choice, fail, setting
 from transformer_jax.core.registry import Registry
 from transformer_jax.data.config import DataConfig
 from transformer_jax.models.config import ModelConfig
@@ -24,7 +25,7 @@ BEST_MODES.register("max", "higher is better (accuracy, bleu)")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(configlib.Config):
     """The training loop: steps, batch, optimizer, evaluation, checkpoints, budgets.
 
     ``batch_size`` is the global batch (all processes, all micro-batches); ``grad_accum``
@@ -40,29 +41,29 @@ class TrainConfig:
     before it starts, naming the extra to install.
     """
 
-    steps: int = 2000
-    batch_size: int = 12
-    grad_accum: int = 1
+    steps: int = setting(2000, ge=1)
+    batch_size: int = setting(12, ge=1)
+    grad_accum: int = setting(1, ge=1)
     seed: int = 0
     optim: OptimConfig = OptimConfig()
-    label_smoothing: float = 0.0
-    z_loss: float = 0.0
-    eval_every: int = 250
-    eval_batches: int | None = 50  # batches per validation (None: the whole validation split)
-    log_every: int = 10
-    checkpoint_every: int = 500
-    keep_checkpoints: int = 3
+    label_smoothing: float = setting(0.0, ge=0.0, lt=1.0)
+    z_loss: float = setting(0.0, ge=0.0)
+    eval_every: int = setting(250, ge=1)
+    eval_batches: int | None = setting(50, ge=1)  # batches per validation (None: the whole validation split)
+    log_every: int = setting(10, ge=1)
+    checkpoint_every: int = setting(500, ge=1)
+    keep_checkpoints: int = setting(3, ge=1)
     keep_best: bool = True
     best_metric: str = "loss"  # a validation metric: loss, perplexity, accuracy, or a task's (e.g. bleu)
-    best_mode: str = "min"
+    best_mode: str = setting("min", choice=BEST_MODES)
     extra_eval: bool = True  # task metrics (e.g. BLEU) at each validation
-    max_minutes: float | None = None  # wall-clock budget; the run ends cleanly when reached
-    nonfinite: str = "skip"  # non-finite loss/gradients: skip the update, or halt
-    max_consecutive_skips: int = 10
+    max_minutes: float | None = setting(None, gt=0.0)  # wall-clock budget; the run ends cleanly when reached
+    nonfinite: str = setting("skip", choice=NONFINITE_POLICIES)  # non-finite loss/gradients: skip the update, or halt
+    max_consecutive_skips: int = setting(10, ge=1)
     per_layer_grad_norms: bool = True
     peak_flops: float | None = None  # for MFU; None: a known accelerator peak or a measured GEMM peak
-    sample_every: int = 0  # print a short sample every N steps (0: only at the end)
-    sample_tokens: int = 200
+    sample_every: int = setting(0, ge=0)  # print a short sample every N steps (0: only at the end)
+    sample_tokens: int = setting(200, ge=0)
     sample_prompt: str = "\n"
     profile: str | None = None  # "START:STOP": a jax.profiler trace of steps START..STOP in WORKDIR/profile/
     init_from: str | None = None  # pretrained weights: a Hugging Face model directory or a run's workdir
@@ -73,59 +74,12 @@ class TrainConfig:
 
     SELECTORS: ClassVar = (("nonfinite", NONFINITE_POLICIES), ("loggers", LOGGERS))
 
-    def __post_init__(self):
-        check_types(self, "train")
-        check_positive("train.steps", self.steps)
-        check_positive("train.batch_size", self.batch_size)
-        check_positive("train.grad_accum", self.grad_accum)
-        if self.batch_size % self.grad_accum:
-            fail(
-                "train.grad_accum",
-                self.grad_accum,
-                f"does not divide batch_size={self.batch_size}",
-                "use a divisor of the batch size",
-            )
-        check_range("train.label_smoothing", self.label_smoothing, 0.0, 1.0)
-        check_positive("train.z_loss", self.z_loss, allow_zero=True)
-        for name in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints", "max_consecutive_skips"):
-            check_positive(f"train.{name}", getattr(self, name))
-        if self.eval_batches is not None:
-            check_positive("train.eval_batches", self.eval_batches)
-        if self.max_minutes is not None:
-            check_positive("train.max_minutes", self.max_minutes)
-        check_choice("train.nonfinite", self.nonfinite, NONFINITE_POLICIES, "non-finite policy")
-        check_choice("train.best_mode", self.best_mode, BEST_MODES, "mode")
-        check_positive("train.sample_every", self.sample_every, allow_zero=True)
-        if self.profile is not None and self.profile_steps()[0] > self.steps:
-            fail(
-                "train.profile",
-                self.profile,
-                f"starts after the last step (train.steps={self.steps})",
-                "profile steps the run reaches",
-            )
-        check_positive("train.sample_tokens", self.sample_tokens, allow_zero=True)
-        if self.init_from is not None and (not isinstance(self.init_from, str) or not self.init_from.strip()):
-            fail("train.init_from", self.init_from, "must be a directory path", "or None to train from scratch")
-        self._check_loggers()
-        if self.lora is not None and self.init_from is None:
-            fail(
-                "train.lora",
-                self.lora,
-                "LoRA adapts pretrained weights, and train.init_from is None",
-                "set train.init_from (train --init-from DIR) or turn LoRA off (train.lora=none)",
-            )
+    PATH: ClassVar[str] = "train"
 
-    def _check_loggers(self) -> None:
-        if not isinstance(self.loggers, tuple) or not all(isinstance(n, str) for n in self.loggers):
-            fail("train.loggers", self.loggers, "must be a tuple of logger names", "e.g. ('jsonl', 'tensorboard')")
-        for name in self.loggers:
-            check_choice("train.loggers", name, LOGGERS)
-        if len(set(self.loggers)) != len(self.loggers):
-            fail("train.loggers", self.loggers, "names a logger twice", "list each logger once")
-        if not isinstance(self.wandb_project, str) or not self.wandb_project.strip():
-            fail("train.wandb_project", self.wandb_project, "must be a non-empty project name")
-        if self.wandb_entity is not None and (not isinstance(self.wandb_entity, str) or not self.wandb_entity.strip()):
-            fail("train.wandb_entity", self.wandb_entity, "must be a team or user name", "or None for your default")
+    def check(self) -> None:
+        for rule in (_accumulation_divides_batch, _profile_within_run, _init_from_path, _lora_needs_base):
+            rule(self)
+        _check_loggers(self)
 
     def profile_steps(self) -> tuple[int, int]:
         """(START, STOP) of ``profile="START:STOP"`` (1-based steps, inclusive)."""
@@ -133,6 +87,43 @@ class TrainConfig:
         if not (sep and start.strip().isdigit() and stop.strip().isdigit() and 1 <= int(start) <= int(stop)):
             fail("train.profile", self.profile, "expected START:STOP with 1 <= START <= STOP", "e.g. 10:15")
         return int(start), int(stop)
+
+
+def _accumulation_divides_batch(cfg: TrainConfig) -> None:
+    if cfg.batch_size % cfg.grad_accum:
+        fail("train.grad_accum", cfg.grad_accum, f"does not divide batch_size={cfg.batch_size}",
+             "use a divisor of the batch size")  # fmt: skip
+
+
+def _profile_within_run(cfg: TrainConfig) -> None:
+    if cfg.profile is not None and cfg.profile_steps()[0] > cfg.steps:
+        fail("train.profile", cfg.profile, f"starts after the last step (train.steps={cfg.steps})",
+             "profile steps the run reaches")  # fmt: skip
+
+
+def _init_from_path(cfg: TrainConfig) -> None:
+    if cfg.init_from is not None and not cfg.init_from.strip():
+        fail("train.init_from", cfg.init_from, "must be a directory path", "or None to train from scratch")
+
+
+def _lora_needs_base(cfg: TrainConfig) -> None:
+    if cfg.lora is not None and cfg.init_from is None:
+        fail("train.lora", cfg.lora, "LoRA adapts pretrained weights, and train.init_from is None",
+             "set train.init_from (train --init-from DIR) or turn LoRA off (train.lora=none)")  # fmt: skip
+
+
+def _check_loggers(cfg: TrainConfig) -> None:
+    loggers = cfg.loggers
+    if not isinstance(loggers, tuple) or not all(isinstance(n, str) for n in loggers):
+        fail("train.loggers", loggers, "must be a tuple of logger names", "e.g. ('jsonl', 'tensorboard')")
+    for name in loggers:
+        check_choice("train.loggers", name, LOGGERS)
+    if len(set(loggers)) != len(loggers):
+        fail("train.loggers", loggers, "names a logger twice", "list each logger once")
+    if not cfg.wandb_project.strip():
+        fail("train.wandb_project", cfg.wandb_project, "must be a non-empty project name")
+    if cfg.wandb_entity is not None and not cfg.wandb_entity.strip():
+        fail("train.wandb_entity", cfg.wandb_entity, "must be a team or user name", "or None for your default")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, NamedTuple
 import jax.numpy as jnp
 import optax
 
-from transformer_jax.core.configlib import ConfigError, check_choice, check_int, check_real, check_types
+from transformer_jax.core.configlib import Config, check_int, fail, setting
 from transformer_jax.core.registry import Registry, unknown_name_message
 from transformer_jax.models.param_roles import DECAY_GROUPS
 from transformer_jax.train.roles import (
@@ -49,7 +49,7 @@ SCHEDULES: Registry[Callable[..., optax.Schedule]] = Registry("schedule")
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimConfig:
+class OptimConfig(Config):
     """Optimizer, learning-rate schedule, clipping and weight decay.
 
     ``lr`` is the peak learning rate, except for ``schedule="inverse_sqrt"`` where it is the
@@ -68,81 +68,61 @@ class OptimConfig:
     match AdamW's update size, so the two parts can share one rate).
     """
 
-    optimizer: str = "adamw"
-    lr: float = 1e-3
-    schedule: str = "cosine"
-    warmup_steps: int = 100
-    min_lr: float = 1e-4
-    decay_steps: int | None = None
-    b1: float = 0.9
-    b2: float = 0.99
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    momentum: float = 0.9
+    optimizer: str = setting("adamw", choice=OPTIMIZERS)
+    lr: float = setting(1e-3, gt=0.0)
+    schedule: str = setting("cosine", choice=SCHEDULES)
+    warmup_steps: int = setting(100, ge=0)
+    min_lr: float = setting(1e-4, ge=0.0)
+    decay_steps: int | None = setting(None, ge=1)
+    b1: float = setting(0.9, ge=0.0, lt=1.0)
+    b2: float = setting(0.99, ge=0.0, lt=1.0)
+    eps: float = setting(1e-8, gt=0.0)
+    weight_decay: float = setting(0.1, ge=0.0)
+    momentum: float = setting(0.9, ge=0.0, lt=1.0)
     nesterov: bool = False
-    grad_clip: float | None = 1.0
+    grad_clip: float | None = setting(1.0, gt=0.0)  # None: no clipping
     decay_exclude: tuple[str, ...] = DECAY_GROUPS
-    d_model: int | None = None
-    adam_lr: float | None = None
-    muon_momentum: float = 0.95
-    muon_ns_steps: int = 5
-    muon_rms: float | None = None
+    d_model: int | None = setting(None, ge=1)
+    adam_lr: float | None = setting(None, gt=0.0)
+    muon_momentum: float = setting(0.95, ge=0.0, lt=1.0)
+    muon_ns_steps: int = setting(5, ge=1)
+    muon_rms: float | None = setting(None, gt=0.0)
 
     SELECTORS: ClassVar = (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES))
+    PATH: ClassVar[str] = "train.optim"
 
-    def __post_init__(self):
-        check_types(self, "train.optim")
-        check_choice("train.optim.optimizer", self.optimizer, OPTIMIZERS, "optimizer")
-        check_choice("train.optim.schedule", self.schedule, SCHEDULES, "schedule")
-        check_real("train.optim.lr", self.lr, low=0.0, low_open=True)
-        check_real("train.optim.min_lr", self.min_lr, low=0.0)
-        check_int("train.optim.warmup_steps", self.warmup_steps, low=0)
-        if self.decay_steps is not None:
-            check_int("train.optim.decay_steps", self.decay_steps, low=1)
-            if self.schedule in ("cosine", "linear") and self.warmup_steps > self.decay_steps:
-                raise ConfigError(
-                    f"train.optim.warmup_steps={self.warmup_steps} > decay_steps={self.decay_steps}: the "
-                    f"decay would end before the warm-up; lower warmup_steps or raise decay_steps"
-                )
-        if self.schedule in ("cosine", "linear") and self.min_lr > self.lr:
-            raise ConfigError(
-                f"train.optim.min_lr={self.min_lr} > lr={self.lr}: the {self.schedule} schedule decays from lr "
-                f"to min_lr; set min_lr <= lr"
-            )
-        for name in ("b1", "b2", "momentum"):
-            check_real(f"train.optim.{name}", getattr(self, name), low=0.0, high=1.0)
-        check_real("train.optim.eps", self.eps, low=0.0, low_open=True)
-        check_real("train.optim.weight_decay", self.weight_decay, low=0.0)
-        if not isinstance(self.nesterov, bool):
-            raise ConfigError(f"train.optim.nesterov={self.nesterov!r} must be True or False")
-        if self.grad_clip is not None:
-            check_real("train.optim.grad_clip", self.grad_clip, low=0.0, low_open=True, none_hint=True)
-        self._check_decay_exclude()
-        if self.adam_lr is not None:
-            check_real("train.optim.adam_lr", self.adam_lr, low=0.0, low_open=True)
-        check_real("train.optim.muon_momentum", self.muon_momentum, low=0.0, high=1.0)
-        check_int("train.optim.muon_ns_steps", self.muon_ns_steps, low=1)
-        if self.muon_rms is not None:
-            check_real("train.optim.muon_rms", self.muon_rms, low=0.0, low_open=True)
-        if self.d_model is not None:
-            check_int("train.optim.d_model", self.d_model, low=1)
-        if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
-            raise ConfigError(
-                "train.optim.warmup_steps=0: schedule='inverse_sqrt' needs warmup_steps >= 1 (paper: 4000)"
-            )
+    def check(self) -> None:
+        for rule in (_warmup_within_decay, _decays_down_to_min_lr, _inverse_sqrt_warmup, _decay_exclude_groups):
+            rule(self)
 
-    def _check_decay_exclude(self):
-        value = self.decay_exclude
-        if isinstance(value, str) or not isinstance(value, tuple | list):
-            raise ConfigError(
-                f"train.optim.decay_exclude={value!r} must be a tuple of group names, e.g. ('norm', 'bias')"
-            )
-        for group in value:
-            if group not in DECAY_GROUPS:
-                raise ConfigError(
-                    f"train.optim.decay_exclude: {unknown_name_message('parameter group', group, DECAY_GROUPS)}"
-                )
-        object.__setattr__(self, "decay_exclude", tuple(value))
+
+def _warmup_within_decay(cfg: OptimConfig) -> None:
+    if cfg.decay_steps is not None and cfg.schedule in ("cosine", "linear") and cfg.warmup_steps > cfg.decay_steps:
+        why = f"exceeds decay_steps={cfg.decay_steps}: the decay would end before the warm-up"
+        fail("train.optim.warmup_steps", cfg.warmup_steps, why, "lower warmup_steps or raise decay_steps")
+
+
+def _decays_down_to_min_lr(cfg: OptimConfig) -> None:
+    if cfg.schedule in ("cosine", "linear") and cfg.min_lr > cfg.lr:
+        why = f"exceeds lr={cfg.lr}: the {cfg.schedule} schedule decays from lr to min_lr"
+        fail("train.optim.min_lr", cfg.min_lr, why, "set min_lr <= lr")
+
+
+def _inverse_sqrt_warmup(cfg: OptimConfig) -> None:
+    if cfg.schedule == "inverse_sqrt" and cfg.warmup_steps < 1:
+        fail("train.optim.warmup_steps", cfg.warmup_steps, "schedule='inverse_sqrt' needs warmup_steps >= 1",
+             "paper: 4000")  # fmt: skip
+
+
+def _decay_exclude_groups(cfg: OptimConfig) -> None:
+    """A tuple (a list is made one) of `param_roles.DECAY_GROUPS` names."""
+    value = cfg.decay_exclude
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        fail("train.optim.decay_exclude", value, "must be a tuple of group names", "e.g. ('norm', 'bias')")
+    for group in value:
+        if group not in DECAY_GROUPS:
+            fail("train.optim.decay_exclude", group, unknown_name_message("parameter group", group, DECAY_GROUPS))
+    object.__setattr__(cfg, "decay_exclude", tuple(value))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import check_choice, check_positive, fail
+from transformer_jax.core.configlib import Config, check_choice, check_positive, fail, setting
 from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.baselines.rnn import CELLS
@@ -25,7 +25,7 @@ SMOOTHINGS.register("add_k", "add-k (Lidstone)", reads=("add_k",))
 
 
 @dataclasses.dataclass(frozen=True)
-class BaselineConfig:
+class BaselineConfig(Config):
     """Settings that only the classic language models read.
 
     n-gram (``kind="ngram"``): ``ngram_order`` n (history of n - 1 tokens); ``smoothing``:
@@ -39,20 +39,22 @@ class BaselineConfig:
     ``data.seq_len``); ``forget_bias`` is added to the LSTM forget-gate bias at initialisation.
     """
 
-    ngram_order: int = 3
-    smoothing: str = "kneser_ney"
-    discount: float | None = None
-    add_k: float = 1.0
-    window: int = 8
+    ngram_order: int = setting(3, ge=1)
+    smoothing: str = setting("kneser_ney", choice=SMOOTHINGS)
+    discount: float | None = setting(None, gt=0.0, le=1.0)  # None: estimated per order from the count-of-counts
+    add_k: float = setting(1.0, gt=0.0)
+    window: int = setting(8, ge=1)
     direct: bool = False
-    cell: str = "lstm"
-    tbptt: int | None = None
+    cell: str = setting("lstm", choice=CELLS)
+    tbptt: int | None = setting(None, ge=1)
     forget_bias: float = 1.0
 
     SELECTORS: ClassVar = (("smoothing", SMOOTHINGS),)
+    PATH: ClassVar[str] = "model.baseline"
 
     def validate(self, model_cfg) -> None:
-        """Checks against the enclosing ModelConfig (raise ConfigError naming model.baseline.*)."""
+        """Checks against the enclosing ModelConfig (its own fields are checked at construction:
+        each declares its range or choice)."""
         kind = model_cfg.kind
         if kind not in BASELINE_KINDS:
             fail("model.kind", kind, "is not a baseline kind", f"choose one of: {', '.join(BASELINE_KINDS)}")
@@ -67,17 +69,6 @@ class BaselineConfig:
         if model_cfg.vocab_size < 2:
             fail("model.vocab_size", model_cfg.vocab_size, "must be at least 2")
         if kind == "ngram":
-            check_positive("model.baseline.ngram_order", self.ngram_order)
-            check_choice("model.baseline.smoothing", self.smoothing, SMOOTHINGS, "smoothing")
-            if self.discount is not None and not 0.0 < self.discount <= 1.0:
-                fail(
-                    "model.baseline.discount",
-                    self.discount,
-                    "must be in (0, 1]",
-                    "or None to estimate it per order from the count-of-counts",
-                )
-            if self.add_k <= 0:
-                fail("model.baseline.add_k", self.add_k, "must be positive (add-k smoothing)")
             return
         self._validate_neural(model_cfg)
 
@@ -99,7 +90,6 @@ class BaselineConfig:
         for name in ("dtype", "param_dtype"):
             check_choice(f"model.{name}", getattr(m, name), DTYPES, "dtype")
         if m.kind == "window_lm":
-            check_positive("model.baseline.window", self.window)
             width = m.d_ff if m.d_ff is not None else 4 * m.d_model
             if m.tie_embeddings and width != m.d_model:
                 fail(
@@ -108,7 +98,3 @@ class BaselineConfig:
                     f"the window MLP's output width d_ff={width} differs from d_model={m.d_model}",
                     "set model.tie_embeddings=false or model.d_ff=model.d_model",
                 )
-        else:
-            check_choice("model.baseline.cell", self.cell, CELLS, "RNN cell")
-            if self.tbptt is not None:
-                check_positive("model.baseline.tbptt", self.tbptt)
