@@ -25,11 +25,11 @@ TINY = ModelConfig(vocab_size=16, d_model=16, n_heads=2, d_ff=32, n_layers=1, ma
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"depth": 0}, "model.mtp.depth=0: must be an integer >= 1"),
+        ({"depth": 0}, "model.mtp.depth=0: must be >= 1"),
         ({"depth": 2.0}, "model.mtp.depth=2.0: must be an integer"),
         ({"loss_weight": math.nan}, "model.mtp.loss_weight=nan: must be a finite number"),
         ({"loss_weight": math.inf}, "model.mtp.loss_weight=inf"),
-        ({"loss_weight": -0.1}, "model.mtp.loss_weight=-0.1: must be a finite number >= 0.0"),
+        ({"loss_weight": -0.1}, "model.mtp.loss_weight=-0.1: must be >= 0.0"),
     ],
 )
 def test_bad_mtp_settings_are_refused_by_name(kwargs, message):

@@ -43,21 +43,20 @@ def check_positive(field: str, value: float | int, *, allow_zero: bool = False) 
         fail(field, value, "must be a finite " + ("non-negative" if allow_zero else "positive") + " number")
 
 
-_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
 _KIND_WORDS = {int: "an integer", float: "a finite number", bool: "True or False", str: "a string"}
 
 
 @functools.cache
 def _scalar_fields(cls: type) -> tuple[tuple[str, type, bool], ...]:
     """``(name, type, optional)`` of the dataclass fields annotated ``int``, ``float``, ``bool`` or
-    ``str``, alone or ``| None`` (annotations read as written: every config module uses
-    ``from __future__ import annotations``)."""
+    ``str``, alone or ``| None``."""
+    hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        parts = [p.strip() for p in str(f.type).split("|")] if isinstance(f.type, str) else []
-        base = [p for p in parts if p != "None"]
-        if len(base) == 1 and base[0] in _SCALARS:
-            out.append((f.name, _SCALARS[base[0]], len(parts) == 2))
+        args = typing.get_args(hints[f.name]) or (hints[f.name],)
+        base = [a for a in args if a is not type(None)]
+        if len(base) == 1 and base[0] in _KIND_WORDS and len(args) <= 2:
+            out.append((f.name, base[0], len(args) == 2))
     return tuple(out)
 
 
@@ -73,10 +72,158 @@ def check_types(cfg: Any, prefix: str) -> None:
     """Every scalar field of the dataclass ``cfg`` holds its annotated type: ints are ints (not
     bools or 128.5), floats are finite numbers (NaN and inf refused), ``X | None`` also takes None.
     Errors name ``prefix.field``."""
+    infinite_ok = {f.name for f in dataclasses.fields(cfg) if not f.metadata.get("rule", Rule()).finite}
     for name, kind, optional in _scalar_fields(type(cfg)):
         value = getattr(cfg, name)
+        if name in infinite_ok and isinstance(value, float) and math.isinf(value):
+            continue
         if not (_is(kind, value) or (optional and value is None)):
             fail(f"{prefix}.{name}", value, f"must be {_KIND_WORDS[kind]}" + (" or None" if optional else ""))
+
+
+# Constraints declared on fields ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """What a field accepts beyond its annotated type: bounds (``ge``/``gt``/``le``/``lt``), one of
+    ``choice``'s names, ``finite=False`` to let a float be inf (NaN never)."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choice: Registry | tuple[str, ...] | None = None
+    finite: bool = True
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` breaks the rule, or None (None values are the type check's business)."""
+        if self.choice is not None:
+            names = self.choice.names() if isinstance(self.choice, Registry) else tuple(self.choice)
+            if value not in names:
+                hint = did_you_mean(value, names)
+                kind = self.choice.kind if isinstance(self.choice, Registry) else "choice"
+                return f"unknown {kind}; {hint + ' ' if hint else ''}choose one of: {', '.join(names)}"
+            return None
+        bounds = [
+            (self.ge, ">=", lambda b: value >= b),
+            (self.gt, ">", lambda b: value > b),
+            (self.le, "<=", lambda b: value <= b),
+            (self.lt, "<", lambda b: value < b),
+        ]
+        broken = [f"{op} {bound}" for bound, op, ok in bounds if bound is not None and not ok(bound)]
+        if broken:
+            return "must be " + " and ".join(f"{op} {b}" for b, op, _ in bounds if b is not None)
+        return None
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    factory: Any = dataclasses.MISSING,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choice: Registry | tuple[str, ...] | None = None,
+    finite: bool = True,
+) -> Any:
+    """A dataclass field with its constraint declared (`Rule`), checked by `check_fields`:
+    ``d_model: int = setting(128, ge=1)``, ``norm: str = setting("layernorm", choice=NORMS)``."""
+    rule = Rule(ge=ge, gt=gt, le=le, lt=lt, choice=choice, finite=finite)
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata={"rule": rule})
+    return dataclasses.field(default=default, metadata={"rule": rule})
+
+
+def check_fields(cfg: Any, prefix: str) -> None:
+    """The one generic check of a config dataclass: every scalar field holds its annotated type
+    (`check_types`: ints are ints, floats finite, ``X | None`` also None), then every declared
+    `Rule` (`setting`) holds. Errors name ``prefix.field``."""
+    check_types(cfg, prefix)
+    for f in dataclasses.fields(cfg):
+        rule = f.metadata.get("rule")
+        value = getattr(cfg, f.name)
+        if rule is None or value is None:
+            continue
+        why = rule.problem(value)
+        if why:
+            fail(f"{prefix}.{f.name}", value, why)
+
+
+class Config:
+    """Base of the config dataclasses: construction runs `check_fields` (the declared rules, at
+    ``PATH``, e.g. "model.moe") and then ``check()``, the class's cross-field rules (small named
+    functions beside the class that owns them). ``all_config_classes()`` lists every subclass."""
+
+    PATH: typing.ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        coerce_variants(self, self.PATH)
+        check_fields(self, self.PATH)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field rules; none by default."""
+
+
+def all_config_classes() -> list[type[Config]]:
+    """Every `Config` subclass defined so far (import the modules first)."""
+    out: list[type[Config]] = []
+    todo = list(Config.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls not in out:
+            out.append(cls)
+            todo.extend(cls.__subclasses__())
+    return sorted(out, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+class Variant(Config):
+    """One choice of a family of config classes chosen by name (e.g. the RoPE settings of
+    ``model.position``): it has only the fields that choice reads. The family's base class holds
+    the registry ``VARIANTS`` (kind -> class); `variant` registers a class and sets its ``kind``.
+    In dicts a variant is ``{"kind": ..., **fields}``; on the command line ``model.position=rope``
+    picks one (keeping its fields when it is already chosen) and ``model.position.theta=...`` sets
+    a field of the chosen one."""
+
+    kind: typing.ClassVar[str] = ""
+    VARIANTS: typing.ClassVar[Registry]
+
+
+def variant(kind: str) -> typing.Callable[[type], type]:
+    """Class decorator: registers a `Variant` subclass in its family's ``VARIANTS`` as ``kind``."""
+
+    def add(cls: type) -> type:
+        cls.VARIANTS.register(kind, cls)
+        cls.kind = kind
+        return cls
+
+    return add
+
+
+def family_of(hint: Any) -> type[Variant] | None:
+    """The `Variant` family base named by a field's type hint (``RopeScaling | None`` included)."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, Variant) and "VARIANTS" in vars(candidate):
+            return candidate
+    return None
+
+
+def coerce_variants(cfg: Any, prefix: str) -> None:
+    """A variant field given by its kind (``position="rope"``) holds that variant's defaults, as
+    ``--set model.position=rope`` would; any other value that is not one of the family is an error."""
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        family = family_of(hints[f.name])
+        value = getattr(cfg, f.name)
+        if family is None or value is None or isinstance(value, family):
+            continue
+        if isinstance(value, str) and value in family.VARIANTS:
+            object.__setattr__(cfg, f.name, family.VARIANTS.get(value)())
+            continue
+        names = ", ".join(family.VARIANTS.names())
+        fail(f"{prefix}.{f.name}", value, f"must be a {family.VARIANTS.kind}'s settings or name", f"one of: {names}")
 
 
 def check_range(field: str, value: float, lo: float, hi: float, *, hi_inclusive: bool = False) -> None:
@@ -104,7 +251,8 @@ def check_int(field: str, value: Any, *, low: int) -> None:
 def to_dict(cfg: Any) -> Any:
     """A JSON-ready dict of a (nested) config dataclass."""
     if dataclasses.is_dataclass(cfg):
-        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+        fields = {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+        return {"kind": cfg.kind, **fields} if isinstance(cfg, Variant) else fields
     if isinstance(cfg, tuple):
         return [to_dict(v) for v in cfg]
     return cfg
@@ -129,6 +277,10 @@ def from_dict(cls: type, data: dict) -> Any:
         raise ConfigError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; valid: {sorted(names)}")
     kwargs = {}
     for key, value in data.items():
+        family = family_of(hints[key])
+        if family is not None and isinstance(value, str | dict):
+            kwargs[key] = variant_from(family, value, f"{cls.__name__}.{key}")
+            continue
         sub = dataclass_in(hints[key])
         if sub is not None and isinstance(value, dict):
             kwargs[key] = from_dict(sub, value)
@@ -137,6 +289,16 @@ def from_dict(cls: type, data: dict) -> Any:
         else:
             kwargs[key] = value
     return cls(**kwargs)
+
+
+def variant_from(family: type[Variant], value: str | dict, where: str) -> Any:
+    """The variant of ``family`` a dict (``{"kind": ..., **fields}``) or a bare kind names."""
+    data = {"kind": value} if isinstance(value, str) else dict(value)
+    kind = data.pop("kind", None)
+    if kind not in family.VARIANTS:
+        names = family.VARIANTS.names()
+        fail(f"{where}.kind", kind, f"unknown {family.VARIANTS.kind}", f"choose one of: {', '.join(names)}")
+    return from_dict(family.VARIANTS.get(kind), data)
 
 
 def to_json(cfg: Any) -> str:
@@ -158,9 +320,11 @@ def field_paths(cls: type, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         path = f"{prefix}{f.name}"
         paths.append(path)
-        sub = dataclass_in(hints[f.name])
-        if sub is not None:
-            paths.extend(field_paths(sub, path + "."))
+        family = family_of(hints[f.name])
+        subs = [family.VARIANTS.get(k) for k in family.VARIANTS] if family else [dataclass_in(hints[f.name])]
+        for sub in subs:
+            if sub is not None:
+                paths.extend(p for p in field_paths(sub, path + ".") if p not in paths)
     return paths
 
 
