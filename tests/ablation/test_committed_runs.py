@@ -11,8 +11,7 @@ import pathlib
 import pytest
 
 from transformer_jax.ablation import store
-from transformer_jax.core import configlib
-from transformer_jax.train.config import Config
+from transformer_jax.train.experiment import config_from_dict
 
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "results"
 NOTEBOOKS = sorted({p.parent.parent.name for p in RESULTS.glob("*/runs/*.json") if '"config_hash"' in p.read_text()})
@@ -30,6 +29,6 @@ def test_committed_runs_hash_to_the_key_they_are_stored_under(notebook):
     stale = [
         f"{s['arm']} s{s['seed']}"
         for s in summaries
-        if store.config_hash(configlib.from_dict(Config, s["config"])) != s["config_hash"]
+        if store.config_hash(config_from_dict(s["config"])) != s["config_hash"]
     ]
     assert summaries and not stale, f"{notebook}: reuse mode would train {len(stale)} runs again: {stale[:5]}"

@@ -51,9 +51,9 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "PrepareConfig": {"inputs": ("corpus.txt",), "out": "prepared-out-that-does-not-exist", "tokenizer": "char"},
 }
 
-# At least these must be found (converted to the one dialect; ModelConfig and the position
-# settings join them when converted).
+# At least these must be found (the position encodings' and RoPE scalings' settings too, by class).
 CONVERTED = {
+    "model": "ModelConfig",
     "data": "DataConfig",
     "prepare": "PrepareConfig",
     "train": "TrainConfig",
@@ -132,6 +132,8 @@ def test_the_converted_classes_are_all_found():
     found = {cls.PATH: cls.__name__ for cls in CLASSES}
     missing = {path: name for path, name in CONVERTED.items() if found.get(path) != name}
     assert not missing, f"config classes not found (skipped modules: {SKIPPED})"
+    names = {cls.__name__ for cls in CLASSES}
+    assert {"RopePositions", "RelativeBiasPositions", "YarnScaling", "Llama3Scaling"} <= names
     assert len(list(_cases())) > 200
 
 

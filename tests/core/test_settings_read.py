@@ -41,12 +41,8 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
     "sets,field,variant",
     [
         (["data.path=MY.txt"], "data.path='MY.txt'", "data.dataset='shakespeare'"),
-        (["model.rope_theta=500000"], "model.rope_theta=500000.0", "model.position='learned'"),
-        (["model.position=rope", "model.rope_scaling_factor=4"], "model.rope_scaling_factor=4.0",
-         "model.rope_scaling='none'"),
         (["model.attention_window=16"], "model.attention_window=16", "model.attention_kind='softmax'"),
         (["model.attention_block_size=128"], "model.attention_block_size=128", "model.attention_impl='xla'"),
-        (["model.relative_buckets=16"], "model.relative_buckets=16", "model.position='learned'"),
         (["data.vocab_size=500"], "data.vocab_size=500", "data.tokenizer='char'"),
         (["data.document_split=line"], "data.document_split='line'", "data.packing='stream'"),
         (["train.optim.momentum=0.5"], "train.optim.momentum=0.5", "train.optim.optimizer='adamw'"),
@@ -54,7 +50,7 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
          "train.optim.schedule='constant'"),
         (["train.nonfinite=halt", "train.max_consecutive_skips=3"], "train.max_consecutive_skips=3",
          "train.nonfinite='halt'"),
-        (["model.rope_theta=10000"], "model.rope_theta=10000.0", "model.position='learned'"),  # default, but given
+        (["model.attention_block_size=512"], "model.attention_block_size=512", "model.attention_impl='xla'"),
     ],
 )  # fmt: skip
 def test_a_set_field_the_variant_does_not_read_is_an_error_naming_both(sets, field, variant):
@@ -71,9 +67,9 @@ def test_a_non_default_unread_field_in_an_experiment_file_is_an_error(tmp_path):
         "from transformer_jax.train.config import Config\n"
         "from transformer_jax.models import ModelConfig\n"
         "def get_config():\n"
-        "    return Config(model=ModelConfig(position='sinusoidal', rope_theta=500000.0))\n"
+        "    return Config(model=ModelConfig(attention_kind='softmax', attention_window=64))\n"
     )
-    with pytest.raises(ConfigError, match=r"model.rope_theta=500000.0 is not read with model.position='sinusoidal'"):
+    with pytest.raises(ConfigError, match=r"model.attention_window=64 is not read with model.attention_kind='softmax'"):
         load_experiment(str(path))
 
 
@@ -124,8 +120,8 @@ def test_every_experiment_file_loads_cleanly(path):
 
 def test_a_field_two_choices_leave_unread_is_reported_once():
     with pytest.raises(ConfigError) as err:
-        load_experiment(TINY, ["model.rope_scaling_factor=4"])  # unread by position=learned and rope_scaling=none
-    assert str(err.value).count("model.rope_scaling_factor=4.0") == 1, str(err.value)
+        load_experiment(TINY, ["model.attention_block_size=64"])  # unread by attention_kind and attention_impl
+    assert str(err.value).count("model.attention_block_size=64") == 1, str(err.value)
 
 
 def test_changed_fields_lists_each_differing_leaf_by_dotted_name():

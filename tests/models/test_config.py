@@ -6,7 +6,8 @@ import pytest
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.models import ModelConfig, get_preset
+from transformer_jax.models import ModelConfig, RopePositions, get_preset
+from transformer_jax.train.config import Config
 
 INVALID = [
     (dict(d_model=100, n_heads=8), "model.d_model", "divisible"),
@@ -20,16 +21,14 @@ INVALID = [
     (dict(attention_kind="sliding_window"), "model.attention_window", "window"),
     (dict(kind="encoder_decoder", n_encoder_layers=0), "model.n_encoder_layers", "encoder"),
     (dict(n_encoder_layers=2), "model.n_encoder_layers", "encoder_decoder"),
-    (dict(dropout=1.5), "model.dropout", "[0.0, 1.0)"),
-    (dict(vocab_size=0), "model.vocab_size", "positive"),
-    (dict(n_layers=0), "model.n_layers", "positive"),
-    (dict(rope_scaling="yarnn", position="rope"), "model.rope_scaling", "yarn"),
-    (dict(position="rope", rope_scaling="linear", rope_scaling_factor=0.5), "model.rope_scaling_factor", ">= 1"),
+    (dict(dropout=1.5), "model.dropout", "< 1"),
+    (dict(vocab_size=0), "model.vocab_size", ">= 2"),
+    (dict(n_layers=0), "model.n_layers", ">= 1"),
     (dict(attention_kind="linear", position="alibi"), "model.position", "linear attention"),
     (dict(dtype="float64"), "model.dtype", "bfloat16"),
     (dict(remat="sometimes"), "model.remat", "save_dots"),
     (dict(kind="encoder_only"), "model.kind", "decoder_lm"),
-    (dict(norm_eps=0.0), "model.norm_eps", "positive"),
+    (dict(norm_eps=0.0), "model.norm_eps", "> 0"),
 ]
 
 
@@ -42,9 +41,39 @@ def test_invalid_config_names_field(kwargs, field, hint):
     assert hint in message, message
 
 
+@pytest.mark.parametrize(
+    "sets,field,hint",
+    [
+        (["position=rope", "position.scaling=yarnn"], "position.scaling", "yarn"),
+        (
+            ["position=rope", "position.scaling=linear", "position.scaling.factor=0.5"],
+            "model.position.scaling.factor",
+            ">= 1",
+        ),
+        (["position=rope", "position.theta=nan"], "model.position.theta", "finite"),
+        (["position=relative_bias", "position.buckets=0"], "model.position.buckets", ">= 1"),
+    ],
+)
+def test_invalid_position_settings_name_the_nested_field(sets, field, hint):
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(ModelConfig(), sets)
+    message = str(err.value)
+    assert message.startswith(field + "="), message
+    assert hint in message, message
+
+
+def test_position_settings_exist_only_on_their_encoding():
+    with pytest.raises(ConfigError, match="'learned' has no setting 'theta'.*--set position=rope"):
+        apply_overrides(ModelConfig(), ["position.theta=5e5"])
+    with pytest.raises(ConfigError, match="was renamed: model.position.theta"):
+        apply_overrides(Config(), ["model.rope_theta=5e5"])
+    kept = apply_overrides(ModelConfig(), ["position=rope", "position.theta=5e5", "position=rope"])
+    assert kept.position == RopePositions(theta=5e5)  # choosing the chosen encoding keeps its settings
+
+
 def test_presets_are_valid_and_overridable():
     cfg = get_preset("llama_tiny", n_layers=3)
-    assert cfg.n_layers == 3 and cfg.position == "rope"
+    assert cfg.n_layers == 3 and cfg.position == RopePositions()
     with pytest.raises(ConfigError, match="model.n_kv_heads"):
         get_preset("llama_tiny", n_kv_heads=3)
 

@@ -28,6 +28,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from tests.models.test_hf_families import SEQ, hf_logits, hf_model, tokens, torch_blocked  # noqa: E402
 from transformer_jax.core.sharding import logical_to_spec  # noqa: E402
+from transformer_jax.models import Llama3Scaling, RopePositions  # noqa: E402
 from transformer_jax.models.config import ModelConfig  # noqa: E402
 from transformer_jax.models.hf import (  # noqa: E402
     CheckpointReader,
@@ -239,7 +240,8 @@ def test_other_checkpoint_layouts_load_the_same(llama_dir, tmp_path):
     llama3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8)
     new = config_from_hf({**base, "rope_parameters": {"rope_type": "llama3", "rope_theta": theta, **llama3}})
     older = config_from_hf({**old, "rope_parameters": None, "rope_scaling": {"type": "llama3", **llama3}})
-    assert new == older and new.rope_scaling == "llama3" and new.rope_original_max_len == 8
+    assert new == older and isinstance(new.position, RopePositions)
+    assert isinstance(new.position.scaling, Llama3Scaling) and new.position.scaling.original_max_len == 8
 
     tensors = _tensors(path)
     tied = {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"]}

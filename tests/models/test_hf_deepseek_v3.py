@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from tests.models.test_hf_checkpoints import _params, _rewrite, _tensors  # noqa: E402
 from tests.models.test_hf_families import SEQ, hf_logits, hf_model, tokens, torch_blocked  # noqa: E402
+from transformer_jax.models import RopePositions  # noqa: E402
 from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained, save_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.interop
@@ -40,7 +41,7 @@ def test_config_maps_mla_dense_first_layers_and_routing(saved):
     assert cfg.mla is not None and cfg.moe is not None
     assert (cfg.mla.q_lora_rank, cfg.mla.kv_lora_rank, cfg.mla.qk_nope_head_dim) == (24, 16, 16)
     assert (cfg.mla.qk_rope_head_dim, cfg.mla.v_head_dim, cfg.mla.norm_eps) == (8, 16, 1e-6)
-    assert (cfg.rope_pairing, cfg.d_ff, cfg.use_bias) == ("adjacent", 96, False)
+    assert (cfg.position, cfg.d_ff, cfg.use_bias) == (RopePositions(pairing="adjacent"), 96, False)
     assert cfg.n_kv_heads is None and cfg.head_dim is None
     moe = cfg.moe
     assert (moe.n_experts, moe.top_k, moe.n_shared, moe.n_routed, moe.routed_k) == (9, 3, 1, 8, 2)
@@ -48,7 +49,7 @@ def test_config_maps_mla_dense_first_layers_and_routing(saved):
     assert (moe.router, moe.renormalize, moe.capacity_factor) == ("sigmoid_topk", True, None)
     assert (moe.n_groups, moe.topk_groups, moe.group_score, moe.routed_scaling_factor) == (4, 2, "top2_sum", 2.5)
     assert moe.bias_update_rate > 0  # the bias exists (it holds e_score_correction_bias)
-    assert config_from_hf({**hf, "rope_interleave": False}).rope_pairing == "split"
+    assert config_from_hf({**hf, "rope_interleave": False}).position == RopePositions(pairing="split")
     published: dict[str, Any] = dict(
         hf, topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1, ep_size=1, seq_aux=True
     )

@@ -38,7 +38,7 @@ def saved(tmp_path_factory):
 def test_configs_map_qk_norm_head_dim_and_the_expert_layers(saved):
     dense = config_from_hf(saved["qwen3"][2])
     assert (dense.qk_norm, dense.norm, dense.norm_eps, dense.head_dim) == (True, "rmsnorm", 1e-6, 24)
-    assert not dense.use_bias and dense.moe is None and dense.position == "rope"
+    assert not dense.use_bias and dense.moe is None and dense.position.kind == "rope"
     hf = saved["qwen3_moe"][2]
     assert hf["num_local_experts"] == 4 and "num_experts" not in hf  # how transformers 5 writes it
     cfg = config_from_hf(hf)

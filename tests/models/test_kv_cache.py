@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.models import build_model
+from transformer_jax.models import RopePositions, build_model
 
 from .helpers import random_tokens, tiny
 
@@ -23,7 +23,7 @@ CASES = {
         preset="llama_tiny",
         attention_pattern="local_global",
         attention_local_window=3,
-        rope_local_theta=100.0,
+        position=RopePositions(local_theta=100.0),
         attn_softcap=2.0,
         final_softcap=5.0,
         qk_norm=True,

@@ -15,7 +15,7 @@ from flax import nnx
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import generate
-from transformer_jax.models import build_model, get_preset
+from transformer_jax.models import RopePositions, YarnScaling, build_model, get_preset
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.mla import MultiHeadLatentAttention
@@ -177,7 +177,7 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
         (dict(n_kv_heads=2), "model.n_kv_heads"),
         (dict(qk_norm=True), "model.qk_norm"),
         (dict(qkv_bias=True), "model.qkv_bias"),
-        (dict(rope_scaling="yarn", rope_scaling_factor=4.0), "model.rope_scaling"),
+        (dict(position=RopePositions(scaling=YarnScaling(factor=4.0))), "model.position.scaling"),
         (dict(decode_impl="pallas_gpu"), "model.decode_impl"),
     ],
 )

@@ -12,7 +12,8 @@ from flax import nnx
 
 from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
-from transformer_jax.models import ModelConfig, build_model, get_preset
+from transformer_jax.core.overrides import apply_overrides
+from transformer_jax.models import LinearScaling, Llama3Scaling, ModelConfig, RopePositions, build_model, get_preset
 
 BASE = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, position="rope", norm="rmsnorm", use_bias=False)
 
@@ -42,13 +43,9 @@ def test_local_layers_see_only_their_window(every, local):
 
 def test_local_global_alternates_and_local_layers_take_their_rope_base():
     cfg = ModelConfig(
-        **{**BASE, "n_layers": 4},
+        **{**BASE, "n_layers": 4, "position": RopePositions(theta=1e6, scaling=LinearScaling(4.0), local_theta=100.0)},
         attention_pattern="local_global",
         attention_local_window=5,
-        rope_local_theta=100.0,
-        rope_theta=1e6,
-        rope_scaling="linear",
-        rope_scaling_factor=4.0,
     )
     layers = build_model(cfg).layers.layers
     windows = [blk.self_attn.spec.window for blk in layers]
@@ -109,13 +106,13 @@ def test_final_softcap_bounds_logits():
             ),
             "model.attention_kind",
         ),
-        (dict(position="learned", rope_local_theta=10.0), "model.rope_local_theta"),
+        (dict(position=RopePositions(local_theta=10.0)), "model.position.local_theta"),
         (dict(attn_softcap=-1.0), "model.attn_softcap"),
         (dict(attention_pattern="local_globl"), "model.attention_pattern"),
     ],
 )
 def test_config_errors_name_the_field(kw, field):
-    with pytest.raises((ValueError, KeyError), match=field.split(".")[1]):
+    with pytest.raises((ValueError, KeyError), match=field.split(".", 1)[1]):
         ModelConfig(**{**BASE, **kw})
 
 
@@ -127,9 +124,10 @@ def test_settings_read_by_the_pattern_are_not_unread_and_others_are():
         configlib.check_reads(ModelConfig(**BASE, attention_global_every=3))
     with pytest.raises(ConfigError, match="attention_window=4 is not read"):
         configlib.check_reads(ModelConfig(**BASE, attention_window=4))
-    with pytest.raises(ConfigError, match="rope_low_freq_factor=2.0 is not read"):
-        configlib.check_reads(ModelConfig(**BASE, rope_low_freq_factor=2.0))
-    configlib.check_reads(ModelConfig(**BASE, rope_scaling="llama3", rope_scaling_factor=8.0, rope_low_freq_factor=2.0))
+    with pytest.raises(ConfigError, match="has no setting 'low_freq_factor'"):  # linear scaling has no such field
+        apply_overrides(ModelConfig(**BASE), ["position.scaling=linear", "position.scaling.low_freq_factor=2.0"])
+    llama3 = Llama3Scaling(factor=8.0, low_freq_factor=2.0)
+    configlib.check_reads(ModelConfig(**{**BASE, "position": RopePositions(scaling=llama3)}))
 
 
 def test_presets_still_build_unchanged():

@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_jax.core import configlib
 from transformer_jax.data import DataConfig, build_data
 from transformer_jax.models import BaselineConfig, NGramLM, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.experiment import config_from_dict
 from transformer_jax.train.loop import train
 from transformer_jax.train.ngram import (
     NGRAM_FILE,
@@ -141,7 +141,7 @@ def test_cli_train_fits_and_samples(corpus, tmp_path):
     assert "--- sample ---" in proc.stdout
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(summary) >= SUMMARY_KEYS
-    saved = configlib.from_dict(Config, json.loads((tmp_path / "config.json").read_text()))
+    saved = config_from_dict(json.loads((tmp_path / "config.json").read_text()))
     assert saved.model.baseline.ngram_order == 4 and saved.model.kind == "ngram"
     for cmd in (
         ["eval", "--split", "val"],

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from transformer_jax.ablation.paths import REUSE_ENV, START_COMMIT, _flag, pick, runs_dir, smoke
-from transformer_jax.core import configlib
+from transformer_jax.core import configlib, migration
 from transformer_jax.train.actions import UNFINISHED_STOPS
 from transformer_jax.train.config import Config
 
@@ -147,7 +147,7 @@ _WALL_S: dict[str, float] = {}
 def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | None:
     """`Curves` of a finished run of exactly ``cfg`` in ``workdir``, else None."""
     try:
-        saved = json.loads((workdir / "config.json").read_text())
+        saved = migration.upgrade(json.loads((workdir / "config.json").read_text()))
     except (OSError, ValueError):
         return None
     wanted = json.loads(json.dumps(configlib.to_dict(cfg)))

@@ -25,7 +25,7 @@ from typing import Any
 
 from transformer_jax.ablation import runs
 from transformer_jax.ablation.paths import START_COMMIT, _flag, results_dir, smoke
-from transformer_jax.core import configlib
+from transformer_jax.core import configlib, migration
 from transformer_jax.train.actions import UNFINISHED_STOPS
 
 RETRAIN_ENV = "TRANSFORMER_JAX_RETRAIN"
@@ -82,8 +82,9 @@ def hashed_config(cfg: Any) -> dict[str, Any]:
     """The parts of ``cfg`` that decide a run's numbers: everything but ``name``, the model's
     ``vocab_size`` (training sets it from the data) and the fields added since runs were committed
     while at their old behaviour (`ADDED_FIELDS`, `ADDED_BOOKKEEPING`); local text files
-    (``data.path``, ``data.val_path``) stand for their contents, so the hash is the same on every machine."""
-    d = json.loads(json.dumps(configlib.to_dict(cfg), default=str))
+    (``data.path``, ``data.val_path``) stand for their contents, so the hash is the same on every machine.
+    Hashed in the layout the committed runs were saved in (`core.migration.legacy`)."""
+    d = migration.legacy(json.loads(json.dumps(configlib.to_dict(cfg), default=str)))
     d.pop("name", None)
     d.get("model", {}).pop("vocab_size", None)
     for dotted, old in ADDED_FIELDS.items():

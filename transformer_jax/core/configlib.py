@@ -191,10 +191,13 @@ class Variant(Config):
     VARIANTS: typing.ClassVar[Registry]
 
 
-def variant(kind: str) -> typing.Callable[[type], type]:
+_V = typing.TypeVar("_V", bound=type)
+
+
+def variant(kind: str) -> typing.Callable[[_V], _V]:
     """Class decorator: registers a `Variant` subclass in its family's ``VARIANTS`` as ``kind``."""
 
-    def add(cls: type) -> type:
+    def add(cls: _V) -> _V:
         cls.VARIANTS.register(kind, cls)
         cls.kind = kind
         return cls
@@ -295,7 +298,7 @@ def variant_from(family: type[Variant], value: str | dict, where: str) -> Any:
     """The variant of ``family`` a dict (``{"kind": ..., **fields}``) or a bare kind names."""
     data = {"kind": value} if isinstance(value, str) else dict(value)
     kind = data.pop("kind", None)
-    if kind not in family.VARIANTS:
+    if not isinstance(kind, str) or kind not in family.VARIANTS:
         names = family.VARIANTS.names()
         fail(f"{where}.kind", kind, f"unknown {family.VARIANTS.kind}", f"choose one of: {', '.join(names)}")
     return from_dict(family.VARIANTS.get(kind), data)

@@ -17,7 +17,16 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from transformer_jax.core.configlib import ConfigError, ConfigWarning, dataclass_in, field_paths
+from transformer_jax.core import migration
+from transformer_jax.core.configlib import (
+    ConfigError,
+    ConfigWarning,
+    Variant,
+    dataclass_in,
+    fail,
+    family_of,
+    field_paths,
+)
 
 ON_WORDS = ("on", "true", "default", "defaults")
 _SELF = ""  # key of a group's own value ("model.moe=on") inside its node
@@ -67,6 +76,11 @@ def _first_key(node) -> str:
 
 def _unknown_key(cfg: Any, node, prefix: str) -> ConfigError:
     full = _first_key(node)
+    renamed = migration.renamed_key(full)
+    if renamed:
+        return ConfigError(f"config key {full!r} was renamed: {renamed} (CHANGELOG lists every renamed key)")
+    if isinstance(cfg, Variant):
+        return _not_in_variant(cfg, full, prefix)
     valid = [prefix + v for v in field_paths(type(cfg))]
     close = difflib.get_close_matches(full, valid, n=3, cutoff=0.6)
     if not close:
@@ -74,6 +88,24 @@ def _unknown_key(cfg: Any, node, prefix: str) -> ConfigError:
         close = [by_leaf[c] for c in difflib.get_close_matches(full.split(".")[-1], list(by_leaf), n=3, cutoff=0.6)]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return ConfigError(f"unknown config key {full!r}{hint}")
+
+
+def _not_in_variant(cfg: Variant, full: str, prefix: str) -> ConfigError:
+    """A key the chosen variant does not have: name its fields and the variants that have it."""
+    name = full[len(prefix) :].split(".")[0]
+    family = cfg.VARIANTS
+    owners = [k for k in family if name in {f.name for f in dataclasses.fields(family.get(k))}]
+    own = ", ".join(f.name for f in dataclasses.fields(typing.cast(Any, cfg))) or "none"
+    where = prefix.rstrip(".")
+    why = f"the {family.kind} {cfg.kind!r} has no setting {name!r} (its settings: {own})"
+    if owners:
+        why += f"; {name!r} is a setting of {', '.join(map(repr, owners))}: choose it with --set {where}={owners[0]}"
+    return ConfigError(f"--set {full}: {why}")
+
+
+def _same_choice(current: Any, new: Any) -> bool:
+    """``model.moe=on`` or ``model.position=rope`` keeps what is already chosen (and its fields)."""
+    return current is not None and new is not None and type(current) is type(new)
 
 
 def _apply(cfg: Any, tree: dict, prefix: str) -> Any:
@@ -85,18 +117,25 @@ def _apply(cfg: Any, tree: dict, prefix: str) -> Any:
             raise _unknown_key(cfg, node, prefix)
         if isinstance(node, tuple):
             value = parse_value(node[0], hints[name], node[1])
-            keep = dataclasses.is_dataclass(value) and getattr(cfg, name) is not None
+            keep = dataclasses.is_dataclass(value) and _same_choice(getattr(cfg, name), value)
             changes[name] = getattr(cfg, name) if keep else value
             continue
         sub = getattr(cfg, name)
         if _SELF in node:
             turned = parse_value(node[_SELF][0], hints[name], node[_SELF][1])
-            sub = sub if turned is not None and sub is not None else turned  # "=on" keeps what is on
+            sub = sub if _same_choice(sub, turned) else turned
             node = {k: v for k, v in node.items() if k != _SELF}
             if not node:
                 changes[name] = sub
                 continue
         if sub is None:
+            family = family_of(hints[name])
+            if family is not None:
+                kinds = ", ".join(family.VARIANTS.names())
+                raise ConfigError(
+                    f"--set {_first_key(node)}: {prefix}{name} is None (off), so its fields are not read; "
+                    f"choose one with --set {prefix}{name}=KIND ({kinds}), then set its fields"
+                )
             if dataclass_in(hints[name]) is None:
                 raise ConfigError(f"{prefix}{name} has no sub-fields (while setting {_first_key(node)})")
             raise ConfigError(
@@ -113,6 +152,14 @@ def parse_value(text: str, hint: Any, path: str) -> Any:
     """Parses a ``--set`` value as the field's annotated type (int, float, bool, str, tuple, None,
     or ``on`` for an optional group of settings: its defaults)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    family = family_of(hint)
+    if family is not None:
+        if text.lower() in ("none", "null", "off") and type(None) in args:
+            return None
+        if text not in family.VARIANTS:
+            names = family.VARIANTS.names()
+            fail(path, text, f"unknown {family.VARIANTS.kind}", f"choose one of: {', '.join(names)}")
+        return family.VARIANTS.get(text)()
     if origin in (typing.Union, types.UnionType):
         if text.lower() in ("none", "null", "off") and type(None) in args:
             return None

@@ -161,7 +161,7 @@ def check_length(cfg, length: int, what: str) -> None:
     another project (``cfg`` None or not ours) is trusted with its own lengths."""
     if getattr(cfg, "position", None) is None:
         return
-    if cfg.kind in ("decoder_lm", "encoder_decoder") and cfg.position == "learned" and length > cfg.max_len:
+    if cfg.kind in ("decoder_lm", "encoder_decoder") and cfg.position.kind == "learned" and length > cfg.max_len:
         raise ValueError(
             f"{what}: decoding needs {length} positions but model.max_len={cfg.max_len} (a learned "
             "position table); lower max_new_tokens or shorten the prompt"

@@ -57,7 +57,7 @@ def _positions(cfg, start, T: int, B: int):
     """Slot indices start..start+T-1; a learned table's positions clamped to its last row (only
     uncommitted draft slots go past it, and ``jnp.take`` would fill them with NaN)."""
     pos_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
-    return jnp.minimum(pos_BT, cfg.max_len - 1) if cfg.position == "learned" else pos_BT
+    return jnp.minimum(pos_BT, cfg.max_len - 1) if cfg.position.kind == "learned" else pos_BT
 
 
 def _draft(model, h_BCD, seq_BC, caches, p, s, width: int):

@@ -15,17 +15,41 @@ from transformer_jax.models.encoder_decoder import EncoderDecoder
 from transformer_jax.models.kinds import MODELS
 from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
 from transformer_jax.models.util import abstract_model, build_model, count_active_params, count_params
+from transformer_jax.nn.position_config import (
+    AlibiPositions,
+    LearnedPositions,
+    LinearScaling,
+    Llama3Scaling,
+    NoPositions,
+    NtkScaling,
+    PositionConfig,
+    RelativeBiasPositions,
+    RopePositions,
+    SinusoidalPositions,
+    YarnScaling,
+)
 
 __all__ = [
     "MODELS",
     "PRESETS",
     "RNNLM",
+    "AlibiPositions",
     "BaselineConfig",
     "DecoderLM",
     "EncoderDecoder",
+    "LearnedPositions",
+    "LinearScaling",
+    "Llama3Scaling",
     "ModelConfig",
     "NGramLM",
+    "NoPositions",
+    "NtkScaling",
+    "PositionConfig",
+    "RelativeBiasPositions",
+    "RopePositions",
+    "SinusoidalPositions",
     "WindowLM",
+    "YarnScaling",
     "abstract_model",
     "baseline_model_config",
     "build_model",

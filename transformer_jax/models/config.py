@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import check_choice, check_positive, check_range, check_types, fail
+from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
@@ -17,24 +17,40 @@ from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.block import BlockConfig
 from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
 from transformer_jax.nn.moe import MoESpec
-from transformer_jax.nn.positions import POSITIONS, PositionArgs
+from transformer_jax.nn.position_config import LearnedPositions, PositionConfig, RopePositions
+from transformer_jax.nn.positions import PositionDims
 from transformer_jax.nn.stack import REMAT_POLICIES
 from transformer_jax.ops import activations, norms, residual
 from transformer_jax.ops import attention as attention_ops
-from transformer_jax.ops import rope as rope_ops
 from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, DECODE_IMPLS
 
 _BIAS_POSITIONS = ("relative_bias", "alibi")
+# How a model computes with its weights, not what it computes: a checkpoint does not fix them
+# (``train --init-from`` may change them; Hugging Face configs do not hold them).
+RUNTIME_FIELDS = (
+    "dropout",
+    "attention_impl",
+    "attention_block_size",
+    "decode_impl",
+    "decode_block_size",
+    "scan_layers",
+    "remat",
+    "dtype",
+    "param_dtype",
+)
+# How fresh weights are drawn: loaded weights replace them.
+INIT_FIELDS = ("init", "init_std", "zero_init_out")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Config):
     """Architecture of a ``DecoderLM`` or ``EncoderDecoder`` (``kind``).
 
     Variants are chosen by name from registries: ``placement`` (ops.residual.PLACEMENTS),
-    ``norm`` (ops.norms.NORMS), ``position`` (nn.positions.POSITIONS), ``ffn``
+    ``norm`` (ops.norms.NORMS), ``position`` (one settings class per encoding,
+    nn.position_config; ``model.position=rope``, ``model.position.theta=...``), ``ffn``
     (ops.activations.FFN_ACTIVATIONS), ``attention_kind``/``attention_impl`` (ops.attention),
-    ``rope_scaling`` (ops.rope.ROPE_SCALINGS), ``init`` (nn.init.INIT_SCHEMES), ``remat``
+    ``init`` (nn.init.INIT_SCHEMES), ``remat``
     (nn.stack.REMAT_POLICIES), ``attention_pattern`` (models.layer_pattern.ATTENTION_PATTERNS).
 
     Speedrun / Gemma pieces: ``qk_norm`` (norm q and k over head_dim with ``norm``), ``attn_softcap``
@@ -42,208 +58,74 @@ class ModelConfig:
     (residual output projections start at 0), ``qkv_bias`` (biases on q/k/v only; None: use_bias).
     """
 
-    kind: str = "decoder_lm"
-    vocab_size: int = 256
-    d_model: int = 128
-    n_heads: int = 4
-    n_kv_heads: int | None = None  # None: as many as n_heads (MHA); 1: MQA; else GQA
-    head_dim: int | None = None  # None: d_model // n_heads
-    d_ff: int | None = None  # None: 4 * d_model
-    n_layers: int = 4  # decoder layers (the whole DecoderLM, or the decoder of EncoderDecoder)
-    n_encoder_layers: int = 0  # EncoderDecoder only
-    max_len: int = 1024  # longest sequence (size of a learned position table)
-    placement: str = "pre"
-    norm: str = "layernorm"
-    norm_eps: float = 1e-5
+    kind: str = setting("decoder_lm", choice=MODELS)
+    vocab_size: int = setting(256, ge=2)
+    d_model: int = setting(128, ge=1)
+    n_heads: int = setting(4, ge=1)
+    n_kv_heads: int | None = setting(None, ge=1)  # None: as many as n_heads (MHA); 1: MQA; else GQA
+    head_dim: int | None = setting(None, ge=1)  # None: d_model // n_heads
+    d_ff: int | None = setting(None, ge=1)  # None: 4 * d_model
+    n_layers: int = setting(4, ge=1)  # decoder layers (the whole DecoderLM, or the decoder of EncoderDecoder)
+    n_encoder_layers: int = setting(0, ge=0)  # EncoderDecoder only
+    max_len: int = setting(1024, ge=1)  # longest sequence (size of a learned position table)
+    placement: str = setting("pre", choice=residual.PLACEMENTS)
+    norm: str = setting("layernorm", choice=norms.NORMS)
+    norm_eps: float = setting(1e-5, gt=0)
     norm_bias: bool = True
-    position: str = "learned"
-    rope_theta: float = 10000.0
-    rope_pairing: str = "split"
-    rope_scaling: str = "none"
-    rope_scaling_factor: float = 1.0
-    rope_original_max_len: int = 2048
-    rope_low_freq_factor: float = 1.0  # rope_scaling="llama3"
-    rope_high_freq_factor: float = 4.0  # rope_scaling="llama3"
-    rope_local_theta: float | None = None  # attention_pattern="local_global": RoPE base of local layers
-    relative_buckets: int = 32
-    relative_max_distance: int = 128
-    ffn: str = "gelu"
+    position: PositionConfig = setting(factory=LearnedPositions)  # nn.position_config
+    ffn: str = setting("gelu", choice=activations.FFN_ACTIVATIONS)
     use_bias: bool = True
     qkv_bias: bool | None = None
     tie_embeddings: bool = True
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani et al.)
     share_embeddings: bool = True  # EncoderDecoder: one table for source and target tokens
-    dropout: float = 0.0
-    attention_kind: str = "softmax"
-    attention_impl: str = "xla"
-    attention_window: int | None = None
-    attention_block_size: int = 512
-    attention_scale: float | None = None  # None: 1/sqrt(head_dim)
-    attention_pattern: str = "uniform"
-    attention_global_every: int = 2
-    attention_local_window: int | None = None  # attention_pattern="local_global": the local layers' window
-    attn_softcap: float | None = None
-    final_softcap: float | None = None
+    dropout: float = setting(0.0, ge=0, lt=1)
+    attention_kind: str = setting("softmax", choice=attention_ops.ATTENTION_KINDS)
+    attention_impl: str = setting("xla", choice=attention_ops.ATTENTION_IMPLS)
+    attention_window: int | None = setting(None, ge=1)
+    attention_block_size: int = setting(512, ge=1)
+    attention_scale: float | None = setting(None, gt=0)  # None: 1/sqrt(head_dim)
+    attention_pattern: str = setting("uniform", choice=ATTENTION_PATTERNS)
+    attention_global_every: int = setting(2, ge=1)
+    attention_local_window: int | None = setting(None, ge=1)  # attention_pattern="local_global": local window
+    attn_softcap: float | None = setting(None, gt=0)
+    final_softcap: float | None = setting(None, gt=0)
     qk_norm: bool = False
-    decode_impl: str = "auto"  # attention over the KV cache (ops.decode_attention.DECODE_IMPLS)
-    decode_block_size: int = DECODE_BLOCK_SIZE
+    decode_impl: str = setting("auto", choice=DECODE_IMPLS)  # attention over the KV cache
+    decode_block_size: int = setting(DECODE_BLOCK_SIZE, ge=1)
     causal: bool = True  # decoder self-attention mask (False only for ablations)
-    init: str = "normal"
-    init_std: float = 0.02
+    init: str = setting("normal", choice=INIT_SCHEMES)
+    init_std: float = setting(0.02, gt=0)
     zero_init_out: bool = False
     scan_layers: bool = False
-    remat: str = "none"
-    dtype: str = "float32"  # compute dtype
-    param_dtype: str = "float32"
+    remat: str = setting("none", choice=REMAT_POLICIES)
+    dtype: str = setting("float32", choice=DTYPES)  # compute dtype
+    param_dtype: str = setting("float32", choice=DTYPES)
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
     mla: MLAConfig | None = None  # Multi-head Latent Attention in place of MHA/GQA (None: off)
     mtp: MTPConfig | None = None  # multi-token prediction modules (models.mtp_config; None: off)
     baseline: BaselineConfig | None = None  # settings of the classic LMs (n-gram, window, RNN)
 
+    PATH: ClassVar[str] = "model"
     SELECTORS: ClassVar = (
         ("kind", MODELS),
-        ("position", POSITIONS),
-        ("rope_scaling", rope_ops.ROPE_SCALINGS),
         ("attention_kind", attention_ops.ATTENTION_KINDS),
         ("attention_impl", attention_ops.ATTENTION_IMPLS),
         ("decode_impl", DECODE_IMPLS),
         ("attention_pattern", ATTENTION_PATTERNS),
     )
 
-    def __post_init__(self):
-        check_types(self, "model")
-        check_choice("model.kind", self.kind, MODELS)
+    def check(self) -> None:
         if self.kind not in TRANSFORMER_KINDS:
             if self.baseline is None:
                 fail("model.baseline", None, f"model.kind={self.kind!r} needs its settings in model.baseline")
             self.baseline.validate(self)
             return
-        self._check_transformer()
-
-    def _check_transformer(self):
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
-            check_positive(f"model.{name}", getattr(self, name))
-        if self.vocab_size < 2:
-            fail("model.vocab_size", self.vocab_size, "must be at least 2")
-        if self.head_dim is None and self.d_model % self.n_heads:
-            fail(
-                "model.d_model",
-                self.d_model,
-                f"is not divisible by n_heads={self.n_heads}",
-                "change d_model or n_heads, or set head_dim explicitly",
-            )
-        if self.head_dim is not None:
-            check_positive("model.head_dim", self.head_dim)
-        if self.n_kv_heads is not None:
-            check_positive("model.n_kv_heads", self.n_kv_heads)
-            if self.n_heads % self.n_kv_heads:
-                fail(
-                    "model.n_kv_heads",
-                    self.n_kv_heads,
-                    f"does not divide n_heads={self.n_heads}",
-                    "use a divisor of n_heads (1 = multi-query attention)",
-                )
-        if self.d_ff is not None:
-            check_positive("model.d_ff", self.d_ff)
-        if self.kind == "encoder_decoder" and self.n_encoder_layers < 1:
-            fail("model.n_encoder_layers", self.n_encoder_layers, "an encoder_decoder needs at least 1 encoder layer")
-        if self.kind != "encoder_decoder" and self.n_encoder_layers:
-            fail(
-                "model.n_encoder_layers",
-                self.n_encoder_layers,
-                "is only used by kind='encoder_decoder'",
-                "set it to 0 or change model.kind",
-            )
-        check_choice("model.placement", self.placement, residual.PLACEMENTS, "norm placement")
-        check_choice("model.norm", self.norm, norms.NORMS)
-        check_positive("model.norm_eps", self.norm_eps)
-        check_choice("model.position", self.position, POSITIONS, "position encoding")
-        check_choice("model.ffn", self.ffn, activations.FFN_ACTIVATIONS, "feed-forward kind")
-        check_choice("model.attention_kind", self.attention_kind, attention_ops.ATTENTION_KINDS, "attention kind")
-        check_choice(
-            "model.attention_impl", self.attention_impl, attention_ops.ATTENTION_IMPLS, "attention implementation"
-        )
-        check_choice("model.rope_scaling", self.rope_scaling, rope_ops.ROPE_SCALINGS, "RoPE scaling")
-        check_choice("model.rope_pairing", self.rope_pairing, rope_ops.ROPE_PAIRINGS, "RoPE pairing")
-        check_choice("model.init", self.init, INIT_SCHEMES, "init scheme")
-        check_choice("model.remat", self.remat, REMAT_POLICIES, "remat policy")
-        check_choice("model.dtype", self.dtype, DTYPES, "dtype")
-        check_choice("model.param_dtype", self.param_dtype, DTYPES, "dtype")
-        check_range("model.dropout", self.dropout, 0.0, 1.0)
-        check_positive("model.init_std", self.init_std)
-        check_positive("model.attention_block_size", self.attention_block_size)
-        check_choice("model.decode_impl", self.decode_impl, DECODE_IMPLS, "decode attention implementation")
-        check_positive("model.decode_block_size", self.decode_block_size)
-        if self.position == "rope" and self.resolved_head_dim % 2:
-            fail(
-                "model.head_dim",
-                self.resolved_head_dim,
-                "RoPE rotates pairs of dimensions, so head_dim must be even",
-                "change d_model/n_heads or head_dim",
-            )
-        if self.position == "sinusoidal" and self.d_model % 2:
-            fail("model.d_model", self.d_model, "sinusoidal positions need an even d_model")
-        if self.rope_scaling_factor < 1:
-            fail("model.rope_scaling_factor", self.rope_scaling_factor, "must be >= 1 (1 = no scaling)")
-        if self.attention_kind == "sliding_window" and (self.attention_window is None or self.attention_window < 1):
-            fail(
-                "model.attention_window",
-                self.attention_window,
-                "attention_kind='sliding_window' needs a window",
-                "set model.attention_window to a positive number of tokens",
-            )
-        if self.attention_window is not None and self.attention_window < 1:
-            fail("model.attention_window", self.attention_window, "must be a positive number of tokens or None")
-        if self.attention_kind == "linear" and self.position in _BIAS_POSITIONS:
-            fail(
-                "model.position",
-                self.position,
-                "linear attention cannot add a bias to attention logits",
-                "use rope, sinusoidal, learned or none with attention_kind='linear'",
-            )
-        if self.attention_kind == "linear" and self.attention_window is not None:
-            fail("model.attention_window", self.attention_window, "linear attention has no window")
-        if self.attention_scale is not None and self.attention_scale <= 0:
-            fail("model.attention_scale", self.attention_scale, "must be positive (or None for 1/sqrt(head_dim))")
-        self._check_gemma_pieces()
-        for group in (self.moe, self.mla):
+        for rule in TRANSFORMER_RULES:
+            rule(self)
+        for group in (self.moe, self.mla, self.mtp):
             if group is not None:
                 group.validate(self)
-        if self.mtp is not None:
-            self.mtp.validate(self)
-
-    def _check_gemma_pieces(self):
-        check_choice("model.attention_pattern", self.attention_pattern, ATTENTION_PATTERNS, "attention pattern")
-        check_positive("model.attention_global_every", self.attention_global_every)
-        for name in ("attn_softcap", "final_softcap", "rope_local_theta"):
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                fail(f"model.{name}", getattr(self, name), "must be positive (or None: off)")
-        if self.attention_pattern == "local_global":
-            if self.attention_kind != "softmax":
-                fail(
-                    "model.attention_kind",
-                    self.attention_kind,
-                    "attention_pattern='local_global' sets each layer's kind itself",
-                    "use attention_kind='softmax'",
-                )
-            if self.attention_local_window is None or self.attention_local_window < 1:
-                fail(
-                    "model.attention_local_window",
-                    self.attention_local_window,
-                    "attention_pattern='local_global' needs the local layers' window",
-                    "set model.attention_local_window to a positive number of tokens",
-                )
-            if self.scan_layers:
-                fail(
-                    "model.scan_layers",
-                    True,
-                    "a scan repeats one layer, but local_global alternates two kinds",
-                    "set scan_layers=False",
-                )
-        if self.rope_local_theta is not None and self.position != "rope":
-            fail("model.rope_local_theta", self.rope_local_theta, "is a RoPE base", "use position='rope' or unset it")
-        if self.attention_kind == "linear" and (self.attn_softcap is not None or self.qk_norm):
-            fail("model.attention_kind", "linear", "linear attention has no logits to soft-cap or QK-norm")
 
     # Derived values --------------------------------------------------------------------------
 
@@ -278,30 +160,12 @@ class ModelConfig:
             n_sublayers = 2 * self.n_layers
         return InitScheme(name=self.init, std=self.init_std, n_residual_layers=n_sublayers, zero_out=self.zero_init_out)
 
-    def rope_spec(self) -> RopeSpec:
-        scaling = rope_ops.RopeScaling(
-            kind=self.rope_scaling,
-            factor=self.rope_scaling_factor,
-            original_max_len=self.rope_original_max_len,
-            low_freq_factor=self.rope_low_freq_factor,
-            high_freq_factor=self.rope_high_freq_factor,
-        )
-        return RopeSpec(
-            theta=self.rope_theta, pairing=self.rope_pairing, scaling=None if self.rope_scaling == "none" else scaling
-        )
-
-    def position_args(self, *, bidirectional: bool) -> PositionArgs:
-        rope = self.rope_spec()
-        return PositionArgs(
+    def position_dims(self, *, bidirectional: bool) -> PositionDims:
+        return PositionDims(
             d_model=self.d_model,
             n_heads=self.n_heads,
             max_len=self.max_len,
             bidirectional=bidirectional,
-            rope_theta=rope.theta,
-            rope_pairing=rope.pairing,
-            rope_scaling=rope.scaling,
-            num_buckets=self.relative_buckets,
-            max_distance=self.relative_max_distance,
             init_std=self.init_std,
             dtype=self.compute_dtype,
             param_dtype=self.params_dtype,
@@ -313,12 +177,12 @@ class ModelConfig:
 
     def block_configs(self, *, side: str, rope: RopeSpec | None) -> tuple[BlockConfig, ...]:
         """One ``BlockConfig`` per layer of the ``side`` stack: ``attention_pattern`` makes local
-        layers sliding-window (with ``rope_local_theta``'s RoPE, unscaled, when set)."""
+        layers sliding-window (with RoPE base ``position.local_theta``, unscaled, when set)."""
         base = self.block_config(side=side, rope=rope)
         n = self.n_encoder_layers if side == "encoder" else self.n_layers
         local_rope = rope
-        if rope is not None and self.rope_local_theta is not None:
-            local_rope = dataclasses.replace(rope, theta=self.rope_local_theta, scaling=None)
+        if rope is not None and isinstance(self.position, RopePositions):
+            local_rope = self.position.spec(local=True) if self.position.local_theta is not None else rope
         local = dataclasses.replace(
             base,
             attention=dataclasses.replace(base.attention, kind="sliding_window", window=self.attention_local_window),
@@ -375,3 +239,106 @@ class ModelConfig:
             moe_every=1 if self.moe is None else self.moe.every,
             moe_first_dense=0 if self.moe is None else self.moe.first_dense,
         )
+
+
+# Cross-field rules of a Transformer ModelConfig ----------------------------------------------
+
+
+def _head_sizes(m: ModelConfig) -> None:
+    if m.head_dim is None and m.d_model % m.n_heads:
+        fail(
+            "model.d_model",
+            m.d_model,
+            f"is not divisible by n_heads={m.n_heads}",
+            "change d_model or n_heads, or set head_dim explicitly",
+        )
+    if m.n_kv_heads is not None and m.n_heads % m.n_kv_heads:
+        fail(
+            "model.n_kv_heads",
+            m.n_kv_heads,
+            f"does not divide n_heads={m.n_heads}",
+            "use a divisor of n_heads (1 = multi-query attention)",
+        )
+
+
+def _encoder_layers(m: ModelConfig) -> None:
+    if m.kind == "encoder_decoder" and m.n_encoder_layers < 1:
+        fail("model.n_encoder_layers", m.n_encoder_layers, "an encoder_decoder needs at least 1 encoder layer")
+    if m.kind != "encoder_decoder" and m.n_encoder_layers:
+        fail(
+            "model.n_encoder_layers",
+            m.n_encoder_layers,
+            "is only used by kind='encoder_decoder'",
+            "set it to 0 or change model.kind",
+        )
+
+
+def _position_fits(m: ModelConfig) -> None:
+    kind = m.position.kind
+    if kind == "rope" and m.resolved_head_dim % 2:
+        fail(
+            "model.head_dim",
+            m.resolved_head_dim,
+            "RoPE rotates pairs of dimensions, so head_dim must be even",
+            "change d_model/n_heads or head_dim",
+        )
+    if kind == "sinusoidal" and m.d_model % 2:
+        fail("model.d_model", m.d_model, "sinusoidal positions need an even d_model")
+    if m.attention_kind == "linear" and kind in _BIAS_POSITIONS:
+        fail(
+            "model.position",
+            kind,
+            "linear attention cannot add a bias to attention logits",
+            "use rope, sinusoidal, learned or none with attention_kind='linear'",
+        )
+    local_theta = getattr(m.position, "local_theta", None)
+    if local_theta is not None and m.attention_pattern != "local_global":
+        fail(
+            "model.position.local_theta",
+            local_theta,
+            "is the RoPE base of local layers, and attention_pattern='uniform' has none",
+            "set model.attention_pattern=local_global or unset it",
+        )
+
+
+def _attention_window(m: ModelConfig) -> None:
+    if m.attention_kind == "sliding_window" and m.attention_window is None:
+        fail(
+            "model.attention_window",
+            None,
+            "attention_kind='sliding_window' needs a window",
+            "set model.attention_window to a positive number of tokens",
+        )
+    if m.attention_kind == "linear" and m.attention_window is not None:
+        fail("model.attention_window", m.attention_window, "linear attention has no window")
+    if m.attention_kind == "linear" and (m.attn_softcap is not None or m.qk_norm):
+        fail("model.attention_kind", "linear", "linear attention has no logits to soft-cap or QK-norm")
+
+
+def _local_global(m: ModelConfig) -> None:
+    if m.attention_pattern != "local_global":
+        return
+    if m.attention_kind != "softmax":
+        fail(
+            "model.attention_kind",
+            m.attention_kind,
+            "attention_pattern='local_global' sets each layer's kind itself",
+            "use attention_kind='softmax'",
+        )
+    if m.attention_local_window is None:
+        fail(
+            "model.attention_local_window",
+            None,
+            "attention_pattern='local_global' needs the local layers' window",
+            "set model.attention_local_window to a positive number of tokens",
+        )
+    if m.scan_layers:
+        fail(
+            "model.scan_layers",
+            True,
+            "a scan repeats one layer, but local_global alternates two kinds",
+            "set scan_layers=False",
+        )
+
+
+TRANSFORMER_RULES = (_head_sizes, _encoder_layers, _position_fits, _attention_window, _local_global)

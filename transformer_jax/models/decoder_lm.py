@@ -20,7 +20,7 @@ from transformer_jax.models.kinds import DECODER_LM_READS, MODELS
 from transformer_jax.models.mtp import MTP
 from transformer_jax.nn.block import BlockInputs
 from transformer_jax.nn.moe import collect_moe_aux
-from transformer_jax.nn.positions import POSITIONS
+from transformer_jax.nn.positions import build_positions
 from transformer_jax.nn.stack import Stack
 from transformer_jax.ops.context_parallel import context_size, sequence_index
 from transformer_jax.ops.dropout import dropout
@@ -44,7 +44,7 @@ class DecoderLM(nnx.Module):
             raise ValueError(f"DecoderLM needs model.kind='decoder_lm', got {cfg.kind!r}")
         self.cfg = cfg
         self.embed = make_embed(cfg, rngs)
-        self.positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=False), rngs=rngs)
+        self.positions = build_positions(cfg.position, cfg.position_dims(bidirectional=False), rngs=rngs)
         self.layers = Stack(
             cfg.block_configs(side="decoder", rope=self.positions.rope),
             cfg.n_layers,

@@ -21,7 +21,7 @@ from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.kinds import ENCODER_DECODER_READS, MODELS
 from transformer_jax.nn.block import Block, BlockInputs
 from transformer_jax.nn.moe import collect_moe_aux, merge_moe_aux
-from transformer_jax.nn.positions import POSITIONS
+from transformer_jax.nn.positions import build_positions
 from transformer_jax.nn.stack import Stack
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.masks import AttentionMask
@@ -52,8 +52,8 @@ class EncoderDecoder(nnx.Module):
         self.cfg = cfg
         self.tgt_embed = make_embed(cfg, rngs)
         self.src_embed = None if cfg.share_embeddings else make_embed(cfg, rngs)
-        self.src_positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=True), rngs=rngs)
-        self.tgt_positions = POSITIONS.get(cfg.position)(cfg.position_args(bidirectional=False), rngs=rngs)
+        self.src_positions = build_positions(cfg.position, cfg.position_dims(bidirectional=True), rngs=rngs)
+        self.tgt_positions = build_positions(cfg.position, cfg.position_dims(bidirectional=False), rngs=rngs)
         self.encoder = Stack(
             cfg.block_configs(side="encoder", rope=self.src_positions.rope),
             cfg.n_encoder_layers,

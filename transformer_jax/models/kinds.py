@@ -10,14 +10,11 @@ TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
 
 ENCODER_DECODER_READS = (
     "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "n_encoder_layers", "max_len",
-    "placement", "norm", "norm_eps", "norm_bias", "position", "rope_theta", "rope_pairing", "rope_scaling",
-    "rope_scaling_factor", "rope_original_max_len", "relative_buckets", "relative_max_distance", "ffn", "use_bias",
-    "tie_embeddings", "scale_embeddings", "share_embeddings", "dropout", "attention_kind", "attention_impl",
-    "attention_window", "attention_block_size", "attention_scale", "decode_impl", "decode_block_size", "causal",
-    "init", "init_std", "scan_layers", "remat", "dtype", "param_dtype", "moe", "rope_low_freq_factor",
-    "rope_high_freq_factor", "rope_local_theta", "qkv_bias", "attention_pattern", "attention_global_every",
-    "attention_local_window",
-    "attn_softcap", "final_softcap", "qk_norm", "zero_init_out", "mla",
+    "placement", "norm", "norm_eps", "norm_bias", "position", "ffn", "use_bias", "tie_embeddings", "scale_embeddings",
+    "share_embeddings", "dropout", "attention_kind", "attention_impl", "attention_window", "attention_block_size",
+    "attention_scale", "decode_impl", "decode_block_size", "causal", "init", "init_std", "scan_layers", "remat",
+    "dtype", "param_dtype", "moe", "qkv_bias", "attention_pattern", "attention_global_every",
+    "attention_local_window", "attn_softcap", "final_softcap", "qk_norm", "zero_init_out", "mla",
 )  # fmt: skip
 DECODER_LM_READS = (
     *(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings")),

@@ -3,7 +3,7 @@
 ``ATTENTION_PATTERNS`` maps a name to ``fn(n_layers, global_every) -> ("local" | "global", ...)``:
 ``uniform`` leaves every layer as ``model.attention_kind`` says; ``local_global`` makes layer i
 global when (i + 1) % global_every == 0 and local (a window of ``model.attention_local_window`` tokens,
-RoPE base ``model.rope_local_theta`` if set) otherwise: Gemma 2 is every=2 (local, global, ...),
+RoPE base ``model.position.local_theta`` if set) otherwise: Gemma 2 is every=2 (local, global, ...),
 Gemma 3 every=6 (five local layers, then one global).
 """
 
@@ -21,9 +21,7 @@ def _uniform(n_layers: int, global_every: int) -> tuple[str, ...]:
     return ("uniform",) * n_layers
 
 
-@ATTENTION_PATTERNS.register(
-    "local_global", reads=("attention_local_window", "attention_global_every", "rope_local_theta")
-)
+@ATTENTION_PATTERNS.register("local_global", reads=("attention_local_window", "attention_global_every"))
 def _local_global(n_layers: int, global_every: int) -> tuple[str, ...]:
     return tuple("global" if (i + 1) % global_every == 0 else "local" for i in range(n_layers))
 

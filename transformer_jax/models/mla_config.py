@@ -70,12 +70,12 @@ def _needs_softmax(mla: MLAConfig, model: Any) -> None:
 
 
 def _needs_rope(mla: MLAConfig, model: Any) -> None:
-    if model.position != "rope":
+    if model.position.kind != "rope":
         fail(
             "model.position",
-            model.position,
+            model.position.kind,
             "MLA carries position in its decoupled RoPE key (model.mla.qk_rope_head_dim)",
-            "use position='rope' with model.mla",
+            "use --set model.position=rope with model.mla",
         )
 
 
@@ -104,9 +104,9 @@ def _own_norms(mla: MLAConfig, model: Any) -> None:
 
 
 def _no_yarn(mla: MLAConfig, model: Any) -> None:
-    if model.rope_scaling == "yarn":
+    if getattr(getattr(model.position, "scaling", None), "kind", None) == "yarn":
         fail(
-            "model.rope_scaling",
+            "model.position.scaling",
             "yarn",
             "MLA with YaRN also rescales the softmax by mscale(factor, mscale_all_dim)^2 (DeepSeek-V3), "
             "which is not implemented yet",

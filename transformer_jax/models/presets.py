@@ -9,6 +9,7 @@ from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.nn.position_config import LearnedPositions, NoPositions, RopePositions, SinusoidalPositions
 
 PRESETS: Registry[ModelConfig] = Registry("model preset")
 
@@ -21,7 +22,7 @@ def get_preset(name: str, **overrides) -> ModelConfig:
 def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **model_fields):
     """A ``ModelConfig`` of a baseline ``kind`` with ``position="none"`` (and, for ``window_lm``,
     an untied output layer unless ``d_ff == d_model``); ``model_fields`` set the rest."""
-    fields = {"position": "none", **model_fields}
+    fields = {"position": NoPositions(), **model_fields}
     if kind == "window_lm" and "tie_embeddings" not in fields:
         d_model = fields.get("d_model", ModelConfig.d_model)
         fields["tie_embeddings"] = fields.get("d_ff") == d_model
@@ -44,7 +45,7 @@ PRESETS.register(
         max_len=512,
         placement="post",
         norm="layernorm",
-        position="sinusoidal",
+        position=SinusoidalPositions(),
         ffn="relu",
         use_bias=True,
         tie_embeddings=True,
@@ -100,7 +101,7 @@ PRESETS.register(
         placement="pre",
         norm="layernorm",
         norm_eps=1e-5,
-        position="learned",
+        position=LearnedPositions(),
         ffn="gelu_tanh",
         use_bias=True,
         tie_embeddings=True,
@@ -128,7 +129,7 @@ PRESETS.register(
         placement="pre",
         norm="layernorm",
         norm_bias=False,
-        position="learned",
+        position=LearnedPositions(),
         ffn="gelu",
         use_bias=False,
         tie_embeddings=True,
@@ -153,8 +154,7 @@ PRESETS.register(
         placement="pre",
         norm="rmsnorm",
         norm_eps=1e-5,
-        position="rope",
-        rope_theta=10000.0,
+        position=RopePositions(theta=10000.0),
         ffn="swiglu",
         use_bias=False,
         tie_embeddings=False,
@@ -222,7 +222,7 @@ PRESETS.register(
     dataclasses.replace(
         PRESETS.get("llama_tiny"),
         n_kv_heads=None,
-        rope_pairing="adjacent",
+        position=RopePositions(pairing="adjacent"),
         mla=MLAConfig(q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
         moe=MoEConfig(
             n_experts=9,

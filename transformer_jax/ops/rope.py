@@ -73,13 +73,13 @@ def _none(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray
     return _base_inv_freq(head_dim, theta), 1.0
 
 
-@ROPE_SCALINGS.register("linear", reads=("rope_scaling_factor",))
+@ROPE_SCALINGS.register("linear")
 def _linear(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """Position interpolation (Chen et al. 2023): angle = (pos / s) * inv_freq."""
     return _base_inv_freq(head_dim, theta) / scaling.factor, 1.0
 
 
-@ROPE_SCALINGS.register("ntk", reads=("rope_scaling_factor",))
+@ROPE_SCALINGS.register("ntk")
 def _ntk(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """NTK-aware base scaling: theta' = theta * s^(D / (D - 2))."""
     if head_dim <= 2:
@@ -93,7 +93,7 @@ def _yarn_correction_dim(num_rotations: float, head_dim: int, theta: float, max_
     return head_dim * math.log(max_len / (num_rotations * 2 * math.pi)) / (2 * math.log(theta))
 
 
-@ROPE_SCALINGS.register("yarn", reads=("rope_scaling_factor", "rope_original_max_len"))
+@ROPE_SCALINGS.register("yarn")
 def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """YaRN (Peng et al. 2023), as Hugging Face ``_compute_yarn_parameters`` (truncate=True).
 
@@ -116,10 +116,7 @@ def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray
     return inv_freq, attention_factor
 
 
-@ROPE_SCALINGS.register(
-    "llama3",
-    reads=("rope_scaling_factor", "rope_original_max_len", "rope_low_freq_factor", "rope_high_freq_factor"),
-)
+@ROPE_SCALINGS.register("llama3")
 def _llama3(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """Llama 3.1's scaling: with wavelength w_i = 2 pi / inv_freq_i and L = ``original_max_len``,
     frequencies with w_i < L / high_freq_factor are kept, those with w_i > L / low_freq_factor

@@ -148,7 +148,7 @@ class Config:
                 f"use model.kind={task_kind!r} (or another dataset)",
             )
         longest = max(d.seq_len, d.max_src_len if d.task == "seq2seq" else 0)
-        if m.position == "learned" and longest > m.max_len:
+        if m.position.kind == "learned" and longest > m.max_len:
             fail(
                 "data.seq_len",
                 d.seq_len,

@@ -9,7 +9,7 @@ import os
 import sys
 import traceback
 
-from transformer_jax.core import configlib
+from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.paths import absolute, is_url, user_path
@@ -71,6 +71,12 @@ def load_experiment(path: str, overrides: list[str] | None = None) -> Config:
     return configure(experiment_config(path), overrides)
 
 
+def config_from_dict(saved: dict) -> Config:
+    """A run's ``Config`` from a saved dict (config.json, a run summary) of any earlier layout:
+    renamed keys are mapped by `core.migration.upgrade`."""
+    return configlib.from_dict(Config, migration.upgrade(saved))
+
+
 def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     """The config a training run saved in ``workdir/config.json``, with ``overrides`` applied (an
     override of a field the run's variants do not read is an error)."""
@@ -82,7 +88,7 @@ def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path} cannot be read as a run's config ({e}); is {workdir} a training run?") from e
     explicit = parse_overrides(overrides or [])
-    cfg = apply_overrides(configlib.from_dict(Config, saved), [f"{k}={v}" for k, v in explicit.items()])
+    cfg = apply_overrides(config_from_dict(saved), [f"{k}={v}" for k, v in explicit.items()])
     configlib.check_reads(cfg, explicit=explicit, only_explicit=True)
     return cfg
 

@@ -29,7 +29,7 @@ from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.paths import require_local
 from transformer_jax.data import tokenizer_from_json
 from transformer_jax.data.config import DataConfig
-from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.config import RUNTIME_FIELDS, ModelConfig
 from transformer_jax.parallel import state_shardings
 from transformer_jax.train.checkpoint import CheckpointError
 from transformer_jax.train.config import Config
@@ -37,18 +37,6 @@ from transformer_jax.train.experiment import configure, workdir_config
 from transformer_jax.train.optim import make_optimizer
 from transformer_jax.train.state import abstract_state, model_graph, model_infos, split_model
 
-# Model fields that change how the pretrained weights are computed with, not what they are.
-RUNTIME_FIELDS = (
-    "dropout",
-    "attention_impl",
-    "attention_block_size",
-    "decode_impl",
-    "decode_block_size",
-    "scan_layers",
-    "remat",
-    "dtype",
-    "param_dtype",
-)
 # Data fields that choose or train a tokenizer: the pretrained tokenizer replaces them.
 TOKENIZER_FIELDS = (
     "tokenizer",

@@ -80,12 +80,12 @@ class BaselineConfig(Config):
         if not 0.0 <= m.dropout < 1.0:
             fail("model.dropout", m.dropout, "must be in [0, 1)")
         check_positive("model.init_std", m.init_std)
-        if m.position != "none":
+        if m.position.kind != "none":
             fail(
                 "model.position",
-                m.position,
+                m.position.kind,
                 f"model.kind={m.kind!r} has no position encoding",
-                "set model.position='none' (or build the config with baseline_model_config)",
+                "set --set model.position=none (or build the config with baseline_model_config)",
             )
         for name in ("dtype", "param_dtype"):
             check_choice(f"model.{name}", getattr(m, name), DTYPES, "dtype")

@@ -7,25 +7,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.config import INIT_FIELDS, RUNTIME_FIELDS, ModelConfig
 from transformer_jax.models.hf.spec import FAMILIES, ConfigReader, Family
 from transformer_jax.ops import norms
 
-# How a model runs or trains, not what it computes: never part of a checkpoint's config.
-EXECUTION_FIELDS = (
-    "dtype",
-    "param_dtype",
-    "attention_impl",
-    "attention_block_size",
-    "decode_impl",
-    "decode_block_size",
-    "scan_layers",
-    "remat",
-    "init",
-    "init_std",
-    "zero_init_out",
-    "dropout",
-)
+# How a model runs, trains or is initialised, not what it computes: never part of a checkpoint's config.
+EXECUTION_FIELDS = (*RUNTIME_FIELDS, *INIT_FIELDS)
 _MOE_EXECUTION_FIELDS = ("dispatch", "balance_loss", "z_loss_coef")
 
 

@@ -3,7 +3,7 @@
 DeepSeekMoE: ``n_shared_experts`` shared experts (one MLP of width n_shared x
 ``moe_intermediate_size``) plus ``num_experts_per_tok`` of ``n_routed_experts`` routed experts.
 
-Attention maps 1:1 onto ``nn.mla`` (``rope_interleave`` -> ``rope_pairing`` adjacent / split; the
+Attention maps 1:1 onto ``nn.mla`` (``rope_interleave`` -> ``position.pairing`` adjacent / split; the
 latent norms' epsilon is DeepseekV3RMSNorm's default 1e-6, as in transformers). Routing as
 transformers' ``DeepseekV3TopkRouter``: sigmoid scores in float32; ``e_score_correction_bias`` (our
 auxiliary-loss-free balancing bias, ``ffn.bias``) added for the choice only; the best
@@ -28,6 +28,7 @@ yarn: DeepSeek's mscale / mscale_all_dim also rescale the softmax, not implement
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -106,7 +107,7 @@ def _config(r: ConfigReader) -> dict[str, Any]:
         **kw,
         "n_kv_heads": None,
         "head_dim": None,
-        "rope_pairing": "adjacent" if interleave else "split",
+        "position": dataclasses.replace(kw["position"], pairing="adjacent" if interleave else "split"),
         "use_bias": False,
         "mla": _mla(r),
         "moe": _moe(r),
@@ -122,7 +123,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         "num_key_value_heads": cfg.n_heads,
         "head_dim": mla.qk_rope_head_dim,
         "qk_head_dim": mla.qk_head_dim,
-        "rope_interleave": cfg.rope_pairing == "adjacent",
+        "rope_interleave": getattr(cfg.position, "pairing", None) == "adjacent",
         "attention_bias": False,
         **{key: getattr(mla, key) for key in _MLA_KEYS},
         "n_routed_experts": moe.n_routed,

@@ -7,12 +7,14 @@ supported; their text part is a ``gemma3_text`` model.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.gemma2 import gemma_fields, gemma_hf, gemma_links
 from transformer_jax.models.hf.llama import rotary_buffer
 from transformer_jax.models.hf.spec import ConfigReader, Family, register, rope_hf
+from transformer_jax.nn.position_config import RopePositions
 
 
 def _local_theta(r: ConfigReader) -> float:
@@ -27,15 +29,19 @@ def _local_theta(r: ConfigReader) -> float:
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:
+    kw = gemma_fields(r, every=6, rope_layer="full_attention")
     return {
-        **gemma_fields(r, every=6, rope_layer="full_attention"),
+        **kw,
         "qk_norm": True,
-        "rope_local_theta": _local_theta(r),
+        "position": dataclasses.replace(kw["position"], local_theta=_local_theta(r)),
     }
 
 
 def _hf(cfg: ModelConfig) -> dict[str, Any]:
-    local = {"rope_type": "default", "rope_theta": cfg.rope_local_theta or cfg.rope_theta}
+    rope = cfg.position
+    if not isinstance(rope, RopePositions):
+        raise ValueError(f"model.position={rope.kind!r}: Gemma 3 uses RoPE")
+    local = {"rope_type": "default", "rope_theta": rope.local_theta or rope.theta}
     return {
         **gemma_hf(cfg),
         "rope_parameters": {"full_attention": rope_hf(cfg), "sliding_attention": local},

@@ -25,6 +25,7 @@ from transformer_jax.models.hf.spec import (
     register,
     split_last,
 )
+from transformer_jax.nn.position_config import LearnedPositions
 
 _ACTS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 _ACT_NAMES = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
@@ -51,7 +52,7 @@ def _config(r: ConfigReader) -> dict[str, Any]:
         placement="pre",
         norm="layernorm",
         norm_eps=float(r.get("layer_norm_epsilon", 1e-5)),
-        position="learned",
+        position=LearnedPositions(),
         ffn=_ACTS[act],
         use_bias=True,
         tie_embeddings=bool(r.get("tie_word_embeddings", True)),

@@ -18,9 +18,9 @@ from transformer_jax.models.hf.spec import (
     linear,
     register,
     reshaped,
-    rope_fields,
     rope_hf,
     rope_parameters,
+    rope_position,
 )
 
 # HF activation of a gated MLP -> our gated FFN kind
@@ -59,11 +59,9 @@ def decoder_fields(
         placement="pre",
         norm="rmsnorm",
         norm_eps=float(r.need("rms_norm_eps")),
-        position="rope",
-        rope_pairing="split",
         ffn=GATED_ACTS[name],
         tie_embeddings=bool(r.get("tie_word_embeddings", tied)),
-        **rope_fields(r, rope_parameters(r, rope_layer)),
+        position=rope_position(r, rope_parameters(r, rope_layer), pairing="split"),
     )
 
 

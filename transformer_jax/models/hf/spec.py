@@ -24,6 +24,7 @@ import numpy as np
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.safetensors_io import aligned_empty
+from transformer_jax.nn.position_config import RopePositions, RopeScalingConfig
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -295,18 +296,19 @@ def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str,
 
 _ROPE_KEYS = {
     "default": {},
-    "linear": {"factor": "rope_scaling_factor"},
+    "linear": {"factor": "factor"},
     "llama3": {
-        "factor": "rope_scaling_factor",
-        "original_max_position_embeddings": "rope_original_max_len",
-        "low_freq_factor": "rope_low_freq_factor",
-        "high_freq_factor": "rope_high_freq_factor",
+        "factor": "factor",
+        "original_max_position_embeddings": "original_max_len",
+        "low_freq_factor": "low_freq_factor",
+        "high_freq_factor": "high_freq_factor",
     },
 }
 
 
-def rope_fields(r: ConfigReader, params: dict[str, Any]) -> dict[str, Any]:
-    """ModelConfig RoPE fields of ``rope_parameters(r)``; a scaling type or key we lack is an error."""
+def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> RopePositions:
+    """`RopePositions` of ``rope_parameters(r)`` (plus ``fields``, e.g. the pairing); a scaling type
+    or key we lack is an error."""
     kind = params.get("rope_type", "default")
     if kind not in _ROPE_KEYS:
         raise r.unsupported("rope_parameters", f"RoPE scaling {kind!r} has no mapping (known: {', '.join(_ROPE_KEYS)})")
@@ -314,22 +316,25 @@ def rope_fields(r: ConfigReader, params: dict[str, Any]) -> dict[str, Any]:
     extra = sorted(set(params) - set(keys) - {"rope_type", "rope_theta"})
     if extra:
         raise r.unsupported("rope_parameters", f"{kind!r} RoPE keys {extra} have no mapping")
-    out: dict[str, Any] = {"rope_theta": float(params["rope_theta"])}
+    scaling = None
     if kind != "default":
-        out["rope_scaling"] = kind
-        out.update({ours: params[theirs] for theirs, ours in keys.items() if theirs in params})
-        out["rope_scaling_factor"] = float(out["rope_scaling_factor"])
-    return out
+        values = {ours: params[theirs] for theirs, ours in keys.items() if theirs in params}
+        values["factor"] = float(values["factor"])
+        scaling = RopeScalingConfig.VARIANTS.get(kind)(**values)
+    return RopePositions(theta=float(params["rope_theta"]), scaling=scaling, **fields)
 
 
 def rope_hf(cfg: ModelConfig) -> dict[str, Any]:
-    """``rope_parameters`` (transformers >= 5 layout) of a config: the inverse of `rope_fields`."""
-    if cfg.rope_scaling == "none":
-        return {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if cfg.rope_scaling not in _ROPE_KEYS:
-        raise ValueError(f"model.rope_scaling={cfg.rope_scaling!r} has no Hugging Face equivalent here")
-    out = {"rope_type": cfg.rope_scaling, "rope_theta": cfg.rope_theta}
-    out.update({theirs: getattr(cfg, ours) for theirs, ours in _ROPE_KEYS[cfg.rope_scaling].items()})
+    """``rope_parameters`` (transformers >= 5 layout) of a config: the inverse of `rope_position`."""
+    rope = cfg.position
+    if not isinstance(rope, RopePositions):
+        raise ValueError(f"model.position={rope.kind!r}: this layout needs RoPE")
+    if rope.scaling is None:
+        return {"rope_type": "default", "rope_theta": rope.theta}
+    if rope.scaling.kind not in _ROPE_KEYS:
+        raise ValueError(f"model.position.scaling={rope.scaling.kind!r} has no Hugging Face equivalent here")
+    out = {"rope_type": rope.scaling.kind, "rope_theta": rope.theta}
+    out.update({theirs: getattr(rope.scaling, ours) for theirs, ours in _ROPE_KEYS[rope.scaling.kind].items()})
     return out
 
 

@@ -1,0 +1,119 @@
+"""Config keys renamed since runs were saved, mapped in one place.
+
+`upgrade` turns a saved config dict (a run's ``config.json``, a run summary's config) of any earlier
+layout into today's; `legacy` turns today's into the flat layout the committed ablation runs were
+hashed under, so their identities stay; `renamed_key` names the new key of an old ``--set`` key.
+Pure dict work, no config classes: every layer may call it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+# model.position: one settings class per encoding (was: a name plus rope_*/relative_* fields).
+_OLD_POSITION_DEFAULTS: dict[str, Any] = {
+    "rope_theta": 10000.0,
+    "rope_pairing": "split",
+    "rope_scaling": "none",
+    "rope_scaling_factor": 1.0,
+    "rope_original_max_len": 2048,
+    "rope_low_freq_factor": 1.0,
+    "rope_high_freq_factor": 4.0,
+    "rope_local_theta": None,
+    "relative_buckets": 32,
+    "relative_max_distance": 128,
+}
+_ROPE = {"rope_theta": "theta", "rope_pairing": "pairing", "rope_local_theta": "local_theta"}
+_RELATIVE = {"relative_buckets": "buckets", "relative_max_distance": "max_distance"}
+_SCALING = {
+    "rope_scaling_factor": "factor",
+    "rope_original_max_len": "original_max_len",
+    "rope_low_freq_factor": "low_freq_factor",
+    "rope_high_freq_factor": "high_freq_factor",
+}
+_SCALING_READS = {
+    "linear": ("factor",),
+    "ntk": ("factor",),
+    "yarn": ("factor", "original_max_len"),
+    "llama3": ("factor", "original_max_len", "low_freq_factor", "high_freq_factor"),
+}
+
+RENAMED_KEYS: dict[str, str] = {
+    **{f"model.{old}": f"model.position.{new} (with model.position=rope)" for old, new in _ROPE.items()},
+    **{f"model.{old}": f"model.position.{new} (with model.position=relative_bias)" for old, new in _RELATIVE.items()},
+    "model.rope_scaling": "model.position.scaling (with model.position=rope; none, linear, ntk, yarn or llama3)",
+    **{f"model.{old}": f"model.position.scaling.{new}" for old, new in _SCALING.items()},
+}
+
+
+def renamed_key(key: str) -> str | None:
+    """Where the old ``--set`` key ``key`` went, or None if it was not renamed."""
+    return RENAMED_KEYS.get(key)
+
+
+def _upgrade_position(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("position"), str):
+        return
+    kind = model.pop("position")
+    old = {name: model.pop(name, default) for name, default in _OLD_POSITION_DEFAULTS.items()}
+    new: dict[str, Any] = {"kind": kind}
+    if kind == "rope":
+        new.update({ours: old[theirs] for theirs, ours in _ROPE.items()})
+        scaling = old["rope_scaling"]
+        if scaling == "none":
+            new["scaling"] = None
+        else:
+            fields = {ours: old[theirs] for theirs, ours in _SCALING.items()}
+            new["scaling"] = {"kind": scaling, **{k: fields[k] for k in _SCALING_READS[scaling]}}
+    elif kind == "relative_bias":
+        new.update({ours: old[theirs] for theirs, ours in _RELATIVE.items()})
+    model["position"] = new
+
+
+def _legacy_position(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("position"), dict):
+        return
+    new = dict(model.pop("position"))
+    kind = new.pop("kind")
+    old = dict(_OLD_POSITION_DEFAULTS)
+    if kind == "rope":
+        old.update({theirs: new[ours] for theirs, ours in _ROPE.items()})
+        scaling = new.get("scaling")
+        if scaling is not None:
+            old["rope_scaling"] = scaling["kind"]
+            old.update({theirs: scaling[ours] for theirs, ours in _SCALING.items() if ours in scaling})
+    elif kind == "relative_bias":
+        old.update({theirs: new[ours] for theirs, ours in _RELATIVE.items()})
+    model["position"] = kind
+    model.update(old)
+
+
+_MODEL_STEPS = ((_upgrade_position, _legacy_position),)
+
+
+def _models(config: dict[str, Any], *, whole: bool) -> list[dict[str, Any]]:
+    if not whole:
+        return [config]
+    model = config.get("model")
+    return [model] if isinstance(model, dict) else []
+
+
+def upgrade(config: dict[str, Any], *, whole: bool = True) -> dict[str, Any]:
+    """A copy of a saved config dict in today's layout (``whole``: a run's config with a "model"
+    section; else a model config alone). Today's layout passes through unchanged."""
+    config = copy.deepcopy(config)
+    for model in _models(config, whole=whole):
+        for step, _ in _MODEL_STEPS:
+            step(model)
+    return config
+
+
+def legacy(config: dict[str, Any], *, whole: bool = True) -> dict[str, Any]:
+    """A copy of today's config dict in the flat layout of the committed runs (the inverse of
+    `upgrade` for every config those runs could hold)."""
+    config = copy.deepcopy(config)
+    for model in _models(config, whole=whole):
+        for _, step in reversed(_MODEL_STEPS):
+            step(model)
+    return config
