@@ -229,22 +229,6 @@ def coerce_variants(cfg: Any, prefix: str) -> None:
         fail(f"{prefix}.{f.name}", value, f"must be a {family.VARIANTS.kind}'s settings or name", f"one of: {names}")
 
 
-def check_range(field: str, value: float, lo: float, hi: float, *, hi_inclusive: bool = False) -> None:
-    if not (lo <= value < hi or (hi_inclusive and value == hi)):
-        fail(field, value, f"must be in [{lo}, {hi}{']' if hi_inclusive else ')'}")
-
-
-def check_real(
-    field: str, value: Any, *, low: float, high: float | None = None, low_open: bool = False, none_hint: bool = False
-) -> None:
-    """A finite number ``> low`` (``low_open``) or ``>= low``, and ``< high`` when given."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
-    if not ok:
-        rng = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
-        fail(field, value, f"must be a finite number {rng}" + (" (or None to disable)" if none_hint else ""))
-
-
 def check_int(field: str, value: Any, *, low: int) -> None:
     """An integer (not a bool) ``>= low``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < low:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import Config, check_choice, check_positive, fail, setting
-from transformer_jax.core.dtypes import DTYPES
+from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.baselines.rnn import CELLS
 
@@ -65,21 +64,11 @@ class BaselineConfig(Config):
                 f"model.kind={kind!r} has no feed-forward layers to turn into experts",
                 "set model.moe=None",
             )
-        check_positive("model.vocab_size", model_cfg.vocab_size)
-        if model_cfg.vocab_size < 2:
-            fail("model.vocab_size", model_cfg.vocab_size, "must be at least 2")
         if kind == "ngram":
             return
         self._validate_neural(model_cfg)
 
     def _validate_neural(self, m) -> None:
-        for name in ("d_model", "n_layers"):
-            check_positive(f"model.{name}", getattr(m, name))
-        if m.d_ff is not None:
-            check_positive("model.d_ff", m.d_ff)
-        if not 0.0 <= m.dropout < 1.0:
-            fail("model.dropout", m.dropout, "must be in [0, 1)")
-        check_positive("model.init_std", m.init_std)
         if m.position.kind != "none":
             fail(
                 "model.position",
@@ -87,8 +76,6 @@ class BaselineConfig(Config):
                 f"model.kind={m.kind!r} has no position encoding",
                 "set --set model.position=none (or build the config with baseline_model_config)",
             )
-        for name in ("dtype", "param_dtype"):
-            check_choice(f"model.{name}", getattr(m, name), DTYPES, "dtype")
         if m.kind == "window_lm":
             width = m.d_ff if m.d_ff is not None else 4 * m.d_model
             if m.tie_embeddings and width != m.d_model:
