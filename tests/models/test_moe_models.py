@@ -130,7 +130,7 @@ def test_encoder_decoder_aggregates_both_stacks():
 
 
 INVALID = [
-    (dict(n_experts=0), "model.moe.n_experts", "positive"),
+    (dict(n_experts=0), "model.moe.n_experts", ">= 1"),
     (dict(top_k=9), "model.moe.top_k", "n_experts=8"),
     (dict(segments=4, n_shared=8), "model.moe.n_shared", "no routed expert"),
     (dict(d_expert=100, segments=8), "model.moe.d_expert", "segments"),
@@ -140,8 +140,8 @@ INVALID = [
     (dict(drop_order="random"), "model.moe.drop_order", "rank"),
     (dict(n_groups=3), "model.moe.n_groups", "divide"),
     (dict(n_groups=4, topk_groups=1, top_k=4), "model.moe.topk_groups", "fewer"),
-    (dict(capacity_factor=0.0), "model.moe.capacity_factor", "positive"),
-    (dict(bias_update_rate=-1.0), "model.moe.bias_update_rate", "non-negative"),
+    (dict(capacity_factor=0.0), "model.moe.capacity_factor", "> 0"),
+    (dict(bias_update_rate=-1.0), "model.moe.bias_update_rate", ">= 0"),
     (dict(ffn="swish"), "model.moe.ffn", "swiglu"),
 ]
 

@@ -22,7 +22,7 @@ BAD = [  # (overrides, field the message must start with, a word of the fix)
     (["model.placement=postln"], "model.placement", "post"),
     (["model.position=rope", "model.head_dim=15"], "model.head_dim", "even"),
     (["model.attention_kind=sliding_window"], "model.attention_window", "set model.attention_window"),
-    (["model.dropout=1.0"], "model.dropout", "[0.0, 1.0)"),
+    (["model.dropout=1.0"], "model.dropout", "< 1"),
     (["model.max_len=16"], "data.seq_len", "raise model.max_len"),
     (["model.kind=encoder_decoder", "model.n_encoder_layers=1"], "model.kind", "decoder_lm"),
     (["train.batch_size=6", "train.grad_accum=4"], "train.grad_accum", "divisor"),
