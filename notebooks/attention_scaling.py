@@ -64,7 +64,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import build_model
+from transformer_jax.models import build_model, with_changes
 from transformer_jax.ops.attention import attention
 
 NOTEBOOK = "attention_scaling"
@@ -219,7 +219,7 @@ for d_k in HEAD_DIMS:
         )
         sweeps[name] = ablation.sweep_lr(dataclasses.replace(base, model=model), name, GRID, NOTEBOOK)
         configs[name] = ablation.with_lr(dataclasses.replace(base, model=model), sweeps[name]["lr"])
-        probe_model = build_model(dataclasses.replace(model, scan_layers=False), seed=0)
+        probe_model = build_model(with_changes(model, scan_layers=False), seed=0)
         at_init[name] = ablation.probes.attention_logits(probe_model, tokens)
         for seed in SEEDS:
             curves[f"{name} s{seed}"] = ablation.run_arm(configs[name], name, seed, NOTEBOOK)

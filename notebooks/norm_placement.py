@@ -92,7 +92,7 @@ import numpy as np
 
 from transformer_jax import ablation
 from transformer_jax.data import build_data
-from transformer_jax.models import BaselineConfig, baseline_model_config, build_model
+from transformer_jax.models import BaselineConfig, baseline_model_config, build_model, with_changes
 
 NOTEBOOK = "norm_placement"
 STEPS = ablation.pick(smoke=10, full=1000)
@@ -214,7 +214,7 @@ full_only = ablation.pick(smoke={}, full={"eval_every": STEPS})
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, nonfinite="halt", **full_only)
 base = dataclasses.replace(
     base,
-    model=dataclasses.replace(
+    model=with_changes(
         base.model,
         d_model=ablation.pick(smoke=32, full=64),
         n_heads=ablation.pick(smoke=2, full=4),
@@ -282,7 +282,7 @@ probe_tokens = jax.random.randint(
 grad_norms, var_ratio = {}, {}
 for placement in PLACEMENTS:
     for depth in PROBE_DEPTHS:
-        cfg = dataclasses.replace(base.model, placement=placement, n_layers=depth, scan_layers=False)
+        cfg = with_changes(base.model, placement=placement, n_layers=depth, scan_layers=False)
         models = [build_model(cfg, seed=seed) for seed in PROBE_SEEDS]
         grad_norms[placement, depth] = [ablation.probes.hidden_grad_norms(m, probe_tokens) for m in models]
         var_ratio[placement, depth] = [ablation.probes.sublayer_variances(m, probe_tokens)["ratio"] for m in models]

@@ -28,7 +28,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax
 
 from transformer_jax.core.targets import get_target
-from transformer_jax.models import get_preset
+from transformer_jax.models import get_preset, with_changes
 from transformer_jax.parallel import MeshConfig
 from transformer_jax.recipes import recipe
 from transformer_jax.train import aot
@@ -58,7 +58,7 @@ def _row(name: str, cfg, target_name: str) -> dict:
     )
     out = {"model": name, "target": target_name, "batch": cfg.train.batch_size, "seq_len": cfg.data.seq_len}
     for label, impl in (("xla", "xla"), ("kernel", KERNEL[target.platform])):
-        model = dataclasses.replace(cfg.model, attention_impl=impl)
+        model = with_changes(cfg.model, attention_impl=impl)
         estimate = label == "kernel" and target.platform == "tpu"  # XLA counts FLOPs and bytes on TPU only
         report = aot.compile_train(dataclasses.replace(cfg, model=model), target, correct_scan=estimate)
         total = (report["bytes_per_device"] or {}).get("total")

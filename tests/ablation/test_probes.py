@@ -1,7 +1,6 @@
 """The probes of ``ablation.probes`` against the model's own forward pass, central finite
 differences and numpy formulas written here."""
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -11,7 +10,7 @@ import optax
 import pytest
 
 from transformer_jax.ablation import probes
-from transformer_jax.models import ModelConfig, build_model
+from transformer_jax.models import ModelConfig, build_model, with_changes
 
 B, T, V = 2, 6, 11
 
@@ -20,7 +19,7 @@ def tiny(placement="post", **fields):
     cfg = ModelConfig(
         vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=T, placement=placement, init="xavier"
     )
-    model: Any = build_model(dataclasses.replace(cfg, **fields), seed=0)
+    model: Any = build_model(with_changes(cfg, **fields), seed=0)
     return model
 
 

@@ -9,7 +9,7 @@ from tests.train.aot_helpers import needs_libtpu
 
 @needs_libtpu
 def test_compile_reports_a_step_that_does_not_fit_and_exits_2():
-    args = ["model.n_layers=16", "model.scan_layers=true", "model.max_len=1024", "data.seq_len=1024"]
+    args = ["model.n_layers=16", "model.execution.scan_layers=true", "model.max_len=1024", "data.seq_len=1024"]
     proc = cli("compile", "--config", "shakespeare_char_llama", "--target", "v5e-1",
                "--set", "train.batch_size=64", "mesh.data=1", *args, check=False)  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -18,7 +18,7 @@ def test_compile_reports_a_step_that_does_not_fit_and_exits_2():
     assert "DOES NOT FIT" in proc.stdout
     error = proc.stderr.strip().splitlines()[-2]
     assert error.startswith("error: shakespeare_char_llama does not fit v5e-1") and "bytes)" in error
-    assert "model.remat=full" in error and "Traceback" not in proc.stderr
+    assert "model.execution.remat=full" in error and "Traceback" not in proc.stderr
 
 
 def test_compile_names_an_unknown_target():
@@ -32,4 +32,4 @@ def test_train_that_does_not_fit_the_machine_exits_2_with_the_bytes(tmp_path):
                "--set", "model.max_len=1000000000", "train.steps=2", check=False)  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "out of device memory (476.8 GiB in one buffer)" in proc.stderr and "512000000000 bytes" in proc.stderr
-    assert "model.remat=full" in proc.stderr and "Traceback" not in proc.stderr
+    assert "model.execution.remat=full" in proc.stderr and "Traceback" not in proc.stderr

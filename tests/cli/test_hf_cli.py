@@ -149,7 +149,7 @@ def test_lora_from_hf_export_merges_and_a_changed_base_is_refused(hf_dir, corpus
     shutil.copytree(path, base)
     workdir, out = str(tmp_path / "lora"), str(tmp_path / "export")
     lora = ["train.lora=on", "train.lora.rank=2", "train.lora.targets=q,v,o,down", "train.optim.lr=0.05"]
-    lora += ["model.scan_layers=true"]  # loaded per layer, trained scanned, exported per layer
+    lora += ["model.execution.scan_layers=true"]  # loaded per layer, trained scanned, exported per layer
     proc = cli(
         "train", "--init-from", base, "--workdir", workdir, "--sample-tokens", "0", *SHORT, f"data.path={corpus}", *lora
     )

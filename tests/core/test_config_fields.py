@@ -54,6 +54,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
 # At least these must be found (the position encodings' and RoPE scalings' settings too, by class).
 CONVERTED = {
     "model": "ModelConfig",
+    "model.execution": "ExecutionConfig",
     "data": "DataConfig",
     "prepare": "PrepareConfig",
     "train": "TrainConfig",

@@ -11,7 +11,7 @@ import pytest
 from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.models import ModelConfig, RelativeBiasPositions, RopePositions, YarnScaling
+from transformer_jax.models import ExecutionConfig, ModelConfig, RelativeBiasPositions, RopePositions, YarnScaling
 from transformer_jax.train.config import Config
 from transformer_jax.train.experiment import config_from_dict
 
@@ -65,6 +65,21 @@ def test_old_position_fields_become_the_encodings_settings(flat, position):
     assert configlib.from_dict(ModelConfig, migration.upgrade(configlib.to_dict(cfg), whole=False)) == cfg
 
 
-def test_an_old_set_key_names_its_new_key():
-    with pytest.raises(ConfigError, match=r"'model.rope_scaling_factor' was renamed: model.position.scaling.factor"):
-        apply_overrides(Config(), ["model.rope_scaling_factor=4"])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("model.rope_scaling_factor=4", "model.position.scaling.factor"),
+        ("model.scan_layers=true", "model.execution.scan_layers"),
+        ("model.dtype=bfloat16", "model.execution.dtype"),
+    ],
+)
+def test_an_old_set_key_names_its_new_key(old, new):
+    with pytest.raises(ConfigError, match=rf"'{old.split('=')[0]}' was renamed: {new}"):
+        apply_overrides(Config(), [old])
+
+
+def test_old_execution_fields_become_the_group():
+    flat = {"kind": "decoder_lm", "dtype": "bfloat16", "scan_layers": True, "remat": "full"}
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    assert (cfg.execution.dtype, cfg.execution.scan_layers, cfg.execution.remat) == ("bfloat16", True, "full")
+    assert cfg.execution.attention_impl == ExecutionConfig().attention_impl

@@ -42,7 +42,8 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
     [
         (["data.path=MY.txt"], "data.path='MY.txt'", "data.dataset='shakespeare'"),
         (["model.attention_window=16"], "model.attention_window=16", "model.attention_kind='softmax'"),
-        (["model.attention_block_size=128"], "model.attention_block_size=128", "model.attention_impl='xla'"),
+        (["model.execution.attention_block_size=128"], "model.execution.attention_block_size=128",
+         "model.execution.attention_impl='xla'"),
         (["data.vocab_size=500"], "data.vocab_size=500", "data.tokenizer='char'"),
         (["data.document_split=line"], "data.document_split='line'", "data.packing='stream'"),
         (["train.optim.momentum=0.5"], "train.optim.momentum=0.5", "train.optim.optimizer='adamw'"),
@@ -50,7 +51,8 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
          "train.optim.schedule='constant'"),
         (["train.nonfinite=halt", "train.max_consecutive_skips=3"], "train.max_consecutive_skips=3",
          "train.nonfinite='halt'"),
-        (["model.attention_block_size=512"], "model.attention_block_size=512", "model.attention_impl='xla'"),
+        (["model.execution.attention_block_size=512"], "model.execution.attention_block_size=512",
+         "model.execution.attention_impl='xla'"),
     ],
 )  # fmt: skip
 def test_a_set_field_the_variant_does_not_read_is_an_error_naming_both(sets, field, variant):
@@ -120,8 +122,10 @@ def test_every_experiment_file_loads_cleanly(path):
 
 def test_a_field_two_choices_leave_unread_is_reported_once():
     with pytest.raises(ConfigError) as err:
-        load_experiment(TINY, ["model.attention_block_size=64"])  # unread by attention_kind and attention_impl
-    assert str(err.value).count("model.attention_block_size=64") == 1, str(err.value)
+        load_experiment(
+            TINY, ["model.execution.attention_block_size=64"]
+        )  # unread by attention_kind and attention_impl
+    assert str(err.value).count("model.execution.attention_block_size=64") == 1, str(err.value)
 
 
 def test_changed_fields_lists_each_differing_leaf_by_dotted_name():

@@ -1,6 +1,5 @@
 """Small model-building helpers shared by the model tests."""
 
-import dataclasses
 from typing import cast
 
 import jax
@@ -8,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from transformer_jax.models import build_model, get_preset
+from transformer_jax.models.config import with_changes
 from transformer_jax.models.decoder_lm import DecoderLM
 from transformer_jax.models.encoder_decoder import EncoderDecoder
 
@@ -18,7 +18,7 @@ def tiny(preset: str, **overrides):
 
 def scanned_copy(model, **overrides):
     """The same weights in a ``scan_layers=True`` model (stacks per-layer parameters)."""
-    cfg = dataclasses.replace(model.cfg, scan_layers=True, **overrides)
+    cfg = with_changes(model.cfg, scan_layers=True, **overrides)
     scanned = build_model(cfg, seed=1)
     src = nnx.state(model, nnx.Param)
     dst = nnx.state(scanned, nnx.Param)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from transformer_jax.models import build_model
+from transformer_jax.models import build_model, with_changes
 from transformer_jax.nn.block import Block
 from transformer_jax.nn.positions import Learned, RelativeBias
 
@@ -258,7 +258,7 @@ def test_bfloat16_compute_keeps_float32_params_and_close_logits():
     """
     cfg = tiny("llama_tiny")
     f32 = build_lm(cfg)
-    bf16 = build_lm(dataclasses.replace(cfg, dtype="bfloat16"))
+    bf16 = build_lm(with_changes(cfg, dtype="bfloat16"))
     chex.assert_trees_all_equal(nnx.state(f32, nnx.Param), nnx.state(bf16, nnx.Param))
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(nnx.state(bf16, nnx.Param)))
     tokens = random_tokens(jax.random.key(0), (2, 8), 200)

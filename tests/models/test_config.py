@@ -7,6 +7,7 @@ import pytest
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import ModelConfig, RopePositions, get_preset
+from transformer_jax.models.config import with_changes
 from transformer_jax.train.config import Config
 
 INVALID = [
@@ -17,7 +18,7 @@ INVALID = [
     (dict(position="sinusodal"), "model.position", "sinusoidal"),
     (dict(norm="batchnorm"), "model.norm", "layernorm"),
     (dict(ffn="swish"), "model.ffn", "swiglu"),
-    (dict(attention_impl="flash"), "model.attention_impl", "chunked"),
+    (dict(attention_impl="flash"), "model.execution.attention_impl", "chunked"),
     (dict(attention_kind="sliding_window"), "model.attention_window", "window"),
     (dict(kind="encoder_decoder", n_encoder_layers=0), "model.n_encoder_layers", "encoder"),
     (dict(n_encoder_layers=2), "model.n_encoder_layers", "encoder_decoder"),
@@ -25,8 +26,8 @@ INVALID = [
     (dict(vocab_size=0), "model.vocab_size", ">= 2"),
     (dict(n_layers=0), "model.n_layers", ">= 1"),
     (dict(attention_kind="linear", position="alibi"), "model.position", "linear attention"),
-    (dict(dtype="float64"), "model.dtype", "bfloat16"),
-    (dict(remat="sometimes"), "model.remat", "save_dots"),
+    (dict(dtype="float64"), "model.execution.dtype", "bfloat16"),
+    (dict(remat="sometimes"), "model.execution.remat", "save_dots"),
     (dict(kind="encoder_only"), "model.kind", "decoder_lm"),
     (dict(norm_eps=0.0), "model.norm_eps", "> 0"),
 ]
@@ -35,7 +36,7 @@ INVALID = [
 @pytest.mark.parametrize("kwargs,field,hint", INVALID, ids=[f[1] + ":" + str(i) for i, f in enumerate(INVALID)])
 def test_invalid_config_names_field(kwargs, field, hint):
     with pytest.raises(ConfigError) as err:
-        ModelConfig(**kwargs)
+        with_changes(ModelConfig(), **kwargs)
     message = str(err.value)
     assert message.startswith(field + "="), message
     assert hint in message, message

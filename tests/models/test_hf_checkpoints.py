@@ -117,7 +117,7 @@ def test_bfloat16_round_trip_is_bit_exact(tmp_path):
     with torch_blocked():
         cfg, model = from_pretrained(tmp_path / "in", dtype="bfloat16")
         save_pretrained(model, tmp_path / "out")
-    assert cfg.param_dtype == "bfloat16"
+    assert cfg.execution.param_dtype == "bfloat16"
     assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bfloat16"
     a, b = _tensors(tmp_path / "in"), _tensors(tmp_path / "out")
     assert a.keys() == b.keys()
@@ -215,7 +215,7 @@ def test_scanned_stack_loads_and_saves_like_the_per_layer_model(llama_dir, tmp_p
     cfg, scanned = from_pretrained(path, scan_layers=True)
     dotted = lambda model: {".".join(map(str, k)): v for k, v in _params(model).items()}
     stacked, per_layer = dotted(scanned), dotted(loop)
-    assert cfg.scan_layers and stacked["layers.layers.self_attn.q.kernel"].shape[0] == cfg.n_layers > 1
+    assert cfg.execution.scan_layers and stacked["layers.layers.self_attn.q.kernel"].shape[0] == cfg.n_layers > 1
     for name in ("self_attn.q.kernel", "ffn.w_out.kernel", "self_attn_norm.scale"):
         for i in range(cfg.n_layers):
             np.testing.assert_array_equal(stacked[f"layers.layers.{name}"][i], per_layer[f"layers.layers.{i}.{name}"])

@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers")
 from tests.models.test_hf_checkpoints import _params, _rewrite, _tensors  # noqa: E402
 from tests.models.test_hf_families import SEQ, hf_logits, hf_model, tokens, torch_blocked  # noqa: E402
 from transformer_jax.models import RopePositions  # noqa: E402
+from transformer_jax.models.config import with_changes  # noqa: E402
 from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained, save_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.interop
@@ -100,7 +101,7 @@ def test_bfloat16_checkpoint_loads_and_round_trips_bit_exact(tmp_path):
         save_pretrained(half, tmp_path / "out", dtype="bfloat16")
     upcast = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "in", dtype=torch.float32).eval()
     np.testing.assert_allclose(ours, hf_logits(upcast, x), atol=1e-4, rtol=0)
-    assert cfg.param_dtype == "bfloat16"
+    assert cfg.execution.param_dtype == "bfloat16"
     a, b = _tensors(tmp_path / "in"), _tensors(tmp_path / "out")
     assert a.keys() == b.keys()
     for k in a:
@@ -138,7 +139,7 @@ def test_save_writes_what_deepseek_v3_expresses_and_refuses_the_rest(saved):
     with pytest.raises(ValueError, match=r"deepseek_v3: cannot express moe\.router='softmax_topk'"):
         config_to_hf(softmax, family="deepseek_v3")
     with pytest.raises(ValueError, match=r"model\.moe\.first_dense=1: .*scan_layers=True"):
-        dataclasses.replace(cfg, scan_layers=True)
+        with_changes(cfg, scan_layers=True)
 
 
 def test_fused_in_memory_experts_load_the_same(saved, tmp_path):

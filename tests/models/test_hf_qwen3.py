@@ -89,7 +89,7 @@ def test_bfloat16_checkpoint_loads_and_round_trips_bit_exact(case, tmp_path):
         save_pretrained(half, tmp_path / "out")
     upcast = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "in", dtype=torch.float32).eval()
     np.testing.assert_allclose(ours, hf_logits(upcast, x), atol=1e-4, rtol=0)
-    assert cfg.param_dtype == "bfloat16"
+    assert cfg.execution.param_dtype == "bfloat16"
     a, b = _tensors(tmp_path / "in"), _tensors(tmp_path / "out")
     assert a.keys() == b.keys()
     for k in a:

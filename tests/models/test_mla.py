@@ -178,7 +178,7 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
         (dict(qk_norm=True), "model.qk_norm"),
         (dict(qkv_bias=True), "model.qkv_bias"),
         (dict(position=RopePositions(scaling=YarnScaling(factor=4.0))), "model.position.scaling"),
-        (dict(decode_impl="pallas_gpu"), "model.decode_impl"),
+        (dict(decode_impl="pallas_gpu"), "model.execution.decode_impl"),
     ],
 )
 def test_incompatible_settings_are_refused_by_name(change, field):

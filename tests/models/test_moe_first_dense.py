@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from transformer_jax.core.configlib import ConfigError
+from transformer_jax.models.config import with_changes
 from transformer_jax.models.presets import get_preset
 from transformer_jax.models.util import abstract_model
 from transformer_jax.nn.moe import MoE
@@ -47,4 +48,4 @@ def test_bad_values_are_refused_by_name(change, message):
 
 def test_dense_first_layers_refuse_a_scanned_stack():
     with pytest.raises(ConfigError, match=r"model\.moe\.first_dense=1: .*scan_layers=True"):
-        dataclasses.replace(_cfg(first_dense=1), scan_layers=True)
+        with_changes(_cfg(first_dense=1), scan_layers=True)

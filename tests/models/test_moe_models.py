@@ -12,6 +12,7 @@ from flax import nnx
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import ModelConfig, build_model, count_params, get_preset
+from transformer_jax.models.config import with_changes
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.nn.moe import MoE
@@ -38,7 +39,7 @@ def _forward(model, tokens, train=False):
 def _scanned_like(model, **overrides):
     """The same weights in a ``scan_layers=True`` model: dense blocks stack under ``layers``,
     MoE blocks (every n-th) under ``moe_layers`` when n > 1."""
-    cfg = dataclasses.replace(model.cfg, scan_layers=True, **overrides)
+    cfg = with_changes(model.cfg, scan_layers=True, **overrides)
     scanned = build_model(cfg, seed=1)
     every = cfg.moe.every if cfg.moe else 1
     L = cfg.n_layers
@@ -167,7 +168,7 @@ def test_invalid_moe_config_names_field(kwargs, field, hint):
 )
 def test_invalid_model_moe_combinations(kwargs, hint):
     with pytest.raises(ConfigError, match="model.moe") as err:
-        ModelConfig(**kwargs)
+        with_changes(ModelConfig(), **kwargs)
     assert hint in str(err.value)
 
 

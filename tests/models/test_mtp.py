@@ -13,6 +13,7 @@ import pytest
 from transformer_jax.core.configlib import ConfigError, check_reads
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import ModelConfig, abstract_model, build_model
+from transformer_jax.models.config import with_changes
 from transformer_jax.models.model_roles import is_param_info, model_param_infos
 from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.models.param_roles import path_names, role_table
@@ -131,7 +132,7 @@ def test_train_step_gradient_is_that_of_main_plus_lambda_over_d_times_the_depth_
 
 @pytest.mark.parametrize("scan", [False, True])
 def test_mtp_parameters_carry_roles_equal_to_the_path_rules(scan):
-    model = abstract_model(dataclasses.replace(TINY, scan_layers=scan))
+    model = abstract_model(with_changes(TINY, scan_layers=scan))
     leaves = jax.tree_util.tree_flatten_with_path(model_param_infos(model), is_leaf=is_param_info)[0]
     from_model = {"/".join(path_names(p)): info for p, info in leaves}
     from flax import nnx

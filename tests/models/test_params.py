@@ -5,6 +5,7 @@ import numpy as np
 from flax import nnx
 
 from transformer_jax.models import abstract_model, count_params, get_preset
+from transformer_jax.models.config import with_changes
 
 
 def test_gpt2_small_has_124439808_params_without_allocating():
@@ -33,5 +34,5 @@ def test_llama_like_is_about_340m():
 
 def test_scan_and_loop_have_the_same_parameter_count():
     cfg = get_preset("llama_tiny")
-    assert count_params(cfg) == count_params(cfg.__class__(**{**cfg.__dict__, "scan_layers": True}))
+    assert count_params(cfg) == count_params(with_changes(cfg, scan_layers=True))
     assert np.isfinite(count_params(cfg))

@@ -2,8 +2,6 @@
 gradient), which parameters exist, zero-initialised output projections, capped logits, and the
 config errors that name the field."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +12,7 @@ from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import LinearScaling, Llama3Scaling, ModelConfig, RopePositions, build_model, get_preset
+from transformer_jax.models.config import with_changes
 
 BASE = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, position="rope", norm="rmsnorm", use_bias=False)
 
@@ -96,7 +95,10 @@ def test_final_softcap_bounds_logits():
     "kw,field",
     [
         (dict(attention_pattern="local_global"), "model.attention_local_window"),
-        (dict(attention_pattern="local_global", attention_local_window=4, scan_layers=True), "model.scan_layers"),
+        (
+            dict(attention_pattern="local_global", attention_local_window=4, scan_layers=True),
+            "model.execution.scan_layers",
+        ),
         (
             dict(
                 attention_pattern="local_global",
@@ -113,7 +115,7 @@ def test_final_softcap_bounds_logits():
 )
 def test_config_errors_name_the_field(kw, field):
     with pytest.raises((ValueError, KeyError), match=field.split(".", 1)[1]):
-        ModelConfig(**{**BASE, **kw})
+        with_changes(ModelConfig(**BASE), **kw)
 
 
 def test_settings_read_by_the_pattern_are_not_unread_and_others_are():
@@ -146,5 +148,5 @@ def test_gemma_like_model_is_the_same_through_chunked_attention():
     )
     tokens = jnp.arange(22).reshape(2, 11) % 50
     xla, _ = build_model(cfg)(tokens)
-    chunked, _ = build_model(dataclasses.replace(cfg, attention_impl="chunked", attention_block_size=4))(tokens)
+    chunked, _ = build_model(with_changes(cfg, attention_impl="chunked", attention_block_size=4))(tokens)
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(xla), atol=2e-5)

@@ -10,6 +10,7 @@ import pytest
 
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
+from transformer_jax.models.config import with_changes
 from transformer_jax.parallel import MeshConfig
 from transformer_jax.train.config import Config, TrainConfig
 
@@ -49,7 +50,7 @@ def tiny_config(*, batch: int = 8, seq_len: int = 128, mesh: MeshConfig = MeshCo
 
 
 def replace_model(cfg: Config, **changes) -> Config:
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **changes))
+    return dataclasses.replace(cfg, model=with_changes(cfg.model, **changes))
 
 
 _SHAPE = re.compile(r"\b(?:bf16|f32|f16|s32)\[([0-9,]+)\]")

@@ -36,7 +36,7 @@ def test_the_fit_check_names_the_bytes_and_what_to_change():
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
     step, state = _step_and_state(cfg, mesh)
     need = aot.check_fits(step, state, cfg, mesh)["total"]
-    named = rf"needs .* \({need} bytes\).* has .*\(1000 bytes\).*model.remat=full"
+    named = rf"needs .* \({need} bytes\).* has .*\(1000 bytes\).*model.execution.remat=full"
     with pytest.raises(aot.DoesNotFitError, match=named):
         aot.check_fits(step, state, cfg, mesh, limit=1000)
 

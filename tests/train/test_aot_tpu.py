@@ -76,7 +76,7 @@ def test_a_target_that_cannot_fit_is_reported_and_fits_with_remat():
     )
     report = aot.compile_train(cfg, get_target("v5e-1"), correct_scan=False)
     assert not report["fits"] and report["bytes_per_device"]["total"] > 16 * 2**30, report
-    assert "model.remat=full" in aot.what_to_change(resolve(cfg), report)[0]
+    assert "model.execution.remat=full" in aot.what_to_change(resolve(cfg), report)[0]
     assert aot.compile_train(replace_model(cfg, remat="full"), get_target("v5e-1"), correct_scan=False)["fits"]
 
 

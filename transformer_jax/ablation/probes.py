@@ -12,7 +12,7 @@
 
 The probes run the model's own modules (embedding, position encoding, blocks, output head) in
 the order ``DecoderLM.__call__`` does, one block at a time: the stack must not be scanned
-(``model.scan_layers=False``), without MoE, cache, segments or dropout. A test checks that the
+(``model.execution.scan_layers=False``), without MoE, cache, segments or dropout. A test checks that the
 logits equal the model's own.
 """
 
@@ -40,8 +40,8 @@ def _blocks(model: Any) -> list[Block]:
     cfg = model.cfg
     if cfg.kind != "decoder_lm":
         raise ValueError(f"the probes take a DecoderLM (model.kind='decoder_lm'), got model.kind={cfg.kind!r}")
-    if cfg.scan_layers:
-        raise ValueError("the probes run one block at a time: build the model with model.scan_layers=False")
+    if cfg.execution.scan_layers:
+        raise ValueError("the probes run one block at a time: build the model with model.execution.scan_layers=False")
     if cfg.moe is not None:
         raise ValueError("the probes do not support MoE layers (model.moe must be None)")
     return list(model.layers.layers)

@@ -23,7 +23,7 @@ def out_of_memory(e: Exception) -> str:
     wanted = re.search(r"allocating (\d+) bytes", first)
     need = f" ({int(wanted[1]) / 2**30:.1f} GiB in one buffer)" if wanted else ""
     return (
-        f"out of device memory{need}: {first}. The run does not fit this machine: try model.remat=full, "
+        f"out of device memory{need}: {first}. The run does not fit this machine: try model.execution.remat=full, "
         "mesh.fsdp=<devices>, a smaller train.batch_size (with train.grad_accum) or a smaller model; "
         "`transformer-jax compile --config ... --target ...` reports the bytes a step needs"
     )

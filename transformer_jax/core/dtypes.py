@@ -1,4 +1,4 @@
-"""The dtypes a config may name (``model.dtype``, ``model.param_dtype``), by name."""
+"""The dtypes a config may name (``model.execution.dtype``, ``model.execution.param_dtype``), by name."""
 
 import jax.numpy as jnp
 

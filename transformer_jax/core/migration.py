@@ -39,7 +39,20 @@ _SCALING_READS = {
     "llama3": ("factor", "original_max_len", "low_freq_factor", "high_freq_factor"),
 }
 
+# model.execution: how the model runs (was: flat fields of the model).
+_EXECUTION = (
+    "dtype",
+    "param_dtype",
+    "attention_impl",
+    "attention_block_size",
+    "decode_impl",
+    "decode_block_size",
+    "scan_layers",
+    "remat",
+)
+
 RENAMED_KEYS: dict[str, str] = {
+    **{f"model.{name}": f"model.execution.{name}" for name in _EXECUTION},
     **{f"model.{old}": f"model.position.{new} (with model.position=rope)" for old, new in _ROPE.items()},
     **{f"model.{old}": f"model.position.{new} (with model.position=relative_bias)" for old, new in _RELATIVE.items()},
     "model.rope_scaling": "model.position.scaling (with model.position=rope; none, linear, ntk, yarn or llama3)",
@@ -89,7 +102,18 @@ def _legacy_position(model: dict[str, Any]) -> None:
     model.update(old)
 
 
-_MODEL_STEPS = ((_upgrade_position, _legacy_position),)
+def _upgrade_execution(model: dict[str, Any]) -> None:
+    if "execution" in model or not any(name in model for name in _EXECUTION):
+        return
+    model["execution"] = {name: model.pop(name) for name in _EXECUTION if name in model}
+
+
+def _legacy_execution(model: dict[str, Any]) -> None:
+    if isinstance(model.get("execution"), dict):
+        model.update(model.pop("execution"))
+
+
+_MODEL_STEPS = ((_upgrade_position, _legacy_position), (_upgrade_execution, _legacy_execution))
 
 
 def _models(config: dict[str, Any], *, whole: bool) -> list[dict[str, Any]]:

@@ -9,9 +9,10 @@ from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.baselines.ngram import NGramLM
 from transformer_jax.models.baselines.rnn import RNNLM
 from transformer_jax.models.baselines.window import WindowLM
-from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.decoder_lm import DecoderLM
 from transformer_jax.models.encoder_decoder import EncoderDecoder
+from transformer_jax.models.execution_config import ExecutionConfig
 from transformer_jax.models.kinds import MODELS
 from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
 from transformer_jax.models.util import abstract_model, build_model, count_active_params, count_params
@@ -37,6 +38,7 @@ __all__ = [
     "BaselineConfig",
     "DecoderLM",
     "EncoderDecoder",
+    "ExecutionConfig",
     "LearnedPositions",
     "LinearScaling",
     "Llama3Scaling",
@@ -56,4 +58,5 @@ __all__ = [
     "count_active_params",
     "count_params",
     "get_preset",
+    "with_changes",
 ]

@@ -79,7 +79,7 @@ def make_self_caches(cfg: ModelConfig, n_layers: int, batch: int, max_len: int, 
         one = lambda: {
             "self": init_kv_cache(batch, max_len, 1, mla.qk_rope_head_dim, dtype, value_dim=mla.kv_lora_rank)
         }
-    if cfg.scan_layers:
+    if cfg.execution.scan_layers:
         return jax.tree.map(lambda *xs: jnp.stack(xs), *[one() for _ in range(n_layers)])
     return [one() for _ in range(n_layers)]
 

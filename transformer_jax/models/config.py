@@ -6,8 +6,8 @@ import dataclasses
 from typing import ClassVar
 
 from transformer_jax.core.configlib import Config, fail, setting
-from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.models.baselines.config import BaselineConfig
+from transformer_jax.models.execution_config import ExecutionConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
 from transformer_jax.models.layer_pattern import ATTENTION_PATTERNS, layer_types
 from transformer_jax.models.mla_config import MLAConfig
@@ -19,25 +19,13 @@ from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
 from transformer_jax.nn.moe import MoESpec
 from transformer_jax.nn.position_config import LearnedPositions, PositionConfig, RopePositions
 from transformer_jax.nn.positions import PositionDims
-from transformer_jax.nn.stack import REMAT_POLICIES
 from transformer_jax.ops import activations, norms, residual
 from transformer_jax.ops import attention as attention_ops
-from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, DECODE_IMPLS
 
 _BIAS_POSITIONS = ("relative_bias", "alibi")
-# How a model computes with its weights, not what it computes: a checkpoint does not fix them
-# (``train --init-from`` may change them; Hugging Face configs do not hold them).
-RUNTIME_FIELDS = (
-    "dropout",
-    "attention_impl",
-    "attention_block_size",
-    "decode_impl",
-    "decode_block_size",
-    "scan_layers",
-    "remat",
-    "dtype",
-    "param_dtype",
-)
+# Fields a checkpoint does not fix (``train --init-from`` may change them; Hugging Face configs do
+# not hold them): how the model runs (``execution``) and dropout.
+RUNTIME_FIELDS = ("execution", "dropout")
 # How fresh weights are drawn: loaded weights replace them.
 INIT_FIELDS = ("init", "init_std", "zero_init_out")
 
@@ -49,9 +37,8 @@ class ModelConfig(Config):
     Variants are chosen by name from registries: ``placement`` (ops.residual.PLACEMENTS),
     ``norm`` (ops.norms.NORMS), ``position`` (one settings class per encoding,
     nn.position_config; ``model.position=rope``, ``model.position.theta=...``), ``ffn``
-    (ops.activations.FFN_ACTIVATIONS), ``attention_kind``/``attention_impl`` (ops.attention),
-    ``init`` (nn.init.INIT_SCHEMES), ``remat``
-    (nn.stack.REMAT_POLICIES), ``attention_pattern`` (models.layer_pattern.ATTENTION_PATTERNS).
+    (ops.activations.FFN_ACTIVATIONS), ``attention_kind`` (ops.attention),
+    ``init`` (nn.init.INIT_SCHEMES), ``attention_pattern`` (models.layer_pattern.ATTENTION_PATTERNS).
 
     Speedrun / Gemma pieces: ``qk_norm`` (norm q and k over head_dim with ``norm``), ``attn_softcap``
     and ``final_softcap`` (cap * tanh(x / cap) on attention / output logits), ``zero_init_out``
@@ -81,9 +68,7 @@ class ModelConfig(Config):
     share_embeddings: bool = True  # EncoderDecoder: one table for source and target tokens
     dropout: float = setting(0.0, ge=0, lt=1)
     attention_kind: str = setting("softmax", choice=attention_ops.ATTENTION_KINDS)
-    attention_impl: str = setting("xla", choice=attention_ops.ATTENTION_IMPLS)
     attention_window: int | None = setting(None, ge=1)
-    attention_block_size: int = setting(512, ge=1)
     attention_scale: float | None = setting(None, gt=0)  # None: 1/sqrt(head_dim)
     attention_pattern: str = setting("uniform", choice=ATTENTION_PATTERNS)
     attention_global_every: int = setting(2, ge=1)
@@ -91,16 +76,11 @@ class ModelConfig(Config):
     attn_softcap: float | None = setting(None, gt=0)
     final_softcap: float | None = setting(None, gt=0)
     qk_norm: bool = False
-    decode_impl: str = setting("auto", choice=DECODE_IMPLS)  # attention over the KV cache
-    decode_block_size: int = setting(DECODE_BLOCK_SIZE, ge=1)
     causal: bool = True  # decoder self-attention mask (False only for ablations)
     init: str = setting("normal", choice=INIT_SCHEMES)
     init_std: float = setting(0.02, gt=0)
     zero_init_out: bool = False
-    scan_layers: bool = False
-    remat: str = setting("none", choice=REMAT_POLICIES)
-    dtype: str = setting("float32", choice=DTYPES)  # compute dtype
-    param_dtype: str = setting("float32", choice=DTYPES)
+    execution: ExecutionConfig = setting(factory=ExecutionConfig)  # dtypes, kernels, scan, remat
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
     mla: MLAConfig | None = None  # Multi-head Latent Attention in place of MHA/GQA (None: off)
     mtp: MTPConfig | None = None  # multi-token prediction modules (models.mtp_config; None: off)
@@ -110,8 +90,6 @@ class ModelConfig(Config):
     SELECTORS: ClassVar = (
         ("kind", MODELS),
         ("attention_kind", attention_ops.ATTENTION_KINDS),
-        ("attention_impl", attention_ops.ATTENTION_IMPLS),
-        ("decode_impl", DECODE_IMPLS),
         ("attention_pattern", ATTENTION_PATTERNS),
     )
 
@@ -143,11 +121,11 @@ class ModelConfig(Config):
 
     @property
     def compute_dtype(self):
-        return DTYPES.get(self.dtype)
+        return self.execution.compute_dtype
 
     @property
     def params_dtype(self):
-        return DTYPES.get(self.param_dtype)
+        return self.execution.params_dtype
 
     def architecture(self) -> str:
         return "encoder_decoder" if self.kind == "encoder_decoder" else "decoder_only"
@@ -219,12 +197,12 @@ class ModelConfig(Config):
             dropout=self.dropout,
             attention=AttentionSpec(
                 kind=self.attention_kind,
-                impl=self.attention_impl,
+                impl=self.execution.attention_impl,
                 window=window,
-                block_size=self.attention_block_size,
+                block_size=self.execution.attention_block_size,
                 scale=self.attention_scale,
-                decode_impl=self.decode_impl,
-                decode_block_size=self.decode_block_size,
+                decode_impl=self.execution.decode_impl,
+                decode_block_size=self.execution.decode_block_size,
                 softcap=self.attn_softcap,
                 qk_norm=self.norm if self.qk_norm else None,
                 qk_norm_eps=self.norm_eps,
@@ -332,13 +310,25 @@ def _local_global(m: ModelConfig) -> None:
             "attention_pattern='local_global' needs the local layers' window",
             "set model.attention_local_window to a positive number of tokens",
         )
-    if m.scan_layers:
+    if m.execution.scan_layers:
         fail(
-            "model.scan_layers",
+            "model.execution.scan_layers",
             True,
             "a scan repeats one layer, but local_global alternates two kinds",
-            "set scan_layers=False",
+            "set model.execution.scan_layers=false",
         )
 
 
 TRANSFORMER_RULES = (_head_sizes, _encoder_layers, _position_fits, _attention_window, _local_global)
+
+
+_EXECUTION_NAMES = frozenset(f.name for f in dataclasses.fields(ExecutionConfig))
+
+
+def with_changes(cfg: ModelConfig, **changes) -> ModelConfig:
+    """``dataclasses.replace(cfg, **changes)``, except that the names of ``ExecutionConfig``'s fields
+    (``dtype``, ``scan_layers``, ``attention_impl``...) replace those of ``cfg.execution``."""
+    execution = {k: changes.pop(k) for k in list(changes) if k in _EXECUTION_NAMES}
+    if execution:
+        changes["execution"] = dataclasses.replace(changes.get("execution", cfg.execution), **execution)
+    return dataclasses.replace(cfg, **changes)

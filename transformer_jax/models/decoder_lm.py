@@ -48,8 +48,8 @@ class DecoderLM(nnx.Module):
         self.layers = Stack(
             cfg.block_configs(side="decoder", rope=self.positions.rope),
             cfg.n_layers,
-            scan=cfg.scan_layers,
-            remat=cfg.remat,
+            scan=cfg.execution.scan_layers,
+            remat=cfg.execution.remat,
             rngs=rngs,
         )
         self.final_norm = make_final_norm(cfg, rngs)

@@ -57,16 +57,16 @@ class EncoderDecoder(nnx.Module):
         self.encoder = Stack(
             cfg.block_configs(side="encoder", rope=self.src_positions.rope),
             cfg.n_encoder_layers,
-            scan=cfg.scan_layers,
-            remat=cfg.remat,
+            scan=cfg.execution.scan_layers,
+            remat=cfg.execution.remat,
             rngs=rngs,
         )
         self.encoder_norm = make_final_norm(cfg, rngs)
         self.decoder = Stack(
             cfg.block_configs(side="decoder", rope=self.tgt_positions.rope),
             cfg.n_layers,
-            scan=cfg.scan_layers,
-            remat=cfg.remat,
+            scan=cfg.execution.scan_layers,
+            remat=cfg.execution.remat,
             rngs=rngs,
         )
         self.decoder_norm = make_final_norm(cfg, rngs)
@@ -102,7 +102,7 @@ class EncoderDecoder(nnx.Module):
         """Decoder caches: empty self-attention caches plus cross-attention keys/values of the
         memory, computed once here and reused at every decoding step."""
         caches = make_self_caches(self.cfg, self.cfg.n_layers, memory_BSD.shape[0], max_len, dtype)
-        if self.cfg.scan_layers:
+        if self.cfg.execution.scan_layers:
             graphdef, states = nnx.split(self.decoder.layers)
             project = jax.vmap(lambda s: _cross_kv(cast(Block, nnx.merge(graphdef, s)), memory_BSD))
             return {**cast(dict, caches), "cross": project(states)}  # a scanned stack's caches: one stacked dict

@@ -11,9 +11,10 @@ TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
 ENCODER_DECODER_READS = (
     "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "n_encoder_layers", "max_len",
     "placement", "norm", "norm_eps", "norm_bias", "position", "ffn", "use_bias", "tie_embeddings", "scale_embeddings",
-    "share_embeddings", "dropout", "attention_kind", "attention_impl", "attention_window", "attention_block_size",
-    "attention_scale", "decode_impl", "decode_block_size", "causal", "init", "init_std", "scan_layers", "remat",
-    "dtype", "param_dtype", "moe", "qkv_bias", "attention_pattern", "attention_global_every",
+    "share_embeddings", "dropout", "attention_kind", "execution.attention_impl", "attention_window",
+    "execution.attention_block_size", "attention_scale", "execution.decode_impl", "execution.decode_block_size",
+    "causal", "init", "init_std", "execution.scan_layers", "execution.remat", "execution.dtype",
+    "execution.param_dtype", "moe", "qkv_bias", "attention_pattern", "attention_global_every",
     "attention_local_window", "attn_softcap", "final_softcap", "qk_norm", "zero_init_out", "mla",
 )  # fmt: skip
 DECODER_LM_READS = (
@@ -21,7 +22,8 @@ DECODER_LM_READS = (
     "mtp",  # multi-token prediction: decoder-only
 )
 _NEURAL_BASELINE = (
-    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init_std", "tie_embeddings", "dtype", "param_dtype",
+    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init_std", "tie_embeddings", "execution.dtype",
+    "execution.param_dtype",
     "position", "baseline",
 )  # fmt: skip
 WINDOW_LM_READS = (*_NEURAL_BASELINE, "baseline.window", "baseline.direct")

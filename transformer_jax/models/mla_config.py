@@ -115,9 +115,9 @@ def _no_yarn(mla: MLAConfig, model: Any) -> None:
 
 
 def _no_pallas_decode(mla: MLAConfig, model: Any) -> None:
-    if model.decode_impl == "pallas_gpu":
+    if model.execution.decode_impl == "pallas_gpu":
         fail(
-            "model.decode_impl",
+            "model.execution.decode_impl",
             "pallas_gpu",
             "the flash-decoding kernel has no latent (MLA) form",
             "use auto, blocked or dense",

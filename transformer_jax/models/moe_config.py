@@ -96,14 +96,14 @@ class MoEConfig(Config):
                 f"leaves a stack without MoE layers ({stacks}, every={self.every})",
                 "lower first_dense, or model.moe=None for a dense model",
             )
-        if model.scan_layers and self.first_dense:
+        if model.execution.scan_layers and self.first_dense:
             fail(
                 "model.moe.first_dense",
                 self.first_dense,
                 "dense first layers with scan_layers=True are not supported (the scan repeats one group of layers)",
-                "set model.scan_layers=False",
+                "set model.execution.scan_layers=false",
             )
-        if model.scan_layers and self.every > 1:
+        if model.execution.scan_layers and self.every > 1:
             _check_scanned_groups(self, model, stacks)
         if self.d_expert is None and model.resolved_d_ff % self.segments:
             fail(

@@ -23,7 +23,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from transformer_jax.models.common import make_final_norm, make_self_caches
-from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.nn.attention import RopeSpec
 from transformer_jax.nn.block import Block, BlockInputs
 from transformer_jax.nn.linear import DenseGeneral
@@ -78,7 +78,7 @@ class MTP(nnx.Module):
         assert cfg.mtp is not None
         self.loss_weight = cfg.mtp.loss_weight
         self.layers = nnx.List([MTPLayer(cfg, rope, rngs=rngs) for _ in range(cfg.mtp.depth)])
-        self._cache_cfg = dataclasses.replace(cfg, scan_layers=False)  # one cache per depth, as the main layers'
+        self._cache_cfg = with_changes(cfg, scan_layers=False)  # one cache per depth, as the main layers'
 
     @property
     def depth(self) -> int:

@@ -6,7 +6,7 @@ import dataclasses
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.baselines.config import BaselineConfig
-from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.position_config import LearnedPositions, NoPositions, RopePositions, SinusoidalPositions
@@ -15,8 +15,10 @@ PRESETS: Registry[ModelConfig] = Registry("model preset")
 
 
 def get_preset(name: str, **overrides) -> ModelConfig:
-    """The preset ``name`` with fields replaced by ``overrides`` (validated again)."""
-    return dataclasses.replace(PRESETS.get(name), **overrides)
+    """The preset ``name`` with fields replaced by ``overrides`` (validated again); the names of
+    ``ExecutionConfig``'s fields (``dtype``, ``scan_layers``, ``attention_impl``...) set
+    ``model.execution``'s."""
+    return with_changes(PRESETS.get(name), **overrides)
 
 
 def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **model_fields):

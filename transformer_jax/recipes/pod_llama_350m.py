@@ -5,7 +5,7 @@ GPUs") and the GPU benchmark measures. Global batch 32 x 2048 tokens; set ``mesh
 ``train.batch_size`` for the slice (``--set mesh.fsdp=4 train.batch_size=8`` on a v5p-8).
 
 Attention is ``xla`` (the T x T scores in memory), the same program on every platform; the compile
-report shows what ``--set model.attention_impl=splash`` (TPU), ``pallas_gpu`` or ``cudnn`` (GPU), or
+report shows what ``--set model.execution.attention_impl=splash`` (TPU), ``pallas_gpu`` or ``cudnn`` (GPU), or
 ``auto`` (the fastest exact kernel of the platform) saves.
 
 The default data is the offline Shakespeare corpus with a 32,000-piece SentencePiece BPE

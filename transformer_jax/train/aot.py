@@ -26,6 +26,7 @@ from transformer_jax.core.targets import Target
 from transformer_jax.data.rows import LM_FIELDS, SEQ2SEQ_FIELDS
 from transformer_jax.decode.generate import lower_generate
 from transformer_jax.models import count_params
+from transformer_jax.models.config import with_changes
 from transformer_jax.models.forward import FORWARDS
 from transformer_jax.parallel import batch_sharding, make_mesh, replicated, sharding_context
 from transformer_jax.parallel.context import context_devices
@@ -112,12 +113,12 @@ def _xla_cost_corrected(cfg: Config, mesh, raw: dict) -> tuple[dict, str]:
     """XLA's cost of the step with every layer counted: a ``lax.scan`` body is counted once, so a
     scanned model is extrapolated from unrolled compiles of p and 2p layers (p: the layer pattern's
     period): cost(L) = cost(p) + (L / p - 1) * (cost(2p) - cost(p))."""
-    if not cfg.model.scan_layers or raw["flops"] is None:
+    if not cfg.model.execution.scan_layers or raw["flops"] is None:
         return raw, "XLA cost_analysis"
     p, L = _scan_period(cfg), cfg.model.n_layers
     costs = []
     for n in (p, 2 * p):
-        model = dataclasses.replace(cfg.model, n_layers=n, scan_layers=False)
+        model = with_changes(cfg.model, n_layers=n, scan_layers=False)
         compiled, _, exhausted = _compile(_lower_train(dataclasses.replace(cfg, model=model), mesh))
         if compiled is None:
             return raw, f"XLA cost_analysis (scan body counted once; the {n}-layer check did not fit: {exhausted})"
@@ -215,7 +216,7 @@ def compile_train(
         raw = _cost(compiled) if compiled is not None else {"flops": None, "bytes accessed": None}
         corrected, source = _xla_cost_corrected(cfg, mesh, raw) if correct_scan else (raw, "XLA cost_analysis")
     tokens = cfg.train.batch_size * cfg.data.seq_len
-    undercounted = cfg.model.scan_layers and not correct_scan  # a scan body counted once: not a step's FLOPs
+    undercounted = cfg.model.execution.scan_layers and not correct_scan  # a scan body counted once: not a step's FLOPs
     report["flops_per_step"] = {
         "model_formula": flops.model_flops_per_token(cfg.model, cfg.data.seq_len) * tokens,
         "xla_per_device_raw": raw["flops"],
@@ -292,13 +293,13 @@ def what_to_change(cfg: Config, report: dict) -> list[str]:
     """Settings that lower the memory per device, for a report that does not fit."""
     m, mesh = cfg.model, report["mesh"]
     out = []
-    if m.remat == "none":
-        out.append("model.remat=full (recompute activations in the backward pass)")
+    if m.execution.remat == "none":
+        out.append("model.execution.remat=full (recompute activations in the backward pass)")
     if mesh["fsdp"] < report["chips"]:
         out.append(f"mesh.fsdp={report['chips']} mesh.data=1 (shard parameters and optimizer state over every chip)")
     out.append(
         f"a smaller train.batch_size (now {cfg.train.batch_size}) with train.grad_accum to keep the tokens per step"
     )
-    if report["platform"] == "tpu" and m.attention_impl not in ("splash", "auto"):
-        out.append("model.attention_impl=splash (no T x S attention matrix in memory)")
+    if report["platform"] == "tpu" and m.execution.attention_impl not in ("splash", "auto"):
+        out.append("model.execution.attention_impl=splash (no T x S attention matrix in memory)")
     return out

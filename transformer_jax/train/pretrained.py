@@ -312,7 +312,8 @@ def load_base(base: dict[str, Any], model: ModelConfig, mesh) -> tuple[Any, Any,
         from transformer_jax.data.hf_tokenizer import HFTokenizer
         from transformer_jax.models.hf import from_pretrained
 
-        _, pretrained = from_pretrained(path, dtype=model.param_dtype, mesh=mesh, scan_layers=model.scan_layers)
+        run = model.execution
+        _, pretrained = from_pretrained(path, dtype=run.param_dtype, mesh=mesh, scan_layers=run.scan_layers)
         _, params, rest = split_model(pretrained)
         params, rest = nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
         tokenizer = HFTokenizer.from_pretrained(path)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from transformer_jax.models.config import INIT_FIELDS, RUNTIME_FIELDS, ModelConfig
+from transformer_jax.models.config import INIT_FIELDS, RUNTIME_FIELDS, ModelConfig, with_changes
 from transformer_jax.models.hf.spec import FAMILIES, ConfigReader, Family
 from transformer_jax.ops import norms
 
@@ -36,12 +36,13 @@ def family_of(hf: Mapping[str, Any]) -> Family:
 def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
     """The ModelConfig of a Hugging Face config.json dict. Every key is mapped, known not to affect
     the weights or the forward pass, or an error naming it. ``overrides``: ModelConfig fields to
-    set on top (e.g. ``attention_impl="chunked"``, ``dtype="bfloat16"``)."""
+    set on top (e.g. ``max_len=4096``; the names of ``model.execution``'s fields, e.g.
+    ``attention_impl="chunked"``, ``dtype="bfloat16"``, set those)."""
     family = family_of(hf)
     reader = ConfigReader(hf, family.name)
     fields = family.to_config(reader)
     reader.finish()
-    return ModelConfig(**{**fields, **overrides})
+    return with_changes(ModelConfig(**fields), **overrides)
 
 
 def _canonical(cfg: ModelConfig) -> dict[str, Any]:
@@ -97,7 +98,7 @@ def config_to_hf(cfg: ModelConfig, family: str | None = None) -> tuple[Family, d
             continue
         diff = differences(cfg, back)
         if not diff:
-            return fam, {**hf, "dtype": cfg.param_dtype}
+            return fam, {**hf, "dtype": cfg.execution.param_dtype}
         problems[fam.name] = "cannot express " + ", ".join(diff)
     raise ValueError(
         "no Hugging Face family expresses this model config exactly:\n  "

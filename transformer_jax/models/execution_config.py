@@ -1,0 +1,48 @@
+"""``ExecutionConfig``: how a model runs, not what it computes (``model.execution``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from transformer_jax.core.configlib import Config, setting
+from transformer_jax.core.dtypes import DTYPES
+from transformer_jax.nn.stack import REMAT_POLICIES
+from transformer_jax.ops import attention as attention_ops
+from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, DECODE_IMPLS
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionConfig(Config):
+    """Precision, kernels and memory/compile trade-offs. The same weights compute the same function
+    under any of these (up to rounding), so a checkpoint does not fix them: ``train --init-from``
+    may change them and Hugging Face configs do not hold them.
+
+    ``dtype``: compute dtype; ``param_dtype``: stored parameters; ``attention_impl`` (ops.attention
+    ATTENTION_IMPLS) with its ``attention_block_size``; ``decode_impl`` (attention over the KV cache,
+    ops.decode_attention.DECODE_IMPLS) with its ``decode_block_size``; ``scan_layers``: one scanned
+    layer instead of a Python loop (faster compiles); ``remat`` (nn.stack.REMAT_POLICIES).
+    """
+
+    dtype: str = setting("float32", choice=DTYPES)
+    param_dtype: str = setting("float32", choice=DTYPES)
+    attention_impl: str = setting("xla", choice=attention_ops.ATTENTION_IMPLS)
+    attention_block_size: int = setting(512, ge=1)
+    decode_impl: str = setting("auto", choice=DECODE_IMPLS)
+    decode_block_size: int = setting(DECODE_BLOCK_SIZE, ge=1)
+    scan_layers: bool = False
+    remat: str = setting("none", choice=REMAT_POLICIES)
+
+    PATH: ClassVar[str] = "model.execution"
+    SELECTORS: ClassVar = (
+        ("attention_impl", attention_ops.ATTENTION_IMPLS),
+        ("decode_impl", DECODE_IMPLS),
+    )
+
+    @property
+    def compute_dtype(self):
+        return DTYPES.get(self.dtype)
+
+    @property
+    def params_dtype(self):
+        return DTYPES.get(self.param_dtype)
