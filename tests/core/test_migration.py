@@ -71,6 +71,7 @@ def test_old_position_fields_become_the_encodings_settings(flat, position):
         ("model.rope_scaling_factor=4", "model.position.scaling.factor"),
         ("model.scan_layers=true", "model.execution.scan_layers"),
         ("model.dtype=bfloat16", "model.execution.dtype"),
+        ("model.norm_eps=1e-6", "model.norm.eps"),
     ],
 )
 def test_an_old_set_key_names_its_new_key(old, new):

@@ -8,6 +8,7 @@ from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import ModelConfig, RopePositions, get_preset
 from transformer_jax.models.config import with_changes
+from transformer_jax.nn.norm_config import LayerNormConfig
 from transformer_jax.train.config import Config
 
 INVALID = [
@@ -29,7 +30,6 @@ INVALID = [
     (dict(dtype="float64"), "model.execution.dtype", "bfloat16"),
     (dict(remat="sometimes"), "model.execution.remat", "save_dots"),
     (dict(kind="encoder_only"), "model.kind", "decoder_lm"),
-    (dict(norm_eps=0.0), "model.norm_eps", "> 0"),
 ]
 
 
@@ -53,6 +53,7 @@ def test_invalid_config_names_field(kwargs, field, hint):
         ),
         (["position=rope", "position.theta=nan"], "model.position.theta", "finite"),
         (["position=relative_bias", "position.buckets=0"], "model.position.buckets", ">= 1"),
+        (["norm.eps=0"], "model.norm.eps", "> 0"),
     ],
 )
 def test_invalid_position_settings_name_the_nested_field(sets, field, hint):
@@ -70,6 +71,13 @@ def test_position_settings_exist_only_on_their_encoding():
         apply_overrides(Config(), ["model.rope_theta=5e5"])
     kept = apply_overrides(ModelConfig(), ["position=rope", "position.theta=5e5", "position=rope"])
     assert kept.position == RopePositions(theta=5e5)  # choosing the chosen encoding keeps its settings
+
+
+def test_a_bias_exists_only_on_the_norm_that_has_one():
+    with pytest.raises(ConfigError, match="'rmsnorm' has no setting 'bias'.*--set norm=layernorm"):
+        apply_overrides(ModelConfig(), ["norm=rmsnorm", "norm.bias=false"])
+    kept = apply_overrides(ModelConfig(), ["norm.eps=1e-6", "norm=layernorm"])
+    assert kept.norm == LayerNormConfig(eps=1e-6)
 
 
 def test_presets_are_valid_and_overridable():

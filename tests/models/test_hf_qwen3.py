@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 from tests.models.test_hf_checkpoints import _params, _rewrite, _tensors  # noqa: E402
 from tests.models.test_hf_families import SEQ, hf_logits, hf_model, tokens, torch_blocked  # noqa: E402
 from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained, save_pretrained  # noqa: E402
+from transformer_jax.nn.norm_config import RMSNormConfig  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -37,7 +38,7 @@ def saved(tmp_path_factory):
 
 def test_configs_map_qk_norm_head_dim_and_the_expert_layers(saved):
     dense = config_from_hf(saved["qwen3"][2])
-    assert (dense.qk_norm, dense.norm, dense.norm_eps, dense.head_dim) == (True, "rmsnorm", 1e-6, 24)
+    assert (dense.qk_norm, dense.norm, dense.head_dim) == (True, RMSNormConfig(eps=1e-6), 24)
     assert not dense.use_bias and dense.moe is None and dense.position.kind == "rope"
     hf = saved["qwen3_moe"][2]
     assert hf["num_local_experts"] == 4 and "num_experts" not in hf  # how transformers 5 writes it

@@ -55,7 +55,7 @@ def test_local_global_alternates_and_local_layers_take_their_rope_base():
 
 
 def test_parameters_of_qk_norm_sandwich_and_qkv_bias():
-    cfg = ModelConfig(**BASE, qk_norm=True, placement="sandwich", norm_bias=False, qkv_bias=True, ffn="swiglu")
+    cfg = ModelConfig(**BASE, qk_norm=True, placement="sandwich", qkv_bias=True, ffn="swiglu")
     model = build_model(cfg)
     blk = model.layers.layers[0]
     assert blk.self_attn.q_norm.scale.shape == (8,) and blk.self_attn.k_norm.scale.shape == (8,)
@@ -79,7 +79,7 @@ def test_zero_init_out_makes_every_block_the_identity():
     logits, _ = model(tokens)
     emb = np.asarray(model.embed.embedding[...])
     x = emb[np.asarray(tokens)]
-    x = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + cfg.norm_eps) * np.asarray(model.final_norm.scale[...])
+    x = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + cfg.norm.eps) * np.asarray(model.final_norm.scale[...])
     np.testing.assert_allclose(np.asarray(logits), x @ emb.T, atol=1e-4)
 
 

@@ -52,6 +52,8 @@ _EXECUTION = (
 )
 
 RENAMED_KEYS: dict[str, str] = {
+    "model.norm_eps": "model.norm.eps",
+    "model.norm_bias": "model.norm.bias (with model.norm=layernorm)",
     **{f"model.{name}": f"model.execution.{name}" for name in _EXECUTION},
     **{f"model.{old}": f"model.position.{new} (with model.position=rope)" for old, new in _ROPE.items()},
     **{f"model.{old}": f"model.position.{new} (with model.position=relative_bias)" for old, new in _RELATIVE.items()},
@@ -113,7 +115,29 @@ def _legacy_execution(model: dict[str, Any]) -> None:
         model.update(model.pop("execution"))
 
 
-_MODEL_STEPS = ((_upgrade_position, _legacy_position), (_upgrade_execution, _legacy_execution))
+def _upgrade_norm(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("norm"), str):
+        return
+    kind = model.pop("norm")
+    new = {"kind": kind, "eps": model.pop("norm_eps", 1e-5)}
+    bias = model.pop("norm_bias", True)
+    if kind == "layernorm":
+        new["bias"] = bias
+    model["norm"] = new
+
+
+def _legacy_norm(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("norm"), dict):
+        return
+    new = dict(model.pop("norm"))
+    model.update(norm=new["kind"], norm_eps=new["eps"], norm_bias=new.get("bias", True))
+
+
+_MODEL_STEPS = (
+    (_upgrade_norm, _legacy_norm),
+    (_upgrade_position, _legacy_position),
+    (_upgrade_execution, _legacy_execution),
+)
 
 
 def _models(config: dict[str, Any], *, whole: bool) -> list[dict[str, Any]]:

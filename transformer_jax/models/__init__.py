@@ -16,6 +16,7 @@ from transformer_jax.models.execution_config import ExecutionConfig
 from transformer_jax.models.kinds import MODELS
 from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
 from transformer_jax.models.util import abstract_model, build_model, count_active_params, count_params
+from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig, RMSNormConfig, RMSNormPlusOneConfig
 from transformer_jax.nn.position_config import (
     AlibiPositions,
     LearnedPositions,
@@ -39,14 +40,18 @@ __all__ = [
     "DecoderLM",
     "EncoderDecoder",
     "ExecutionConfig",
+    "LayerNormConfig",
     "LearnedPositions",
     "LinearScaling",
     "Llama3Scaling",
     "ModelConfig",
     "NGramLM",
     "NoPositions",
+    "NormConfig",
     "NtkScaling",
     "PositionConfig",
+    "RMSNormConfig",
+    "RMSNormPlusOneConfig",
     "RelativeBiasPositions",
     "RopePositions",
     "SinusoidalPositions",

@@ -33,9 +33,7 @@ def make_final_norm(cfg: ModelConfig, rngs: nnx.Rngs) -> Norm | None:
     """Pre-LN stacks end with a norm (the stream is never normalised otherwise); Post-LN ones do not."""
     if not residual.PLACEMENTS.get(cfg.placement).final_norm:
         return None
-    return Norm(
-        cfg.d_model, kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.params_dtype, rngs=rngs
-    )
+    return Norm(cfg.d_model, **cfg.norm.module_kwargs(), param_dtype=cfg.params_dtype, rngs=rngs)
 
 
 def make_lm_head(cfg: ModelConfig, rngs: nnx.Rngs) -> DenseGeneral | None:

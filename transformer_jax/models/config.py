@@ -17,9 +17,10 @@ from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.block import BlockConfig
 from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
 from transformer_jax.nn.moe import MoESpec
+from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig
 from transformer_jax.nn.position_config import LearnedPositions, PositionConfig, RopePositions
 from transformer_jax.nn.positions import PositionDims
-from transformer_jax.ops import activations, norms, residual
+from transformer_jax.ops import activations, residual
 from transformer_jax.ops import attention as attention_ops
 
 _BIAS_POSITIONS = ("relative_bias", "alibi")
@@ -35,8 +36,9 @@ class ModelConfig(Config):
     """Architecture of a ``DecoderLM`` or ``EncoderDecoder`` (``kind``).
 
     Variants are chosen by name from registries: ``placement`` (ops.residual.PLACEMENTS),
-    ``norm`` (ops.norms.NORMS), ``position`` (one settings class per encoding,
-    nn.position_config; ``model.position=rope``, ``model.position.theta=...``), ``ffn``
+    ``norm`` (one settings class per kind, nn.norm_config; ``model.norm=rmsnorm``, ``model.norm.eps=...``),
+    ``position`` (one settings class per encoding, nn.position_config; ``model.position=rope``,
+    ``model.position.theta=...``), ``ffn``
     (ops.activations.FFN_ACTIVATIONS), ``attention_kind`` (ops.attention),
     ``init`` (nn.init.INIT_SCHEMES), ``attention_pattern`` (models.layer_pattern.ATTENTION_PATTERNS).
 
@@ -56,9 +58,7 @@ class ModelConfig(Config):
     n_encoder_layers: int = setting(0, ge=0)  # EncoderDecoder only
     max_len: int = setting(1024, ge=1)  # longest sequence (size of a learned position table)
     placement: str = setting("pre", choice=residual.PLACEMENTS)
-    norm: str = setting("layernorm", choice=norms.NORMS)
-    norm_eps: float = setting(1e-5, gt=0)
-    norm_bias: bool = True
+    norm: NormConfig = setting(factory=LayerNormConfig)  # nn.norm_config; model.norm=rmsnorm, model.norm.eps=...
     position: PositionConfig = setting(factory=LearnedPositions)  # nn.position_config
     ffn: str = setting("gelu", choice=activations.FFN_ACTIVATIONS)
     use_bias: bool = True
@@ -188,9 +188,9 @@ class ModelConfig(Config):
             ffn=self.ffn,
             use_bias=self.use_bias,
             qkv_bias=self.qkv_bias,
-            norm=self.norm,
-            norm_eps=self.norm_eps,
-            norm_bias=self.norm_bias,
+            norm=self.norm.kind,
+            norm_eps=self.norm.eps,
+            norm_bias=getattr(self.norm, "bias", False),
             placement=self.placement,
             alpha=alpha,
             beta=beta,
@@ -204,8 +204,8 @@ class ModelConfig(Config):
                 decode_impl=self.execution.decode_impl,
                 decode_block_size=self.execution.decode_block_size,
                 softcap=self.attn_softcap,
-                qk_norm=self.norm if self.qk_norm else None,
-                qk_norm_eps=self.norm_eps,
+                qk_norm=self.norm.kind if self.qk_norm else None,
+                qk_norm_eps=self.norm.eps,
             ),
             rope=rope,
             cross=(side == "decoder" and self.kind == "encoder_decoder"),

@@ -10,7 +10,7 @@ TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
 
 ENCODER_DECODER_READS = (
     "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "n_encoder_layers", "max_len",
-    "placement", "norm", "norm_eps", "norm_bias", "position", "ffn", "use_bias", "tie_embeddings", "scale_embeddings",
+    "placement", "norm", "position", "ffn", "use_bias", "tie_embeddings", "scale_embeddings",
     "share_embeddings", "dropout", "attention_kind", "execution.attention_impl", "attention_window",
     "execution.attention_block_size", "attention_scale", "execution.decode_impl", "execution.decode_block_size",
     "causal", "init", "init_std", "execution.scan_layers", "execution.remat", "execution.dtype",

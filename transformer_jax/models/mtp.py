@@ -42,8 +42,8 @@ class MTPLayer(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, rope: RopeSpec | None, *, rngs: nnx.Rngs):
         d = cfg.d_model
-        self.hidden_norm = Norm(d, kind="rmsnorm", eps=cfg.norm_eps, param_dtype=cfg.params_dtype)
-        self.token_norm = Norm(d, kind="rmsnorm", eps=cfg.norm_eps, param_dtype=cfg.params_dtype)
+        self.hidden_norm = Norm(d, kind="rmsnorm", eps=cfg.norm.eps, param_dtype=cfg.params_dtype)
+        self.token_norm = Norm(d, kind="rmsnorm", eps=cfg.norm.eps, param_dtype=cfg.params_dtype)
         self.proj = DenseGeneral(
             2 * d,
             d,

@@ -9,6 +9,7 @@ from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.nn.norm_config import LayerNormConfig, RMSNormConfig
 from transformer_jax.nn.position_config import LearnedPositions, NoPositions, RopePositions, SinusoidalPositions
 
 PRESETS: Registry[ModelConfig] = Registry("model preset")
@@ -101,8 +102,7 @@ PRESETS.register(
         n_layers=12,
         max_len=1024,
         placement="pre",
-        norm="layernorm",
-        norm_eps=1e-5,
+        norm=LayerNormConfig(eps=1e-5),
         position=LearnedPositions(),
         ffn="gelu_tanh",
         use_bias=True,
@@ -129,8 +129,7 @@ PRESETS.register(
         n_layers=4,
         max_len=64,
         placement="pre",
-        norm="layernorm",
-        norm_bias=False,
+        norm=LayerNormConfig(bias=False),
         position=LearnedPositions(),
         ffn="gelu",
         use_bias=False,
@@ -154,8 +153,7 @@ PRESETS.register(
         n_layers=24,
         max_len=2048,
         placement="pre",
-        norm="rmsnorm",
-        norm_eps=1e-5,
+        norm=RMSNormConfig(eps=1e-5),
         position=RopePositions(theta=10000.0),
         ffn="swiglu",
         use_bias=False,

@@ -9,7 +9,6 @@ from typing import Any
 
 from transformer_jax.models.config import INIT_FIELDS, RUNTIME_FIELDS, ModelConfig, with_changes
 from transformer_jax.models.hf.spec import FAMILIES, ConfigReader, Family
-from transformer_jax.ops import norms
 
 # How a model runs, trains or is initialised, not what it computes: never part of a checkpoint's config.
 EXECUTION_FIELDS = (*RUNTIME_FIELDS, *INIT_FIELDS)
@@ -54,8 +53,6 @@ def _canonical(cfg: ModelConfig) -> dict[str, Any]:
         qkv_bias=cfg.use_bias if cfg.qkv_bias is None else cfg.qkv_bias,
         attention_scale=cfg.attention_scale or cfg.resolved_head_dim**-0.5,
     )
-    if not norms.NORMS.get(cfg.norm).has_bias:
-        d["norm_bias"] = True
     if cfg.moe is not None:
         d["moe"] = {f.name: getattr(cfg.moe, f.name) for f in dataclasses.fields(cfg.moe)}
         d["moe"].update(d_expert=cfg.moe.d_expert or cfg.resolved_d_ff, ffn=cfg.moe.ffn or cfg.ffn)

@@ -23,6 +23,7 @@ from transformer_jax.models.hf.llama import (
     rotary_buffer,
 )
 from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, register
+from transformer_jax.nn.norm_config import RMSNormPlusOneConfig
 
 
 def local_global_every(r: ConfigReader, n_layers: int, default: int) -> int:
@@ -51,7 +52,7 @@ def gemma_fields(r: ConfigReader, *, every: int, rope_layer: str | None = None) 
         **kw,
         "use_bias": False,
         "placement": "sandwich",
-        "norm": "rmsnorm_plus_one",
+        "norm": RMSNormPlusOneConfig(eps=kw["norm"].eps),
         "scale_embeddings": True,
         "attention_scale": float(r.need("query_pre_attn_scalar")) ** -0.5,
         "attn_softcap": r.get("attn_logit_softcapping"),

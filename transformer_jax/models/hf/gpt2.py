@@ -25,6 +25,7 @@ from transformer_jax.models.hf.spec import (
     register,
     split_last,
 )
+from transformer_jax.nn.norm_config import LayerNormConfig
 from transformer_jax.nn.position_config import LearnedPositions
 
 _ACTS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
@@ -50,8 +51,7 @@ def _config(r: ConfigReader) -> dict[str, Any]:
         n_layers=r.need("n_layer"),
         max_len=r.need("n_positions"),
         placement="pre",
-        norm="layernorm",
-        norm_eps=float(r.get("layer_norm_epsilon", 1e-5)),
+        norm=LayerNormConfig(eps=float(r.get("layer_norm_epsilon", 1e-5))),
         position=LearnedPositions(),
         ffn=_ACTS[act],
         use_bias=True,
@@ -69,7 +69,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         "n_inner": cfg.resolved_d_ff,
         "n_layer": cfg.n_layers,
         "n_positions": cfg.max_len,
-        "layer_norm_epsilon": cfg.norm_eps,
+        "layer_norm_epsilon": cfg.norm.eps,
         "activation_function": _ACT_NAMES[cfg.ffn],
         "tie_word_embeddings": cfg.tie_embeddings,
         "attn_pdrop": 0.0,

@@ -22,6 +22,7 @@ from transformer_jax.models.hf.spec import (
     rope_parameters,
     rope_position,
 )
+from transformer_jax.nn.norm_config import RMSNormConfig
 
 # HF activation of a gated MLP -> our gated FFN kind
 GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh"}
@@ -57,8 +58,7 @@ def decoder_fields(
         n_layers=r.need("num_hidden_layers"),
         max_len=r.need("max_position_embeddings"),
         placement="pre",
-        norm="rmsnorm",
-        norm_eps=float(r.need("rms_norm_eps")),
+        norm=RMSNormConfig(eps=float(r.need("rms_norm_eps"))),
         ffn=GATED_ACTS[name],
         tie_embeddings=bool(r.get("tie_word_embeddings", tied)),
         position=rope_position(r, rope_parameters(r, rope_layer), pairing="split"),
@@ -78,7 +78,7 @@ def decoder_hf(cfg: ModelConfig, *, act_key: str = "hidden_act") -> dict[str, An
         "intermediate_size": cfg.resolved_d_ff,
         "num_hidden_layers": cfg.n_layers,
         "max_position_embeddings": cfg.max_len,
-        "rms_norm_eps": cfg.norm_eps,
+        "rms_norm_eps": cfg.norm.eps,
         act_key: _GATED_NAMES[cfg.ffn],
         "tie_word_embeddings": cfg.tie_embeddings,
         "rope_parameters": rope_hf(cfg),
