@@ -31,7 +31,7 @@ from pathlib import Path
 import jax
 from flax import nnx
 
-from transformer_jax.models import ModelConfig, RopePositions, build_model, count_params
+from transformer_jax.models import ModelConfig, RMSNormConfig, RopePositions, build_model, count_params
 from transformer_jax.models.hf import from_pretrained, save_pretrained
 
 _RSS_SCRIPT = """
@@ -63,7 +63,7 @@ def llama_like(d_model: int = 1024, n_layers: int = 22, d_ff: int = 2816, vocab:
         d_ff=d_ff,
         n_layers=n_layers,
         max_len=2048,
-        norm="rmsnorm",
+        norm=RMSNormConfig(),
         position=RopePositions(),
         ffn="swiglu",
         use_bias=False,

@@ -47,7 +47,7 @@ PRESETS.register(
         n_encoder_layers=6,
         max_len=512,
         placement="post",
-        norm="layernorm",
+        norm=LayerNormConfig(),
         position=SinusoidalPositions(),
         ffn="relu",
         use_bias=True,

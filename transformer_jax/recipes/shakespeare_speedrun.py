@@ -13,6 +13,7 @@ slower machine earlier. Measured by ``experiments/speedrun_sweep.py``: see
 import dataclasses
 
 from transformer_jax.models import ModelConfig
+from transformer_jax.nn.norm_config import RMSNormConfig
 from transformer_jax.nn.position_config import RopePositions
 from transformer_jax.recipes.shakespeare_char import get_config as base_config
 from transformer_jax.train.optim import OptimConfig
@@ -31,7 +32,7 @@ def model_config(vocab_size: int) -> ModelConfig:
         n_layers=4,
         max_len=SEQ_LEN,
         placement="pre",
-        norm="rmsnorm",
+        norm=RMSNormConfig(),
         position=RopePositions(),
         ffn="relu2",
         use_bias=False,
