@@ -274,7 +274,7 @@ plt.show()
 # **sized to the position** (p + a few slots, what the step at position p reads). One fixed buffer
 # as long as the longest generation, at every p, is shown on its own (what a long generation
 # preallocates; whether it costs more at small p depends on whether the attention reads every slot
-# or the written prefix, `model.decode_impl`). The timing is kept with the run summaries
+# or the written prefix, `model.execution.decode_impl`). The timing is kept with the run summaries
 # (`ablation.kept_measurement`) and read back by a later sitting: measure it with nothing else
 # computing (the rest of the notebook times nothing).
 

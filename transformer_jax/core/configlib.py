@@ -340,7 +340,7 @@ def _walk(cfg: Any, dotted: str) -> tuple[Any, Any]:
 def unread_fields(cfg: Any, *, prefix: str = "", explicit: typing.Iterable[str] = ()) -> list[str]:
     """One message per field of ``cfg`` (and of its sub-configs) that the chosen variants do not
     read but that is set: to a value other than its default, or explicitly (``explicit``: the full
-    dotted keys given on the command line, e.g. ``model.rope_theta``).
+    dotted keys given on the command line, e.g. ``model.execution.remat``).
 
     A config class names its choices in ``SELECTORS``, pairs ``(field, registry)``; each entry of
     the registry declares the fields it reads (``Registry.register(..., reads=...)``). A field some

@@ -83,12 +83,12 @@ class Stack(nnx.Module):
         if scan and cfg.moe is not None and cfg.moe_first_dense:
             raise ValueError(
                 f"moe_first_dense={cfg.moe_first_dense} with scan=True: the scan repeats one group of layers, "
-                "so dense first layers are not supported; use scan=False (model.scan_layers=False)"
+                "so dense first layers are not supported; use scan=False (model.execution.scan_layers=false)"
             )
         if scan and any(c != cfg for c in cfgs):
             raise ValueError(
                 "scan=True repeats one block, but the layers differ (e.g. local and global attention); "
-                "use scan=False (model.scan_layers=False)"
+                "use scan=False (model.execution.scan_layers=false)"
             )
         self.n_layers = n_layers
         self.scan = scan
