@@ -213,20 +213,26 @@ def family_of(hint: Any) -> type[Variant] | None:
     return None
 
 
+@functools.cache
+def _variant_fields(cls: type) -> tuple[tuple[str, type[Variant]], ...]:
+    """``(name, family)`` of the fields of ``cls`` that hold a `Variant` (type hints resolved once)."""
+    hints = typing.get_type_hints(cls)
+    found = ((f.name, family_of(hints[f.name])) for f in dataclasses.fields(cls))
+    return tuple((name, family) for name, family in found if family is not None)
+
+
 def coerce_variants(cfg: Any, prefix: str) -> None:
     """A variant field given by its kind (``position="rope"``) holds that variant's defaults, as
     ``--set model.position=rope`` would; any other value that is not one of the family is an error."""
-    hints = typing.get_type_hints(type(cfg))
-    for f in dataclasses.fields(cfg):
-        family = family_of(hints[f.name])
-        value = getattr(cfg, f.name)
-        if family is None or value is None or isinstance(value, family):
+    for name, family in _variant_fields(type(cfg)):
+        value = getattr(cfg, name)
+        if value is None or isinstance(value, family):
             continue
         if isinstance(value, str) and value in family.VARIANTS:
-            object.__setattr__(cfg, f.name, family.VARIANTS.get(value)())
+            object.__setattr__(cfg, name, family.VARIANTS.get(value)())
             continue
         names = ", ".join(family.VARIANTS.names())
-        fail(f"{prefix}.{f.name}", value, f"must be a {family.VARIANTS.kind}'s settings or name", f"one of: {names}")
+        fail(f"{prefix}.{name}", value, f"must be a {family.VARIANTS.kind}'s settings or name", f"one of: {names}")
 
 
 def check_int(field: str, value: Any, *, low: int) -> None:
