@@ -11,7 +11,6 @@ import dataclasses
 import json
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -19,10 +18,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from tests.models.test_hf_checkpoints import _params, _rewrite, _tensors  # noqa: E402
-from tests.models.test_hf_families import SEQ, hf_logits, hf_model, tokens, torch_blocked  # noqa: E402
+from tests.models.test_hf_families import check_bfloat16_round_trip, hf_model, torch_blocked  # noqa: E402
 from transformer_jax.models import RopePositions  # noqa: E402
 from transformer_jax.models.config import with_changes  # noqa: E402
-from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained, save_pretrained  # noqa: E402
+from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -93,20 +92,7 @@ def test_bfloat16_checkpoint_loads_and_round_trips_bit_exact(tmp_path):
     (see test_hf_checkpoints.py); saving with dtype="bfloat16" keeps the stored bits (the routing
     bias, float32 in our model, included)."""
     hf_model("deepseek_v3").to(torch.bfloat16).save_pretrained(tmp_path / "in")
-    x = tokens((2, SEQ))
-    with torch_blocked():
-        _, model = from_pretrained(tmp_path / "in")
-        ours = np.asarray(model(x)[0])
-        cfg, half = from_pretrained(tmp_path / "in", dtype="bfloat16")
-        save_pretrained(half, tmp_path / "out", dtype="bfloat16")
-    upcast = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "in", dtype=torch.float32).eval()
-    np.testing.assert_allclose(ours, hf_logits(upcast, x), atol=1e-4, rtol=0)
-    assert cfg.execution.param_dtype == "bfloat16"
-    a, b = _tensors(tmp_path / "in"), _tensors(tmp_path / "out")
-    assert a.keys() == b.keys()
-    for k in a:
-        assert a[k].dtype == b[k].dtype == ml_dtypes.bfloat16, k
-        np.testing.assert_array_equal(a[k].view(np.uint16), b[k].view(np.uint16), err_msg=k)
+    check_bfloat16_round_trip(tmp_path, dtype="bfloat16")
 
 
 def test_multi_token_prediction_layers_are_skipped_with_a_warning_naming_them(saved, tmp_path):

@@ -12,6 +12,7 @@ import dataclasses
 import sys
 
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -144,6 +145,28 @@ def loaded(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", list(CASES))
+def check_bfloat16_round_trip(tmp_path, **save_kw) -> None:
+    """The bfloat16 checkpoint in ``tmp_path/in``: loaded in float32 it gives transformers' float32
+    logits (bf16 -> f32 is exact); loaded in bfloat16 and saved (``save_kw``) to ``tmp_path/out``,
+    every stored tensor keeps its bits."""
+    from tests.models.test_hf_checkpoints import _tensors
+
+    x = tokens((2, SEQ))
+    with torch_blocked():
+        _, model = from_pretrained(tmp_path / "in")
+        ours = np.asarray(model(x)[0])
+        cfg, half = from_pretrained(tmp_path / "in", dtype="bfloat16")
+        save_pretrained(half, tmp_path / "out", **save_kw)
+    upcast = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "in", dtype=torch.float32).eval()
+    np.testing.assert_allclose(ours, hf_logits(upcast, x), atol=1e-4, rtol=0)
+    assert cfg.execution.param_dtype == "bfloat16"
+    a, b = _tensors(tmp_path / "in"), _tensors(tmp_path / "out")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype == ml_dtypes.bfloat16, k
+        np.testing.assert_array_equal(a[k].view(np.uint16), b[k].view(np.uint16), err_msg=k)
+
+
 def test_logits_match_transformers(loaded, case):
     hf, _, cfg, model = loaded(case)
     window = cfg.attention_window or cfg.attention_local_window

@@ -9,16 +9,15 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tests.models.test_hf_checkpoints import _params, _rewrite, _tensors  # noqa: E402
-from tests.models.test_hf_families import SEQ, hf_logits, hf_model, tokens, torch_blocked  # noqa: E402
-from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained, save_pretrained  # noqa: E402
+from tests.models.test_hf_checkpoints import _params, _rewrite  # noqa: E402
+from tests.models.test_hf_families import check_bfloat16_round_trip, hf_model, torch_blocked  # noqa: E402
+from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained  # noqa: E402
 from transformer_jax.nn.norm_config import RMSNormConfig  # noqa: E402
 
 pytestmark = pytest.mark.interop
@@ -82,20 +81,7 @@ def test_bfloat16_checkpoint_loads_and_round_trips_bit_exact(case, tmp_path):
     """bf16 -> float32 is exact, so the reference is transformers loading the same file in float32
     (see test_hf_checkpoints.py); dtype="bfloat16" keeps the stored bits through our save."""
     hf_model(case).to(torch.bfloat16).save_pretrained(tmp_path / "in")
-    x = tokens((2, SEQ))
-    with torch_blocked():
-        _, model = from_pretrained(tmp_path / "in")
-        ours = np.asarray(model(x)[0])
-        cfg, half = from_pretrained(tmp_path / "in", dtype="bfloat16")
-        save_pretrained(half, tmp_path / "out")
-    upcast = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "in", dtype=torch.float32).eval()
-    np.testing.assert_allclose(ours, hf_logits(upcast, x), atol=1e-4, rtol=0)
-    assert cfg.execution.param_dtype == "bfloat16"
-    a, b = _tensors(tmp_path / "in"), _tensors(tmp_path / "out")
-    assert a.keys() == b.keys()
-    for k in a:
-        assert a[k].dtype == b[k].dtype == ml_dtypes.bfloat16, k
-        np.testing.assert_array_equal(a[k].view(np.uint16), b[k].view(np.uint16), err_msg=k)
+    check_bfloat16_round_trip(tmp_path)
 
 
 def test_fused_in_memory_experts_load_the_same(saved, tmp_path):
