@@ -144,7 +144,6 @@ def loaded(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("case", list(CASES))
 def check_bfloat16_round_trip(tmp_path, **save_kw) -> None:
     """The bfloat16 checkpoint in ``tmp_path/in``: loaded in float32 it gives transformers' float32
     logits (bf16 -> f32 is exact); loaded in bfloat16 and saved (``save_kw``) to ``tmp_path/out``,
@@ -167,6 +166,7 @@ def check_bfloat16_round_trip(tmp_path, **save_kw) -> None:
         np.testing.assert_array_equal(a[k].view(np.uint16), b[k].view(np.uint16), err_msg=k)
 
 
+@pytest.mark.parametrize("case", list(CASES))
 def test_logits_match_transformers(loaded, case):
     hf, _, cfg, model = loaded(case)
     window = cfg.attention_window or cfg.attention_local_window
