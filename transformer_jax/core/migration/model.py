@@ -1,14 +1,9 @@
-"""Config keys renamed since runs were saved, mapped in one place.
+"""The model section's renamed keys: norm, position and execution became nested groups.
 
-`upgrade` turns a saved config dict (a run's ``config.json``, a run summary's config) of any earlier
-layout into today's; `legacy` turns today's into the flat layout the committed ablation runs were
-hashed under, so their identities stay; `renamed_key` names the new key of an old ``--set`` key.
-Pure dict work, no config classes: every layer may call it.
-"""
+Each step is an (upgrade, legacy) pair acting in place on the section's dict (see the package doc)."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 # model.position: one settings class per encoding (was: a name plus rope_*/relative_* fields).
@@ -50,21 +45,6 @@ _EXECUTION = (
     "scan_layers",
     "remat",
 )
-
-RENAMED_KEYS: dict[str, str] = {
-    "model.norm_eps": "model.norm.eps",
-    "model.norm_bias": "model.norm.bias (with model.norm=layernorm)",
-    **{f"model.{name}": f"model.execution.{name}" for name in _EXECUTION},
-    **{f"model.{old}": f"model.position.{new} (with model.position=rope)" for old, new in _ROPE.items()},
-    **{f"model.{old}": f"model.position.{new} (with model.position=relative_bias)" for old, new in _RELATIVE.items()},
-    "model.rope_scaling": "model.position.scaling (with model.position=rope; none, linear, ntk, yarn or llama3)",
-    **{f"model.{old}": f"model.position.scaling.{new}" for old, new in _SCALING.items()},
-}
-
-
-def renamed_key(key: str) -> str | None:
-    """Where the old ``--set`` key ``key`` went, or None if it was not renamed."""
-    return RENAMED_KEYS.get(key)
 
 
 def _upgrade_position(model: dict[str, Any]) -> None:
@@ -133,35 +113,19 @@ def _legacy_norm(model: dict[str, Any]) -> None:
     model.update(norm=new["kind"], norm_eps=new["eps"], norm_bias=new.get("bias", True))
 
 
-_MODEL_STEPS = (
+PATH = ("model",)
+STEPS = (
     (_upgrade_norm, _legacy_norm),
     (_upgrade_position, _legacy_position),
     (_upgrade_execution, _legacy_execution),
 )
 
-
-def _models(config: dict[str, Any], *, whole: bool) -> list[dict[str, Any]]:
-    if not whole:
-        return [config]
-    model = config.get("model")
-    return [model] if isinstance(model, dict) else []
-
-
-def upgrade(config: dict[str, Any], *, whole: bool = True) -> dict[str, Any]:
-    """A copy of a saved config dict in today's layout (``whole``: a run's config with a "model"
-    section; else a model config alone). Today's layout passes through unchanged."""
-    config = copy.deepcopy(config)
-    for model in _models(config, whole=whole):
-        for step, _ in _MODEL_STEPS:
-            step(model)
-    return config
-
-
-def legacy(config: dict[str, Any], *, whole: bool = True) -> dict[str, Any]:
-    """A copy of today's config dict in the flat layout of the committed runs (the inverse of
-    `upgrade` for every config those runs could hold)."""
-    config = copy.deepcopy(config)
-    for model in _models(config, whole=whole):
-        for _, step in reversed(_MODEL_STEPS):
-            step(model)
-    return config
+RENAMED: dict[str, str] = {
+    "model.norm_eps": "model.norm.eps",
+    "model.norm_bias": "model.norm.bias (with model.norm=layernorm)",
+    **{f"model.{name}": f"model.execution.{name}" for name in _EXECUTION},
+    **{f"model.{old}": f"model.position.{new} (with model.position=rope)" for old, new in _ROPE.items()},
+    **{f"model.{old}": f"model.position.{new} (with model.position=relative_bias)" for old, new in _RELATIVE.items()},
+    "model.rope_scaling": "model.position.scaling (with model.position=rope; none, linear, ntk, yarn or llama3)",
+    **{f"model.{old}": f"model.position.scaling.{new}" for old, new in _SCALING.items()},
+}
