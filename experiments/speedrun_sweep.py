@@ -27,7 +27,8 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "speedrun"
 BUDGET_S = 600.0  # the whole command, on 2 cores
 
-ADAMW = ["train.optim.optimizer=adamw", "train.optim.adam_lr=null"]
+# AdamW with the recipe's AdamW-part settings (b2 0.95, no decay), as the Muon recipe's other parameters
+ADAMW = ["train.optim.optimizer=adamw", "train.optim.optimizer.b2=0.95", "train.optim.optimizer.weight_decay=0"]
 # arm -> (experiment file, --set overrides); the recipe's variants each change one ingredient
 ARMS: dict[str, tuple[str, list[str]]] = {
     "recipe": ("shakespeare_speedrun.py", []),

@@ -93,6 +93,7 @@ import numpy as np
 from transformer_jax import ablation
 from transformer_jax.data import build_data
 from transformer_jax.models import BaselineConfig, baseline_model_config, build_model, with_changes
+from transformer_jax.train.optim import Adam, Sgd
 
 NOTEBOOK = "norm_placement"
 STEPS = ablation.pick(smoke=10, full=1000)
@@ -248,8 +249,8 @@ print(f"ln V = {ceiling:.3f}; unigram loss: dev {floor['dev']:.3f}, validation {
 def variant(placement: str, depth: int, *, optimizer: str = "adam", lr: float = 1e-3, warmup: bool = True):
     model = dataclasses.replace(base.model, placement=placement, n_layers=depth)
     cfg = ablation.with_lr(dataclasses.replace(base, model=model), lr)
-    sgd = {"weight_decay": 0.0, "momentum": 0.9} if optimizer == "sgd" else {}
-    return ablation.with_optim(cfg, optimizer=optimizer, warmup_steps=WARMUP if warmup else 0, grad_clip=None, **sgd)
+    settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
+    return ablation.with_optim(cfg, optimizer=settings, warmup_steps=WARMUP if warmup else 0, grad_clip=None)
 
 
 def arm(placement: str, depth: int, optimizer: str = "adam", warmup: bool = True) -> str:

@@ -44,7 +44,7 @@ def _port() -> int:
 
 def _command(workdir: str, port: int, process: int, args) -> list[str]:
     every = [f"train.steps={args.steps}", "train.eval_every=1", "train.checkpoint_every=1"]
-    every.append(f"train.optim.decay_steps={args.steps}")
+    every.append(f"train.optim.schedule.decay_steps={args.steps}")
     return [
         *(sys.executable, "-m", "transformer_jax", "train", "--config", args.config, "--workdir", workdir),
         *("--sample-tokens", "0", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"),

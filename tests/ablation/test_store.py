@@ -128,7 +128,7 @@ def test_sweep_lr_scores_each_rate_on_the_dev_split(smoke, monkeypatch):
     seen = []
 
     def run_arm(c, arm, seed, notebook):
-        seen.append((arm, seed, c.data.dataset, c.train.optim.lr, c.train.optim.min_lr))
+        seen.append((arm, seed, c.data.dataset, c.train.optim.lr, c.train.optim.schedule.min_lr))
         loss = {1e-3: 1.4, 3e-3: 1.3, 1e-2: math.nan}[c.train.optim.lr]
         return fake_curves(val=(2.0, loss), halted=math.isnan(loss))
 

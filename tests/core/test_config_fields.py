@@ -135,6 +135,7 @@ def test_the_converted_classes_are_all_found():
     assert not missing, f"config classes not found (skipped modules: {SKIPPED})"
     names = {cls.__name__ for cls in CLASSES}
     assert {"RopePositions", "RelativeBiasPositions", "YarnScaling", "Llama3Scaling"} <= names
+    assert {"Adam", "AdamW", "Sgd", "Muon", "CosineSchedule", "LinearSchedule", "InverseSqrtSchedule"} <= names
     assert len(list(_cases())) > 200
 
 

@@ -18,7 +18,7 @@ from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.loop import train
 from transformer_jax.train.metrics import read_metrics
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ def copy_config() -> Config:
             best_mode="max",
             sample_tokens=0,
             peak_flops=1e12,  # no GEMM measurement for the MFU column
-            optim=OptimConfig(lr=3e-3, warmup_steps=10, min_lr=3e-4, weight_decay=0.0),
+            optim=OptimConfig(AdamW(weight_decay=0.0), lr=3e-3, schedule=CosineSchedule(min_lr=3e-4), warmup_steps=10),
         ),
     )
 

@@ -116,7 +116,7 @@ def test_surviving_process_exits_when_its_peer_dies(tmp_path):
         "train.steps=100000",
         "train.eval_every=100000",
         "train.checkpoint_every=100000",
-        "train.optim.decay_steps=100000",
+        "train.optim.schedule.decay_steps=100000",
     ]
     with contextlib.ExitStack() as stack:
         # Output to files, so that a full pipe never blocks a process.
@@ -195,7 +195,7 @@ def test_saving_latest_and_best_at_the_same_steps_neither_hangs_nor_fails(tmp_pa
     the same steps by two Orbax managers, whose asynchronous multi-host saves must not overlap."""
     steps = 10
     sets = ["train.batch_size=8", f"train.steps={steps}", "train.eval_every=1", "train.eval_batches=1"]
-    sets += ["train.checkpoint_every=1", f"train.optim.decay_steps={steps}", "train.optim.warmup_steps=1"]
+    sets += ["train.checkpoint_every=1", f"train.optim.schedule.decay_steps={steps}", "train.optim.warmup_steps=1"]
     for n in range(SAVE_TRIES):
         workdir = tmp_path / f"try{n}"
         with contextlib.ExitStack() as stack:

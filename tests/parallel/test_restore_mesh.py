@@ -21,7 +21,7 @@ BASE = [
     "train.batch_size=8",
     "train.eval_every=100",
     "train.checkpoint_every=2",
-    "train.optim.decay_steps=6",
+    "train.optim.schedule.decay_steps=6",
 ]
 
 

@@ -28,7 +28,7 @@ BAD = [  # (overrides, field the message must start with, a word of the fix)
     (["train.batch_size=6", "train.grad_accum=4"], "train.grad_accum", "divisor"),
     (["train.optim.optimizer=adamm"], "train.optim.optimizer", "adam"),
     (["train.optim.lr=-1"], "train.optim.lr", "must be > 0.0"),
-    (["train.optim.min_lr=1"], "train.optim.min_lr", "min_lr <= lr"),
+    (["train.optim.schedule.min_lr=1"], "train.optim.schedule.min_lr", "min_lr <= lr"),
     (["train.label_smoothing=1.5"], "train.label_smoothing", ">= 0.0 and < 1.0"),
     (["train.nonfinite=ignore"], "train.nonfinite", "skip"),
     (["train.best_mode=biggest"], "train.best_mode", "max"),

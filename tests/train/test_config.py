@@ -11,14 +11,14 @@ from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.parallel import MeshConfig
 from transformer_jax.train.config import Config, TrainConfig, resolve
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim import AdamW, InverseSqrtSchedule, OptimConfig
 
 
 def test_json_round_trip_is_identity():
     cfg = Config(
         model=get_preset("llama_tiny"),
         data=DataConfig(seq_len=32),
-        train=TrainConfig(optim=OptimConfig(decay_exclude=("bias",))),
+        train=TrainConfig(optim=OptimConfig(AdamW(decay_exclude=("bias",)))),
     )
     again = configlib.from_dict(Config, __import__("json").loads(configlib.to_json(cfg)))
     assert again == cfg
@@ -65,7 +65,7 @@ def test_inverse_sqrt_gets_d_model_from_the_model():
         data=DataConfig(seq_len=64),
         train=TrainConfig(optim=OptimConfig(schedule="inverse_sqrt", lr=1.0, warmup_steps=10)),
     )
-    assert resolve(cfg).train.optim.d_model == 64
+    assert resolve(cfg).train.optim.schedule == InverseSqrtSchedule(d_model=64)
 
 
 def test_overrides_of_one_section_are_validated_together():

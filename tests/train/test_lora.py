@@ -27,7 +27,7 @@ from transformer_jax.models.lora import (
 from transformer_jax.models.param_roles import role_table
 from transformer_jax.parallel import MeshConfig, make_mesh
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig, make_optimizer
+from transformer_jax.train.optim import AdamW, Muon, OptimConfig, make_optimizer
 from transformer_jax.train.state import model_graph, state_from_model
 from transformer_jax.train.step import make_train_step
 
@@ -177,7 +177,8 @@ def test_only_adapters_train(scan, optimizer):
     model = build_model(_llama(scan))
     lora = LoraConfig(rank=2, targets=("q", "v", "o", "down"))
     apply_lora(model, lora)
-    optim = OptimConfig(optimizer=optimizer, lr=1e-2, schedule="constant", warmup_steps=0, weight_decay=0.1)
+    settings = Muon(weight_decay=0.1) if optimizer == "muon" else AdamW(weight_decay=0.1)
+    optim = OptimConfig(optimizer=settings, lr=1e-2, schedule="constant", warmup_steps=0)
     step, state = _trainer(model, lora, optim, steps=3)
     adapters0, base0 = split_adapters(jax.device_get(state.params))
     for i in range(3):
@@ -205,7 +206,7 @@ def test_lora_fine_tune_lowers_the_loss_on_a_new_corpus():
         return jnp.asarray(np.concatenate(seq, axis=1), jnp.int32)
 
     def constant(lr: float) -> OptimConfig:
-        return OptimConfig(lr=lr, schedule="constant", warmup_steps=0, weight_decay=0.0)
+        return OptimConfig(AdamW(weight_decay=0.0), lr=lr, schedule="constant", warmup_steps=0)
 
     model = build_model(_llama(), seed=0)
     step, state = _trainer(model, None, constant(1e-2), steps=30)

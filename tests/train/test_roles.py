@@ -14,7 +14,7 @@ from tests.train.test_muon import _flat, _matrix, _moe_lm, _muon_updates
 from transformer_jax.models import get_preset
 from transformer_jax.models.lora import LoraConfig
 from transformer_jax.models.model_roles import model_param_infos, model_param_roles
-from transformer_jax.train.optim import OptimConfig, make_optimizer
+from transformer_jax.train.optim import Muon, OptimConfig, make_optimizer
 from transformer_jax.train.roles import adapter_labels, muon_dimension_numbers, muon_labels, weight_decay_mask
 from transformer_jax.train.state import model_graph, model_infos
 
@@ -64,20 +64,19 @@ def test_user_module_roles_and_weight_decay():
 
 def test_user_module_trains_hidden_matrices_with_muon_and_the_embedding_with_adamw():
     params, infos = _user()
-    cfg = OptimConfig(
-        optimizer="muon", lr=0.5, adam_lr=0.01, weight_decay=0.1, schedule="constant", warmup_steps=0, grad_clip=None
-    )
+    muon = Muon(adam_lr=0.01, weight_decay=0.1)
+    cfg = OptimConfig(optimizer=muon, lr=0.5, schedule="constant", warmup_steps=0, grad_clip=None)
     tx, _ = make_optimizer(cfg, 10, infos=infos)
     rng = np.random.default_rng(0)
     grads = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), jnp.float32), params)
     updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
     for name, view in (("mix", _matrix), ("to_heads", _flat(0, 1))):
         p, g = np.asarray(params[name]), np.asarray(grads[name])
-        (want,) = _muon_updates([g], p, view, beta=cfg.muon_momentum, lr=0.5, wd=0.1)
+        (want,) = _muon_updates([g], p, view, beta=muon.momentum, lr=0.5, wd=0.1)
         np.testing.assert_allclose(updates[name], want, rtol=2e-4, atol=2e-5)
     # AdamW's first step: -adam_lr * g / (|g| + eps); the embedding is not decayed.
     g = np.asarray(grads["tok"])
-    np.testing.assert_allclose(updates["tok"], -0.01 * g / (np.abs(g) + cfg.eps), rtol=1e-4)
+    np.testing.assert_allclose(updates["tok"], -0.01 * g / (np.abs(g) + muon.eps), rtol=1e-4)
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])

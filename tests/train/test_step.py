@@ -62,7 +62,7 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path):
 def test_non_finite_update_is_dropped_and_counted(tmp_path, case):
     sets = ["train.optim.warmup_steps=0"]
     if case == "overflowing_update":
-        sets += ["train.optim.lr=1e300", "train.optim.grad_clip=None", "train.optim.min_lr=0"]
+        sets += ["train.optim.lr=1e300", "train.optim.grad_clip=None", "train.optim.schedule.min_lr=0"]
     before, after, metrics = _one_step(tmp_path, case, *sets, poison=case == "nan_weight")
     assert not bool(metrics["finite"])
     assert int(after.skips) == 1 and int(after.total_skips) == 1 and int(after.step) == 1

@@ -3,7 +3,7 @@
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim import CosineSchedule, OptimConfig
 
 
 def get_config() -> Config:
@@ -18,6 +18,6 @@ def get_config() -> Config:
             eval_batches=2,
             log_every=1,
             checkpoint_every=2,
-            optim=OptimConfig(lr=3e-3, warmup_steps=2, min_lr=1e-4, decay_steps=6),
+            optim=OptimConfig(lr=3e-3, warmup_steps=2, schedule=CosineSchedule(min_lr=1e-4, decay_steps=6)),
         ),
     )

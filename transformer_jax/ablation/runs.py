@@ -26,21 +26,17 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     from transformer_jax.data import DataConfig
     from transformer_jax.models import get_preset
     from transformer_jax.train.config import TrainConfig
-    from transformer_jax.train.optim import OptimConfig
+    from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
     if model is None:
         model = get_preset("nanogpt_char", max_len=64, dropout=0.0)
         if smoke():
             model = dataclasses.replace(model, d_model=32, n_heads=2, d_ff=64, n_layers=1)
     optim = OptimConfig(
-        optimizer="adamw",
+        optimizer=AdamW(b1=0.9, b2=0.99, weight_decay=0.1),
         lr=1e-3,
-        schedule="cosine",
+        schedule=CosineSchedule(min_lr=1e-4),
         warmup_steps=pick(smoke=5, full=100),
-        min_lr=1e-4,
-        b1=0.9,
-        b2=0.99,
-        weight_decay=0.1,
         grad_clip=1.0,
     )
     fields: dict[str, Any] = dict(

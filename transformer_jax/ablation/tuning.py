@@ -23,6 +23,7 @@ import numpy as np
 from transformer_jax.ablation.paths import pick, runs_dir
 from transformer_jax.ablation.protocol import pick_lr
 from transformer_jax.ablation.store import hashed_config, kept_measurement, run_arm
+from transformer_jax.train.optim_config import CosineSchedule, LinearSchedule
 
 
 def dev_split(cfg: Any, fraction: float = 0.1) -> Any:
@@ -63,8 +64,11 @@ def with_optim(cfg: Any, **fields: Any) -> Any:
 
 
 def with_lr(cfg: Any, lr: float) -> Any:
-    """``cfg`` with peak learning rate ``lr`` and the schedule's floor ``min_lr = lr / 10``."""
-    return with_optim(cfg, lr=float(lr), min_lr=float(lr) / 10)
+    """``cfg`` with peak learning rate ``lr`` and, for a schedule with a floor, ``min_lr = lr / 10``."""
+    schedule = cfg.train.optim.schedule
+    if isinstance(schedule, CosineSchedule | LinearSchedule):
+        schedule = dataclasses.replace(schedule, min_lr=float(lr) / 10)
+    return with_optim(cfg, lr=float(lr), schedule=schedule)
 
 
 def with_steps(cfg: Any, steps: int) -> Any:

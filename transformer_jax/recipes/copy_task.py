@@ -5,7 +5,7 @@ decoder-only Transformer learns to attend backwards. Loss counts only the answer
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
 
 def get_config() -> Config:
@@ -28,6 +28,8 @@ def get_config() -> Config:
             log_every=20,
             checkpoint_every=200,
             sample_prompt="",
-            optim=OptimConfig(lr=3e-3, warmup_steps=50, min_lr=3e-4, weight_decay=0.0),
+            optim=OptimConfig(
+                optimizer=AdamW(weight_decay=0.0), lr=3e-3, schedule=CosineSchedule(min_lr=3e-4), warmup_steps=50
+            ),
         ),
     )

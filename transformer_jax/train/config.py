@@ -14,7 +14,7 @@ from transformer_jax.models.kinds import TRANSFORMER_KINDS
 from transformer_jax.models.lora import LoraConfig
 from transformer_jax.parallel.config import MeshConfig
 from transformer_jax.train.loggers import DEFAULT_LOGGERS, LOGGERS
-from transformer_jax.train.optim import OptimConfig
+from transformer_jax.train.optim_config import InverseSqrtSchedule, OptimConfig
 
 NONFINITE_POLICIES: Registry[str] = Registry("non-finite policy")
 NONFINITE_POLICIES.register("skip", "drop the update and go on", reads=("max_consecutive_skips",))
@@ -155,14 +155,16 @@ class Config:
                 f"is longer than model.max_len={m.max_len} (the learned position table)",
                 "raise model.max_len or lower data.seq_len",
             )
-        if self.train.optim.schedule == "inverse_sqrt" and self.train.optim.d_model not in (None, m.d_model):
-            fail("train.optim.d_model", self.train.optim.d_model, f"differs from model.d_model={m.d_model}")
+        schedule = self.train.optim.schedule
+        if isinstance(schedule, InverseSqrtSchedule) and schedule.d_model not in (None, m.d_model):
+            fail("train.optim.schedule.d_model", schedule.d_model, f"differs from model.d_model={m.d_model}")
 
 
 def resolve(cfg: Config) -> Config:
     """Fills values one section derives from another (e.g. the inverse-sqrt schedule's d_model)."""
-    if cfg.train.optim.schedule == "inverse_sqrt" and cfg.train.optim.d_model is None:
-        optim = dataclasses.replace(cfg.train.optim, d_model=cfg.model.d_model)
+    schedule = cfg.train.optim.schedule
+    if isinstance(schedule, InverseSqrtSchedule) and schedule.d_model is None:
+        optim = dataclasses.replace(cfg.train.optim, schedule=InverseSqrtSchedule(d_model=cfg.model.d_model))
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, optim=optim))
     return cfg
 

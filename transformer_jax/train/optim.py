@@ -1,15 +1,16 @@
 """Optimizer factory: `OptimConfig` -> clip -> optimizer with a learning-rate schedule.
 
-Optimizers and schedules are chosen by name through `OPTIMIZERS` and `SCHEDULES`; adding one is
-a function plus a registry line.
+The settings are `train.optim_config`'s classes, one per optimizer and schedule; the functions that
+build them are found by the chosen settings' kind in `OPTIMIZERS` and `SCHEDULES`. Adding one is a
+settings class there and a function plus a registry line here.
 
 Conventions
 - The schedule is evaluated at the optax update count: the k-th update (0-based) uses
   ``learning_rate_at(cfg, total_steps, k)``.
 - Weight decay is decoupled (AdamW; SGDW for ``sgd``; both parts of ``muon``): each update
   subtracts ``lr_t * weight_decay * param`` from every decayed parameter. ``adam`` never decays
-  (use ``adamw``). Which parameters decay is decided by `weight_decay_mask` and
-  ``cfg.decay_exclude``.
+  (use ``adamw``). Which parameters decay is decided by `weight_decay_mask` and the optimizer's
+  ``decay_exclude``.
 - Which parameters are matrices for Muon, and how a 3-D/4-D kernel is one (or a batch of them), is
   decided by the same `param_roles.ParamInfo`s the decay mask reads (`train.roles`): the model's
   own (``make_optimizer(..., infos=train.state.model_infos(model_cfg))``), or, for a bare
@@ -24,16 +25,30 @@ Conventions
 from __future__ import annotations
 
 import dataclasses
+import typing
 import warnings
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import optax
 
-from transformer_jax.core.configlib import Config, check_int, fail, setting
-from transformer_jax.core.registry import Registry, unknown_name_message
+from transformer_jax.core.configlib import check_int
+from transformer_jax.core.registry import Registry
 from transformer_jax.models.param_roles import DECAY_GROUPS
+from transformer_jax.train.optim_config import (
+    Adam,
+    AdamW,
+    ConstantSchedule,
+    CosineSchedule,
+    InverseSqrtSchedule,
+    LinearSchedule,
+    Muon,
+    OptimConfig,
+    OptimizerConfig,
+    ScheduleConfig,
+    Sgd,
+)
 from transformer_jax.train.roles import (
     ParamRoles,
     adapter_labels,
@@ -48,89 +63,13 @@ OPTIMIZERS: Registry[Callable[..., optax.GradientTransformation]] = Registry("op
 SCHEDULES: Registry[Callable[..., optax.Schedule]] = Registry("schedule")
 
 
-@dataclasses.dataclass(frozen=True)
-class OptimConfig(Config):
-    """Optimizer, learning-rate schedule, clipping and weight decay.
-
-    ``lr`` is the peak learning rate, except for ``schedule="inverse_sqrt"`` where it is the
-    multiplier of ``d_model**-0.5 * ...`` (paper: 1.0). ``decay_steps`` (cosine/linear; counts
-    the warm-up too) defaults to the ``total_steps`` given to the factory; after it the rate
-    stays at ``min_lr``. ``grad_clip`` is a global-norm bound (None: no clipping).
-    ``decay_exclude`` names the parameter groups weight decay skips (see `weight_decay_mask`).
-    ``d_model`` may stay None until the schedule is built (`make_schedule` raises if
-    ``inverse_sqrt`` still lacks it), so a whole-experiment config can fill it from the model.
-
-    ``optimizer="muon"`` (see `muon`): ``lr`` is the Muon learning rate of the hidden matrices,
-    ``adam_lr`` the peak rate of the AdamW part (None: ``lr``; the same schedule, scaled by
-    ``adam_lr / lr``), ``muon_momentum`` Muon's Nesterov momentum, ``muon_ns_steps`` its
-    Newton-Schulz iterations, ``muon_rms`` (None: ``sqrt(max(1, fan_out / fan_in))``) the RMS each
-    orthogonalised update is scaled to, ``rms * sqrt(max(fan_in, fan_out))`` (Moonlight: 0.2, to
-    match AdamW's update size, so the two parts can share one rate).
-    """
-
-    optimizer: str = setting("adamw", choice=OPTIMIZERS)
-    lr: float = setting(1e-3, gt=0.0)
-    schedule: str = setting("cosine", choice=SCHEDULES)
-    warmup_steps: int = setting(100, ge=0)
-    min_lr: float = setting(1e-4, ge=0.0)
-    decay_steps: int | None = setting(None, ge=1)
-    b1: float = setting(0.9, ge=0.0, lt=1.0)
-    b2: float = setting(0.99, ge=0.0, lt=1.0)
-    eps: float = setting(1e-8, gt=0.0)
-    weight_decay: float = setting(0.1, ge=0.0)
-    momentum: float = setting(0.9, ge=0.0, lt=1.0)
-    nesterov: bool = False
-    grad_clip: float | None = setting(1.0, gt=0.0)  # None: no clipping
-    decay_exclude: tuple[str, ...] = DECAY_GROUPS
-    d_model: int | None = setting(None, ge=1)
-    adam_lr: float | None = setting(None, gt=0.0)
-    muon_momentum: float = setting(0.95, ge=0.0, lt=1.0)
-    muon_ns_steps: int = setting(5, ge=1)
-    muon_rms: float | None = setting(None, gt=0.0)
-
-    SELECTORS: ClassVar = (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES))
-    PATH: ClassVar[str] = "train.optim"
-
-    def check(self) -> None:
-        for rule in (_warmup_within_decay, _decays_down_to_min_lr, _inverse_sqrt_warmup, _decay_exclude_groups):
-            rule(self)
-
-
-def _warmup_within_decay(cfg: OptimConfig) -> None:
-    if cfg.decay_steps is not None and cfg.schedule in ("cosine", "linear") and cfg.warmup_steps > cfg.decay_steps:
-        why = f"exceeds decay_steps={cfg.decay_steps}: the decay would end before the warm-up"
-        fail("train.optim.warmup_steps", cfg.warmup_steps, why, "lower warmup_steps or raise decay_steps")
-
-
-def _decays_down_to_min_lr(cfg: OptimConfig) -> None:
-    if cfg.schedule in ("cosine", "linear") and cfg.min_lr > cfg.lr:
-        why = f"exceeds lr={cfg.lr}: the {cfg.schedule} schedule decays from lr to min_lr"
-        fail("train.optim.min_lr", cfg.min_lr, why, "set min_lr <= lr")
-
-
-def _inverse_sqrt_warmup(cfg: OptimConfig) -> None:
-    if cfg.schedule == "inverse_sqrt" and cfg.warmup_steps < 1:
-        fail("train.optim.warmup_steps", cfg.warmup_steps, "schedule='inverse_sqrt' needs warmup_steps >= 1",
-             "paper: 4000")  # fmt: skip
-
-
-def _decay_exclude_groups(cfg: OptimConfig) -> None:
-    """A tuple (a list is made one) of `param_roles.DECAY_GROUPS` names."""
-    value = cfg.decay_exclude
-    if isinstance(value, str) or not isinstance(value, tuple | list):
-        fail("train.optim.decay_exclude", value, "must be a tuple of group names", "e.g. ('norm', 'bias')")
-    for group in value:
-        if group not in DECAY_GROUPS:
-            fail("train.optim.decay_exclude", group, unknown_name_message("parameter group", group, DECAY_GROUPS))
-    object.__setattr__(cfg, "decay_exclude", tuple(value))
-
-
 # ---------------------------------------------------------------------------------------------
-# Schedules: fn(cfg, total_steps) -> optax.Schedule (jit-able in the update count).
+# Schedules: fn(cfg, total_steps) -> optax.Schedule (jit-able in the update count), by the kind of
+# ``cfg.schedule``.
 
 
-def _decay_steps(cfg: OptimConfig, total_steps: int) -> int:
-    return cfg.decay_steps if cfg.decay_steps is not None else total_steps
+def _decay_steps(schedule: CosineSchedule | LinearSchedule, total_steps: int) -> int:
+    return schedule.decay_steps if schedule.decay_steps is not None else total_steps
 
 
 def _warmup(cfg: OptimConfig) -> optax.Schedule:
@@ -142,50 +81,53 @@ def _after_warmup(cfg: OptimConfig, then: optax.Schedule) -> optax.Schedule:
     return then if cfg.warmup_steps == 0 else optax.join_schedules([_warmup(cfg), then], [cfg.warmup_steps])
 
 
-@SCHEDULES.register("cosine", reads=("warmup_steps", "min_lr", "decay_steps"))
+@SCHEDULES.register("cosine")
 def cosine_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps``, then ``min_lr + (lr - min_lr)(1 + cos(pi t))/2``
     with ``t = (step - warmup) / (decay_steps - warmup)`` clipped to [0, 1]
     (``optax.warmup_cosine_decay_schedule``)."""
-    decay = max(_decay_steps(cfg, total_steps), cfg.warmup_steps + 1)
-    return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup_steps, decay, end_value=cfg.min_lr)
+    schedule = typing.cast(CosineSchedule, cfg.schedule)
+    decay = max(_decay_steps(schedule, total_steps), cfg.warmup_steps + 1)
+    return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup_steps, decay, end_value=schedule.min_lr)
 
 
-@SCHEDULES.register("linear", reads=("warmup_steps", "min_lr", "decay_steps"))
+@SCHEDULES.register("linear")
 def linear_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps``, then linear lr -> ``min_lr`` at ``decay_steps``."""
-    decay = max(_decay_steps(cfg, total_steps) - cfg.warmup_steps, 1)
-    return _after_warmup(cfg, optax.linear_schedule(cfg.lr, cfg.min_lr, decay))
+    schedule = typing.cast(LinearSchedule, cfg.schedule)
+    decay = max(_decay_steps(schedule, total_steps) - cfg.warmup_steps, 1)
+    return _after_warmup(cfg, optax.linear_schedule(cfg.lr, schedule.min_lr, decay))
 
 
-@SCHEDULES.register("constant", reads=("warmup_steps",))
+@SCHEDULES.register("constant")
 def constant_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Warm-up 0 -> lr over ``warmup_steps`` (none if 0), then lr."""
     del total_steps
     return _after_warmup(cfg, optax.constant_schedule(cfg.lr))
 
 
-@SCHEDULES.register("inverse_sqrt", reads=("warmup_steps", "d_model"))
+@SCHEDULES.register("inverse_sqrt")
 def inverse_sqrt_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """Vaswani et al. 2017, eq. 3, with ``s = step + 1`` (the 1-based update number):
 
     ``lr_t = lr * d_model**-0.5 * min(s**-0.5, s * warmup_steps**-1.5)``.
 
     Rises linearly for ``s <= warmup_steps``, peaks at ``s = warmup_steps`` (update count
-    ``warmup_steps - 1``) with ``lr * (d_model * warmup_steps)**-0.5``, then decays as
-    ``s**-0.5``. ``min_lr`` and ``decay_steps`` are not used.
+    ``warmup_steps - 1``) with ``lr * (d_model * warmup_steps)**-0.5``, then decays as ``s**-0.5``.
     """
     del total_steps
-    if cfg.d_model is None:
+    d_model = typing.cast(InverseSqrtSchedule, cfg.schedule).d_model
+    if d_model is None:
         raise ValueError(
             "d_model=None: schedule='inverse_sqrt' scales by d_model**-0.5; set "
-            "train.optim.d_model to the model width (train.config.resolve fills it from the model)"
+            "train.optim.schedule.d_model to the model width (train.config.resolve fills it from the model)"
         )
-    scale = cfg.lr * cfg.d_model**-0.5
+    scale = cfg.lr * d_model**-0.5
+    warmup = cfg.warmup_steps
 
     def schedule(step):
         s = jnp.asarray(step, jnp.float32) + 1.0
-        return scale * jnp.minimum(s**-0.5, s * cfg.warmup_steps**-1.5)
+        return scale * jnp.minimum(s**-0.5, s * warmup**-1.5)
 
     return schedule
 
@@ -194,7 +136,7 @@ def make_schedule(cfg: OptimConfig, total_steps: int) -> optax.Schedule:
     """The learning-rate schedule of ``cfg`` for a run of ``total_steps`` updates (`warn_schedule`
     says, once, when training starts, what in it may surprise)."""
     check_int("total_steps", total_steps, low=1)
-    return SCHEDULES.get(cfg.schedule)(cfg, total_steps)
+    return SCHEDULES.get(cfg.schedule.kind)(cfg, total_steps)
 
 
 def warn_schedule(cfg: OptimConfig, total_steps: int) -> None:
@@ -207,8 +149,9 @@ def warn_schedule(cfg: OptimConfig, total_steps: int) -> None:
             f"never reaches its peak; lower train.optim.warmup_steps",
             stacklevel=2,
         )
-    if cfg.schedule == "inverse_sqrt" and cfg.d_model is not None and cfg.lr < 0.01:
-        peak = cfg.lr * cfg.d_model**-0.5 * cfg.warmup_steps**-0.5
+    d_model = cfg.schedule.d_model if isinstance(cfg.schedule, InverseSqrtSchedule) else None
+    if d_model is not None and cfg.lr < 0.01:
+        peak = cfg.lr * d_model**-0.5 * cfg.warmup_steps**-0.5
         warnings.warn(
             f"schedule='inverse_sqrt' uses lr={cfg.lr} as a multiplier (paper: 1.0); the peak "
             f"learning rate will be {peak:.3g}",
@@ -222,38 +165,45 @@ def learning_rate_at(cfg: OptimConfig, total_steps: int, step: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Optimizers: fn(cfg, learning_rate, roles: train.roles.ParamRoles) -> optax.GradientTransformation.
+# Optimizers: fn(cfg, learning_rate, roles: train.roles.ParamRoles) -> optax.GradientTransformation,
+# by the kind of ``cfg.optimizer``.
 
 
-def _decoupled_decay(cfg: OptimConfig, mask) -> optax.GradientTransformation:
-    if cfg.weight_decay == 0.0:
+def _decoupled_decay(weight_decay: float, mask) -> optax.GradientTransformation:
+    if weight_decay == 0.0:
         return optax.identity()
-    return optax.add_decayed_weights(cfg.weight_decay, mask=mask)
+    return optax.add_decayed_weights(weight_decay, mask=mask)
 
 
-@OPTIMIZERS.register("adam", reads=("b1", "b2", "eps"))
+@OPTIMIZERS.register("adam")
 def adam(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
-    """Adam (Kingma & Ba 2014) without weight decay (setting ``weight_decay`` is refused: use adamw)."""
+    """Adam (Kingma & Ba 2014) without weight decay (use adamw)."""
     del roles
-    return optax.adam(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+    opt = typing.cast(Adam, cfg.optimizer)
+    return optax.adam(learning_rate, b1=opt.b1, b2=opt.b2, eps=opt.eps)
 
 
-@OPTIMIZERS.register("adamw", reads=("b1", "b2", "eps", "weight_decay", "decay_exclude"))
-def adamw(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
-    """AdamW (Loshchilov & Hutter 2019): Adam plus decoupled decay ``lr_t * wd * param``."""
+def _adamw(opt: AdamW | Muon, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
     return optax.chain(
-        optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps),
-        _decoupled_decay(cfg, roles.optax_mask),
+        optax.scale_by_adam(b1=opt.b1, b2=opt.b2, eps=opt.eps),
+        _decoupled_decay(opt.weight_decay, roles.optax_mask),
         optax.scale_by_learning_rate(learning_rate),
     )
 
 
-@OPTIMIZERS.register("sgd", reads=("momentum", "nesterov", "weight_decay", "decay_exclude"))
+@OPTIMIZERS.register("adamw")
+def adamw(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
+    """AdamW (Loshchilov & Hutter 2019): Adam plus decoupled decay ``lr_t * wd * param``."""
+    return _adamw(typing.cast(AdamW, cfg.optimizer), learning_rate, roles)
+
+
+@OPTIMIZERS.register("sgd")
 def sgd(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
     """SGD with (optionally Nesterov) momentum and decoupled decay ``lr_t * wd * param``."""
+    opt = typing.cast(Sgd, cfg.optimizer)
     return optax.chain(
-        optax.trace(decay=cfg.momentum, nesterov=cfg.nesterov),
-        _decoupled_decay(cfg, roles.optax_mask),
+        optax.trace(decay=opt.momentum, nesterov=opt.nesterov),
+        _decoupled_decay(opt.weight_decay, roles.optax_mask),
         optax.scale_by_learning_rate(learning_rate),
     )
 
@@ -265,29 +215,16 @@ def _scaled(schedule: optax.Schedule, factor: float) -> optax.Schedule:
     return schedule if factor == 1.0 else (lambda step: schedule(step) * factor)
 
 
-@OPTIMIZERS.register(
-    "muon",
-    reads=(
-        "b1",
-        "b2",
-        "eps",
-        "weight_decay",
-        "decay_exclude",
-        "adam_lr",
-        "muon_momentum",
-        "muon_ns_steps",
-        "muon_rms",
-    ),
-)
+@OPTIMIZERS.register("muon")
 def muon(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> optax.GradientTransformation:
     """Muon (Jordan et al. 2024) on the hidden and expert matrices, AdamW on everything else.
 
     Muon parameters (`param_roles.MATRIX_ROLES`): the update is the Nesterov momentum
-    (``muon_momentum``) of the gradient, bias-corrected, orthogonalised by ``muon_ns_steps``
-    quintic Newton-Schulz iterations (coefficients 3.4445, -4.7750, 2.0315; ``optax.contrib.
+    (``momentum``) of the gradient, bias-corrected, orthogonalised by ``ns_steps`` quintic
+    Newton-Schulz iterations (coefficients 3.4445, -4.7750, 2.0315; ``optax.contrib.
     scale_by_muon``) of each matrix of its `param_roles.MatrixView` (q [D, H, Dh] as a
     [D, H*Dh] matrix, o [H, Dh, D] as [H*Dh, D], a scanned or expert axis as a batch of
-    matrices), scaled by shape (see `OptimConfig`), plus ``weight_decay * param``, times ``lr_t``.
+    matrices), scaled by shape (see `Muon`), plus ``weight_decay * param``, times ``lr_t``.
 
     AdamW parameters (embeddings, positions, head, norms, biases, router, other): exactly
     ``optimizer="adamw"`` with the rate ``adam_lr`` (scheduled like ``lr``). The router stays on
@@ -295,22 +232,23 @@ def muon(cfg: OptimConfig, learning_rate: optax.Schedule, roles: ParamRoles) -> 
 
     Weight decay in both parts follows `weight_decay_mask` (``decay_exclude``).
     """
+    opt = typing.cast(Muon, cfg.optimizer)
     part = dataclasses.replace(roles, mask=None)  # each part sees a partition's tree: its mask is computed
     infos = roles.infos
-    adam_rate = _scaled(learning_rate, 1.0 if cfg.adam_lr is None else cfg.adam_lr / cfg.lr)
+    adam_rate = _scaled(learning_rate, 1.0 if opt.adam_lr is None else opt.adam_lr / cfg.lr)
     matrices = optax.chain(
         optax.contrib.scale_by_muon(
-            ns_steps=cfg.muon_ns_steps,
-            beta=cfg.muon_momentum,
+            ns_steps=opt.ns_steps,
+            beta=opt.momentum,
             nesterov=True,
             weight_dimension_numbers=lambda tree: muon_dimension_numbers(tree, infos=infos),
         ),
-        scale_by_matrix_shape(cfg.muon_rms, infos=infos),
-        _decoupled_decay(cfg, part.decay_mask),
+        scale_by_matrix_shape(opt.rms, infos=infos),
+        _decoupled_decay(opt.weight_decay, part.decay_mask),
         optax.scale_by_learning_rate(learning_rate),
     )
     labels = lambda tree: muon_labels(tree, infos=infos)
-    return optax.partition({"muon": matrices, "adamw": adamw(cfg, adam_rate, part)}, labels)
+    return optax.partition({"muon": matrices, "adamw": _adamw(opt, adam_rate, part)}, labels)
 
 
 class Optimizer(NamedTuple):
@@ -339,11 +277,11 @@ def make_optimizer(
     (``optax.multi_transform`` with ``optax.set_to_zero``).
     """
     schedule = make_schedule(cfg, total_steps)
-    roles = ParamRoles(infos, cfg.decay_exclude)
+    roles = ParamRoles(infos, getattr(cfg.optimizer, "decay_exclude", DECAY_GROUPS))
     if param_info is not None and not adapters_only:  # the adapters' optimizer sees a masked tree
         roles = dataclasses.replace(roles, mask=roles.decay_mask(param_info))
     clip = optax.identity() if cfg.grad_clip is None else optax.clip_by_global_norm(cfg.grad_clip)
-    tx = optax.chain(clip, OPTIMIZERS.get(cfg.optimizer)(cfg, schedule, roles))
+    tx = optax.chain(clip, OPTIMIZERS.get(cfg.optimizer.kind)(cfg, schedule, roles))
     if adapters_only:
         labels = lambda tree: adapter_labels(tree, infos=infos)
         tx = optax.multi_transform({"adapters": tx, "frozen": optax.set_to_zero()}, labels)
@@ -353,8 +291,18 @@ def make_optimizer(
 __all__ = [
     "OPTIMIZERS",
     "SCHEDULES",
+    "Adam",
+    "AdamW",
+    "ConstantSchedule",
+    "CosineSchedule",
+    "InverseSqrtSchedule",
+    "LinearSchedule",
+    "Muon",
     "OptimConfig",
     "Optimizer",
+    "OptimizerConfig",
+    "ScheduleConfig",
+    "Sgd",
     "learning_rate_at",
     "make_optimizer",
     "make_schedule",

@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from transformer_jax.core.migration import model
+from transformer_jax.core.migration import model, optim
 
-_SECTIONS = (model,)
+_SECTIONS = (model, optim)
 
 RENAMED_KEYS: dict[str, str] = {old: new for section in _SECTIONS for old, new in section.RENAMED.items()}
 
