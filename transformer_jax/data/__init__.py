@@ -1,7 +1,7 @@
 """Data: TFDS builders (array_record, no TensorFlow), tokenizers, grain pipelines, synthetic tasks.
 
     from transformer_jax.data import DataConfig, build_data
-    data = build_data(DataConfig(dataset="shakespeare"), batch_size=12)
+    data = build_data(DataConfig(dataset=ShakespeareData(tokenizer=CharSettings())), batch_size=12)
     it = data.train_iterator(); batch = next(it); state = it.get_state()   # JSON-able
     for batch in data.eval_batches("val"): ...
 
@@ -11,12 +11,26 @@ Batch formats are documented in ``pipeline.py``; modules: ``config`` (DataConfig
 ``data.dataset=prepared``), ``synthetic``, ``shakespeare`` (offline corpus), ``bench``.
 """
 
-from transformer_jax.data.config import DataConfig
+from transformer_jax.data.config import (
+    AssociativeRecallTask,
+    CopyTask,
+    DataConfig,
+    DatasetConfig,
+    MixtureData,
+    ParallelData,
+    PreparedData,
+    ReverseTask,
+    ShakespeareData,
+    SortTask,
+    TextData,
+    TfdsData,
+)
 from transformer_jax.data.hf_tokenizer import HFTokenizer
 from transformer_jax.data.loader import DataIterator
 from transformer_jax.data.pipeline import Data, build_data
 from transformer_jax.data.shakespeare import SHAKESPEARE_PLAYS, shakespeare_text, write_shakespeare
 from transformer_jax.data.sources import DATASETS
+from transformer_jax.data.tokenizer_config import ByteSettings, CharSettings, SentencePieceSettings, TokenizerConfig
 from transformer_jax.data.tokenizers import (
     TOKENIZERS,
     ByteTokenizer,
@@ -33,15 +47,30 @@ __all__ = [
     "DATASETS",
     "SHAKESPEARE_PLAYS",
     "TOKENIZERS",
+    "AssociativeRecallTask",
+    "ByteSettings",
     "ByteTokenizer",
+    "CharSettings",
     "CharTokenizer",
+    "CopyTask",
     "Data",
     "DataConfig",
     "DataIterator",
+    "DatasetConfig",
     "HFTokenizer",
+    "MixtureData",
+    "ParallelData",
+    "PreparedData",
+    "ReverseTask",
+    "SentencePieceSettings",
     "SentencePieceTokenizer",
+    "ShakespeareData",
+    "SortTask",
     "SymbolTokenizer",
+    "TextData",
+    "TfdsData",
     "Tokenizer",
+    "TokenizerConfig",
     "build_data",
     "load_tokenizer",
     "shakespeare_text",

@@ -13,7 +13,7 @@ default ``../shared/data/multi30k`` beside the repository, else ``/work/shared/d
 
 from pathlib import Path
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import DataConfig, ParallelData, SentencePieceSettings
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import OptimConfig
@@ -31,13 +31,13 @@ def get_config() -> Config:
         # Pieces per sentence: mean ~15, 99th percentile 33 (de) / 29 (en); rows are padded to these
         # lengths, so they are kept short (about 1% of the training pairs lose a few pieces).
         data=DataConfig(
-            dataset="parallel",
-            dir=default_data_dir(),
-            src_lang="de",
-            tgt_lang="en",
-            tokenizer="sentencepiece",
-            vocab_size=8000,
-            max_src_len=32,
+            dataset=ParallelData(
+                dir=default_data_dir(),
+                src_lang="de",
+                tgt_lang="en",
+                tokenizer=SentencePieceSettings(vocab_size=8000),
+                max_src_len=32,
+            ),
             seq_len=32,
         ),
         train=TrainConfig(
