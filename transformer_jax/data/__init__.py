@@ -1,11 +1,13 @@
 """Data: TFDS builders (array_record, no TensorFlow), tokenizers, grain pipelines, synthetic tasks.
 
-    from transformer_jax.data import DataConfig, build_data
-    data = build_data(DataConfig(dataset=ShakespeareData(tokenizer=CharSettings())), batch_size=12)
+    from transformer_jax.data import DataConfig, SentencePieceSettings, TextData, build_data
+    data = build_data(DataConfig(dataset="shakespeare"), batch_size=12)   # char tokenizer
+    cfg = DataConfig(dataset=TextData(path="corpus.txt", tokenizer=SentencePieceSettings(vocab_size=8000)))
     it = data.train_iterator(); batch = next(it); state = it.get_state()   # JSON-able
     for batch in data.eval_batches("val"): ...
 
-Batch formats are documented in ``pipeline.py``; modules: ``config`` (DataConfig),
+Batch formats are documented in ``pipeline.py``; modules: ``config`` (DataConfig, one settings
+class per dataset), ``tokenizer_config`` (one settings class per trained tokenizer),
 ``builders`` (TFDS builders), ``sources`` (datasets by name), ``tokenizers``, ``lm`` /
 ``seq2seq`` (pipelines), ``prepare`` / ``shards`` (token shards) and ``streaming`` (training on them,
 ``data.dataset=prepared``), ``synthetic``, ``shakespeare`` (offline corpus), ``bench``.

