@@ -8,7 +8,8 @@ Validation computes greedy BLEU (sacrebleu) on the val split (``train.eval_batch
 and keeps the best checkpoint by it; ``transformer-jax eval`` then reports beam-4 and greedy BLEU.
 
 Data: ``--set data.dataset.dir=DIR data.dataset.src_lang=de data.dataset.tgt_lang=en`` (files
-``{train,val}.{de,en}[.gz]``); default ``../shared/data/multi30k`` beside the repository, else ``/work/shared/data/multi30k``.
+``{train,val}.{de,en}[.gz]``); default ``../shared/data/multi30k`` beside the repository, else
+``/work/shared/data/multi30k``.
 """
 
 from pathlib import Path
