@@ -72,7 +72,7 @@ import numpy as np
 
 from transformer_jax import ablation
 from transformer_jax.benchmarks.decode import per_token_times
-from transformer_jax.data import DataConfig
+from transformer_jax.data import DataConfig, ReverseTask
 from transformer_jax.decode import SamplingConfig
 from transformer_jax.eval import TranslateConfig, reference_pairs, translate_ids
 from transformer_jax.eval.bleu import corpus_bleu
@@ -171,13 +171,7 @@ if ablation.smoke():
         name="decoding_smoke",
         model=get_preset("original_tiny", vocab_size=16, dropout=0.0, n_layers=1, n_encoder_layers=1),
         data=DataConfig(
-            dataset="reverse",
-            task_format="seq2seq",
-            synthetic_vocab=10,
-            synthetic_min_len=2,
-            synthetic_max_len=6,
-            synthetic_val_size=32,
-            max_src_len=8,
+            dataset=ReverseTask(format="seq2seq", vocab=10, min_len=2, max_len=6, val_size=32, max_src_len=8),
             seq_len=8,
         ),
         train=TrainConfig(steps=40, batch_size=16, eval_every=40, log_every=10, checkpoint_every=40, sample_tokens=0),

@@ -48,7 +48,7 @@ def _peak_rss_mb() -> float:
 
 
 def _sets(path: str, packing: str) -> list[str]:
-    return ["data.dataset=prepared", f"data.path={path}", f"data.packing={packing}"]
+    return ["data.dataset=prepared", f"data.dataset.path={path}", f"data.dataset.packing={packing}"]
 
 
 def read(path: str, packing: str, batches: int) -> dict:

@@ -12,6 +12,7 @@ import pytest
 
 from transformer_jax import ablation
 from transformer_jax.ablation import paths, runs, store, tuning
+from transformer_jax.data import TextData
 from transformer_jax.train.actions import UNFINISHED_STOPS
 
 
@@ -42,7 +43,7 @@ def test_config_hash_follows_the_numbers_not_the_name(tmp_path):
         (tmp_path / name).mkdir()
         texts[name] = tmp_path / name / "t.txt"
         texts[name].write_text("to be or not to be" if name != "c" else "something else")
-    on = lambda p: dataclasses.replace(base, data=dataclasses.replace(base.data, dataset="text", path=str(p)))
+    on = lambda p: dataclasses.replace(base, data=dataclasses.replace(base.data, dataset=TextData(path=str(p))))
     assert store.config_hash(on(texts["a"])) == store.config_hash(on(texts["b"]))
     assert store.config_hash(on(texts["a"])) != store.config_hash(on(texts["c"]))
     key = store.run_key("post, 6 layers / no warmup", 2, base)
@@ -111,14 +112,14 @@ def test_dev_split_carves_the_end_of_the_training_text(smoke, tmp_path):
     (tmp_path / "corpus.txt").write_text(text)
     base = cfg()
     base = dataclasses.replace(
-        base, data=dataclasses.replace(base.data, dataset="text", path=str(tmp_path / "corpus.txt"))
+        base, data=dataclasses.replace(base.data, dataset=TextData(path=str(tmp_path / "corpus.txt")))
     )
     dev = tuning.dev_split(base, 0.1)
     train_text = text[: int(len(text) * 0.9)]  # the corpus's own 90/10 split
     cut = int(len(train_text) * 0.9)
-    assert (dev.data.dataset, dev.model, dev.train) == ("text", base.model, base.train)
+    assert (dev.data.dataset.kind, dev.model, dev.train) == ("text", base.model, base.train)
     read = lambda p: pathlib.Path(p).read_text()
-    assert read(dev.data.path) == train_text[:cut] and read(dev.data.val_path) == train_text[cut:]
+    assert read(dev.data.dataset.path) == train_text[:cut] and read(dev.data.dataset.val_path) == train_text[cut:]
     assert tuning.dev_split(base, 0.1).data == dev.data  # written once, same files
     with pytest.raises(ValueError, match="fraction"):
         tuning.dev_split(base, 1.0)
@@ -128,7 +129,7 @@ def test_sweep_lr_scores_each_rate_on_the_dev_split(smoke, monkeypatch):
     seen = []
 
     def run_arm(c, arm, seed, notebook):
-        seen.append((arm, seed, c.data.dataset, c.train.optim.lr, c.train.optim.schedule.min_lr))
+        seen.append((arm, seed, c.data.dataset.kind, c.train.optim.lr, c.train.optim.schedule.min_lr))
         loss = {1e-3: 1.4, 3e-3: 1.3, 1e-2: math.nan}[c.train.optim.lr]
         return fake_curves(val=(2.0, loss), halted=math.isnan(loss))
 
@@ -136,7 +137,7 @@ def test_sweep_lr_scores_each_rate_on_the_dev_split(smoke, monkeypatch):
     monkeypatch.setattr(
         tuning,
         "dev_split",
-        lambda c, f: dataclasses.replace(c, data=dataclasses.replace(c.data, dataset="text", path="x")),
+        lambda c, f: dataclasses.replace(c, data=dataclasses.replace(c.data, dataset=TextData(path="x"))),
     )
     rec = tuning.sweep_lr(cfg(), "post", [1e-3, 3e-3, 1e-2], "nb", seeds=(0, 1))
     assert rec["lr"] == 3e-3 and rec["dev_loss"] == [1.4, 1.3, math.inf] and not rec["at_edge"]

@@ -126,7 +126,17 @@ def test_fine_tune_from_hf_and_export(hf_dir, corpus, tmp_path):
     directory transformers loads with our logits and the same tokenizer."""
     path, hf, tok = hf_dir
     workdir, out = str(tmp_path / "run"), str(tmp_path / "export")
-    cli("train", "--init-from", path, "--workdir", workdir, "--sample-tokens", "4", *SHORT, f"data.path={corpus}")
+    cli(
+        "train",
+        "--init-from",
+        path,
+        "--workdir",
+        workdir,
+        "--sample-tokens",
+        "4",
+        *SHORT,
+        f"data.dataset.path={corpus}",
+    )
     saved = json.loads(pathlib.Path(workdir, "config.json").read_text())
     assert saved["train"]["init_from"] == os.path.abspath(path)
     assert (saved["model"]["d_model"], saved["model"]["n_kv_heads"], saved["model"]["vocab_size"]) == (32, 2, len(tok))
@@ -151,7 +161,16 @@ def test_lora_from_hf_export_merges_and_a_changed_base_is_refused(hf_dir, corpus
     lora = ["train.lora=on", "train.lora.rank=2", "train.lora.targets=q,v,o,down", "train.optim.lr=0.05"]
     lora += ["model.execution.scan_layers=true"]  # loaded per layer, trained scanned, exported per layer
     proc = cli(
-        "train", "--init-from", base, "--workdir", workdir, "--sample-tokens", "0", *SHORT, f"data.path={corpus}", *lora
+        "train",
+        "--init-from",
+        base,
+        "--workdir",
+        workdir,
+        "--sample-tokens",
+        "0",
+        *SHORT,
+        f"data.dataset.path={corpus}",
+        *lora,
     )
     per_layer = 2 * (32 + 32) + 2 * (32 + 16) + 2 * (32 + 32) + 2 * (48 + 32)  # rank 2: q, v, o, down
     assert _summary(proc)["trainable_params"] == 2 * per_layer
@@ -193,7 +212,10 @@ def _bad_dirs(tmp, hf):
         (["train", "--init-from", "{file}", "--workdir", "{tmp}/w"], "is a file"),
         (["train", "--init-from", "{bert}", "--workdir", "{tmp}/w"], "model_type='bert' is not supported"),
         (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "model.n_layers=3"], "model.n_layers=3"),
-        (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "data.tokenizer=byte"], "data.tokenizer"),
+        (
+            ["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "data.dataset.tokenizer=byte"],
+            "data.dataset.tokenizer",
+        ),
         (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "train.lora.rank=4"], "train.lora=on"),
         (["train", "--workdir", "{tmp}/w"], "{tmp}/w holds no config.json of an earlier run to resume"),
         (["train", "--config", TINY, "--workdir", "{tmp}/w", "--set", "train.init_from={hf}"], "vocab_size=65 differs"),

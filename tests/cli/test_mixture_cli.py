@@ -1,4 +1,4 @@
-"""``train --set data.dataset=mixture data.mixture=...``: three prepared sources with a schedule of
+"""``train --set data.dataset=mixture data.dataset.mixture=...``: three prepared sources with a schedule of
 weights train from the command line with per-source losses in metrics.jsonl (train and val); a run
 stopped at step 2 and resumed ends where an uninterrupted one ends; bad settings exit 2 naming the field."""
 
@@ -21,7 +21,7 @@ def mixture(tmp_path_factory):
 
 
 def _train(workdir, mixture, steps, *extra, check=True):
-    sets = ["data.dataset=mixture", f"data.mixture={mixture}", "data.mixture_schedule=3:web=0,code=1,math=1",
+    sets = ["data.dataset=mixture", f"data.dataset.mixture={mixture}", "data.dataset.schedule=3:web=0,code=1,math=1",
             f"train.steps={steps}", *extra]  # fmt: skip
     return cli("train", "--config", TINY, "--workdir", str(workdir), "--sample-tokens", "0", "--set", *sets,
                check=check)  # fmt: skip
@@ -51,7 +51,9 @@ def test_train_a_mixture_with_per_source_losses_and_resume_exactly(tmp_path, mix
 def test_bad_mixtures_exit_2_naming_the_field(tmp_path, mixture):
     spec, paths = mixture
     proc = _train(tmp_path / "b", spec.replace(":0.5", ":-1"), 2, check=False)
-    assert proc.returncode == 2 and "data.mixture=" in proc.stderr and ">= 0" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 2 and "data.dataset.mixture=" in proc.stderr and ">= 0" in proc.stderr, proc.stderr[
+        -2000:
+    ]
     other = prepare_source(tmp_path, "chars", "klmno", tokenizer="char")
     proc = _train(tmp_path / "t", f"web={paths['web']}:1,code={paths['code']}:1,math={other}:1", 2, check=False)
     assert proc.returncode == 2 and "sources 'web'" in proc.stderr and "'math'" in proc.stderr, proc.stderr[-2000:]

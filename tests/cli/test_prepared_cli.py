@@ -1,4 +1,4 @@
-"""``train --set data.dataset=prepared data.path=DIR`` on shards written by ``prepare``: it trains, and a
+"""``train --set data.dataset=prepared data.dataset.path=DIR`` on shards written by ``prepare``: it trains, and a
 run stopped at step 2 and resumed ends where an uninterrupted run ends (losses and data position)."""
 
 import json
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def _train(workdir, prepared, steps, *extra):
-    sets = ["data.dataset=prepared", f"data.path={prepared}", f"train.steps={steps}", *extra]
+    sets = ["data.dataset=prepared", f"data.dataset.path={prepared}", f"train.steps={steps}", *extra]
     proc = cli("train", "--config", TINY, "--workdir", str(workdir), "--sample-tokens", "0", "--set", *sets)
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc
 

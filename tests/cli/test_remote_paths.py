@@ -23,7 +23,7 @@ store = tmp / "store"
 (store / "bucket" / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 200)
 run = ["--workdir", "gs://bucket/run"]
 ngram = ["--config", "shakespeare_char_ngram", "--sample-tokens", "0", "--set", "data.dataset=text",
-         "data.path=gs://bucket/corpus.txt", "train.loggers=jsonl", f"data.cache_dir={tmp / 'cache'}"]
+         "data.dataset.path=gs://bucket/corpus.txt", "train.loggers=jsonl", f"data.dataset.cache_dir={tmp / 'cache'}"]
 codes = {}
 with fake_gs(store, cwd=tmp):
     codes["train"] = main(["train", *run, *ngram])
@@ -32,7 +32,7 @@ with fake_gs(store, cwd=tmp):
     codes["hf"] = main(["eval", "--hf", "gs://bucket/model", "--corpus", str(tmp / "c.txt")])
     codes["out"] = main(["export", "--workdir", str(tmp / "w"), "--out", "gs://bucket/hf"])
     codes["prepared"] = main(["train", "--config", "shakespeare_char", "--workdir", str(tmp / "w"),
-                              "--set", "data.dataset=prepared", "data.path=gs://bucket/shards"])
+                              "--set", "data.dataset=prepared", "data.dataset.path=gs://bucket/shards"])
     codes["resume"] = main(["train", "--workdir", "gs://bucket/empty"])
     codes["prepare"] = main(["prepare", "--input", str(tmp / "c.txt"), "--out", "gs://bucket/p", "--tokenizer", "byte"])
 with no_gs_backend():
@@ -58,7 +58,7 @@ def test_a_gs_workdir_and_corpus_train_and_what_must_be_local_is_refused_by_name
         "--config='gs://bucket/exp.py': an experiment file",
         "--hf='gs://bucket/model': a Hugging Face model directory",
         "--out='gs://bucket/hf': a Hugging Face model directory",
-        "data.path='gs://bucket/shards': prepared shards are read as local",
+        "data.dataset.path='gs://bucket/shards': prepared shards are read as local",
         "train needs --config (a recipe name, e.g. shakespeare_char, or an experiment file) or --init-from DIR: "
         "--workdir gs://bucket/empty holds no config.json",
         "--out='gs://bucket/p': prepare reads its inputs and writes its shards as local files",
@@ -71,5 +71,5 @@ def test_a_gs_workdir_and_corpus_train_and_what_must_be_local_is_refused_by_name
     run = tmp_path / "store" / "bucket" / "run"
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl", "ngram.npz", "tokenizer"]
     saved = json.loads((run / "config.json").read_text())
-    assert saved["data"]["path"] == "gs://bucket/corpus.txt"  # a URL is stored as given, never made local
+    assert saved["data"]["dataset"]["path"] == "gs://bucket/corpus.txt"  # a URL is stored as given, never made local
     assert [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())] == [0]

@@ -1,5 +1,5 @@
 """``train --workdir W`` without ``--config`` resumes from ``W/config.json`` (and refuses a workdir
-without one); a relative ``data.path`` is stored absolute, so eval works from another directory;
+without one); a relative ``data.dataset.path`` is stored absolute, so eval works from another directory;
 a first run on a local corpus prints no TFDS download lines; the warm-up warning is for training only."""
 
 import json
@@ -31,16 +31,16 @@ def test_rerun_without_config_resumes_with_absolute_paths_from_another_directory
         "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(300))
     )
     workdir = tmp_path / "run"
-    sets = ["data.dataset=text", "data.path=corpus.txt", "train.steps=2", "train.optim.warmup_steps=3"]
+    sets = ["data.dataset=text", "data.dataset.path=corpus.txt", "train.steps=2", "train.optim.warmup_steps=3"]
     first = cli("train", "--config", TINY, "--workdir", str(workdir), "--sample-tokens", "0", "--set", *sets, cwd=here)
     stored = json.loads((workdir / "config.json").read_text())
-    assert stored["data"]["path"] == str(here / "corpus.txt")
+    assert stored["data"]["dataset"]["path"] == str(here / "corpus.txt")
     out = first.stdout + first.stderr
     assert "Downloading and preparing" not in out and "downloaded and prepared" not in out, out[-3000:]
     assert "dataset_info.json" not in out, out[-3000:]
     assert out.count("warmup_steps=3 > total_steps=2") == 1, out[-3000:]
 
-    evaluated = cli("eval", "--workdir", str(workdir), cwd=there)  # the stored data.path is absolute
+    evaluated = cli("eval", "--workdir", str(workdir), cwd=there)  # the stored data.dataset.path is absolute
     assert "warmup" not in evaluated.stderr, evaluated.stderr[-3000:]
     assert isinstance(json.loads(evaluated.stdout.strip().splitlines()[-1]), dict)
 

@@ -54,8 +54,8 @@ def test_workdir_that_is_a_file_or_cannot_be_created(tmp_path):
 
 
 def test_unread_field_on_the_command_line_is_refused_before_training(tmp_path):
-    _refused(cli("train", "--config", TINY, "--workdir", str(tmp_path / "w"), "--set", "data.path=MY.txt",
-                 check=False), "data.path='MY.txt' is not read with data.dataset='shakespeare'")  # fmt: skip
+    _refused(cli("train", "--config", TINY, "--workdir", str(tmp_path / "w"), "--set", "data.dataset.path=MY.txt",
+                 check=False), "the dataset 'shakespeare' has no setting 'path'")  # fmt: skip
     assert not (tmp_path / "w" / "checkpoints").exists()
 
 

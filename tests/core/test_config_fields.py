@@ -2,7 +2,7 @@
 what the field's annotation or declared `Rule` says it must refuse, with a ``ConfigError`` that
 names the dotted field (``PATH.field``): NaN and +-inf for floats (unless the rule lets a float be
 inf), non-integers and bools for ints, strings for numbers, non-bools for bools and non-strings for
-strings; a value just past each declared bound; a name outside a declared choice.
+strings; a value just past each declared bound; a name outside a declared choice or a ``Literal``.
 
 The classes come from importing every module of the package, so a config class added anywhere is
 checked without being listed here (`test_the_converted_classes_are_all_found` guards against an
@@ -20,7 +20,14 @@ from typing import Any, cast
 import pytest
 
 import transformer_jax
-from transformer_jax.core.configlib import Config, ConfigError, Rule, _scalar_fields, all_config_classes
+from transformer_jax.core.configlib import (
+    Config,
+    ConfigError,
+    Rule,
+    _literal_fields,
+    _scalar_fields,
+    all_config_classes,
+)
 
 # Modules that may fail to import only because an optional extra is missing (the import error
 # names a module outside the package); anything else failing to import is a test failure.
@@ -121,6 +128,9 @@ def _cases():
         fields = {f.name: f for f in _fields(cls)}
         for name, kind, _ in _scalar_fields(cls):
             for bad in _bad_values(fields[name], kind):
+                yield pytest.param(cls, name, bad, id=f"{cls.PATH}.{name}={bad!r}")
+        for name, _ in _literal_fields(cls):  # a closed choice: a name outside it, a wrong type
+            for bad in ("no-such-name", 3):
                 yield pytest.param(cls, name, bad, id=f"{cls.PATH}.{name}={bad!r}")
 
 

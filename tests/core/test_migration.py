@@ -84,3 +84,48 @@ def test_old_execution_fields_become_the_group():
     cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
     assert (cfg.execution.dtype, cfg.execution.scan_layers, cfg.execution.remat) == ("bfloat16", True, "full")
     assert cfg.execution.attention_impl == ExecutionConfig().attention_impl
+
+
+_OLD_DATA = [
+    {"dataset": "text", "path": "a.txt", "val_path": "b.txt", "tokenizer": "sentencepiece", "vocab_size": 500,
+     "sp_model_type": "unigram", "sp_byte_fallback": False, "packing": "documents", "document_split": "line",
+     "decode_errors": "replace", "chunk_chars": 100, "cache_dir": "/c", "tokenizer_max_records": 9, "seq_len": 32},
+    {"dataset": "parallel", "dir": "d", "src_lang": "fr", "tokenizer": "byte", "max_src_len": 20, "val_fraction": 0.2},
+    {"dataset": "tfds", "tfds_name": "lm1b", "tfds_download": True, "packing": "documents", "max_records_in_memory": 5},
+    {"dataset": "prepared", "path": "p", "packing": "documents", "prefetch": 0, "worker_count": 2},
+    {"dataset": "mixture", "mixture": "a=/a:1,b=/b:1", "mixture_schedule": "5:a=0,b=1", "seed": 3},
+    {"dataset": "associative_recall", "task_format": "seq2seq", "synthetic_vocab": 12, "synthetic_max_len": 6,
+     "synthetic_train_size": 7, "max_src_len": 20, "seq_len": 8},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("old", _OLD_DATA, ids=lambda d: d["dataset"])
+def test_old_data_fields_become_the_datasets_settings_and_map_back_exactly(old):
+    from transformer_jax.core.migration.data import _OLD_DEFAULTS
+    from transformer_jax.data import DataConfig, DatasetConfig
+
+    cfg = configlib.from_dict(DataConfig, migration.upgrade({"data": old})["data"])
+    assert isinstance(cfg.dataset, DatasetConfig.VARIANTS.get(old["dataset"]))
+    assert migration.legacy({"data": configlib.to_dict(cfg)})["data"] == {**_OLD_DEFAULTS, **old}
+
+
+def test_an_old_data_field_its_dataset_did_not_read_is_refused_by_name():
+    from transformer_jax.data import DataConfig
+
+    with pytest.raises(ConfigError, match=r"unknown ShakespeareData field\(s\) \['path'\]"):
+        configlib.from_dict(DataConfig, migration.upgrade({"data": {"dataset": "shakespeare", "path": "x"}})["data"])
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("data.path=a.txt", "data.dataset.path"),
+        ("data.vocab_size=500", "data.dataset.tokenizer.vocab_size"),
+        ("data.synthetic_vocab=8", "data.dataset.vocab"),
+        ("data.mixture_schedule=5:a=1", "data.dataset.schedule"),
+        ("data.tfds_name=lm1b", "data.dataset.name"),
+    ],
+)
+def test_an_old_data_key_names_its_new_key(old, new):
+    with pytest.raises(ConfigError, match=rf"'{old.split('=')[0]}' was renamed: {new} \(with "):
+        apply_overrides(Config(), [old])

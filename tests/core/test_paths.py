@@ -69,7 +69,7 @@ def test_text_corpora_read_from_a_url(tmp_path):
         assert [str(f) for f in files] == ["gs://bucket/corpus/a.txt", "gs://bucket/corpus/sub/b.txt.gz"]
         assert textio.read_texts(files) == "alpha\nbeta\n"
         assert textio.fingerprint(files) != textio.fingerprint(files[:1])
-        with pytest.raises(FileNotFoundError, match="data.path: gs://bucket/nothing does not exist"):
+        with pytest.raises(FileNotFoundError, match="data.dataset.path: gs://bucket/nothing does not exist"):
             textio.expand_paths("gs://bucket/nothing")
 
 
@@ -109,12 +109,12 @@ def test_tensorboard_names_the_setting_when_it_cannot_write_the_workdir(tmp_path
 
 
 def test_stored_configs_keep_urls_and_make_mixture_paths_absolute(tmp_path, monkeypatch):
-    from transformer_jax.data import DataConfig
+    from transformer_jax.data import DataConfig, MixtureData
     from transformer_jax.train.config import Config
     from transformer_jax.train.experiment import absolute_paths
 
     monkeypatch.chdir(tmp_path)
-    data = DataConfig(dataset="mixture", mixture="web=gs://b/web:0.7, code=shards/code:0.3")
+    data = DataConfig(dataset=MixtureData(mixture="web=gs://b/web:0.7, code=shards/code:0.3"))
     cfg = absolute_paths(Config(data=data))
-    assert cfg.data.mixture == f"web=gs://b/web:0.7,code={tmp_path}/shards/code:0.3"
+    assert cfg.data.dataset.mixture == f"web=gs://b/web:0.7,code={tmp_path}/shards/code:0.3"
     assert absolute_paths(cfg) == cfg

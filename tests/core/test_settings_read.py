@@ -40,12 +40,9 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
 @pytest.mark.parametrize(
     "sets,field,variant",
     [
-        (["data.path=MY.txt"], "data.path='MY.txt'", "data.dataset='shakespeare'"),
         (["model.attention_window=16"], "model.attention_window=16", "model.attention_kind='softmax'"),
         (["model.execution.attention_block_size=128"], "model.execution.attention_block_size=128",
          "model.execution.attention_impl='xla'"),
-        (["data.vocab_size=500"], "data.vocab_size=500", "data.tokenizer='char'"),
-        (["data.document_split=line"], "data.document_split='line'", "data.packing='stream'"),
         (["train.nonfinite=halt", "train.max_consecutive_skips=3"], "train.max_consecutive_skips=3",
          "train.nonfinite='halt'"),
         (["model.execution.attention_block_size=512"], "model.execution.attention_block_size=512",
@@ -57,6 +54,24 @@ def test_a_set_field_the_variant_does_not_read_is_an_error_naming_both(sets, fie
         load_experiment(TINY, sets)
     message = str(err.value)
     assert field in message and f"is not read with {variant}" in message, message
+
+
+@pytest.mark.parametrize(
+    "sets,message",
+    [
+        (["data.dataset.path=MY.txt"], "the dataset 'shakespeare' has no setting 'path' (its settings: tokenizer, "),
+        (["data.dataset.tokenizer.vocab_size=500"], "the tokenizer 'char' has no setting 'vocab_size' (its settings: "
+         "max_records); 'vocab_size' is a setting of 'sentencepiece': choose it with --set data.dataset.tokenizer="),
+        (["data.dataset=prepared", "data.dataset.path=p", "data.dataset.tokenizer=byte"],
+         "the dataset 'prepared' has no setting 'tokenizer' (its settings: path, packing)"),
+        (["data.dataset.document_split=line"], "data.dataset.document_split='line': is read only with "
+         "data.dataset.packing=documents"),
+    ],
+)  # fmt: skip
+def test_a_data_setting_the_chosen_dataset_does_not_have_is_an_error_naming_its_settings(sets, message):
+    with pytest.raises(ConfigError) as err:
+        load_experiment(TINY, sets)
+    assert message in str(err.value), str(err.value)
 
 
 def test_a_non_default_unread_field_in_an_experiment_file_is_an_error(tmp_path):

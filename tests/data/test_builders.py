@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from transformer_jax.data import DataConfig, build_data, builders
+from transformer_jax.data import DataConfig, TfdsData, build_data, builders
 
 
 def _records(builder, split):
@@ -158,7 +158,7 @@ def test_tfds_catalog_prepared_array_record_is_read(tmp_path, no_network):
     assert _records(b, "train") == ["ROMEO:\nhello\n"] and _records(b, "val") == ["JULIET:\nbye\n"]
     assert os.path.isdir(b.data_dir)
     data = build_data(
-        DataConfig(dataset="tfds", tfds_name="tiny_shakespeare", cache_dir=str(tmp_path), seq_len=4), batch_size=2
+        DataConfig(dataset=TfdsData(name="tiny_shakespeare", cache_dir=str(tmp_path)), seq_len=4), batch_size=2
     )
     assert data.task == "lm" and data.tokenizer.chars == "\n:EMORehlo"
     with data.train_iterator() as it:

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from transformer_jax.data import DataConfig, build_data
+from transformer_jax.data import DataConfig, TextData, build_data
 from transformer_jax.data.lm import split_documents
 
 B, T = 4, 32
@@ -28,14 +28,14 @@ def assert_same(batches_a, batches_b):
 @pytest.fixture(scope="module")
 def stream(docs_file, cache_dir):
     path, _ = docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
+    cfg = DataConfig(dataset=TextData(path=str(path), cache_dir=cache_dir), seq_len=T)
     return build_data(cfg, batch_size=B)
 
 
 @pytest.fixture(scope="module")
 def packed(short_docs_file, cache_dir):
     path, _ = short_docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, packing="documents", cache_dir=cache_dir)
+    cfg = DataConfig(dataset=TextData(path=str(path), packing="documents", cache_dir=cache_dir), seq_len=T)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return build_data(cfg, batch_size=B)
@@ -104,7 +104,7 @@ def test_packed_batches_keep_documents_apart(packed, short_docs_file):
 
 def test_truncation_warns_once(docs_file, cache_dir):
     path, _ = docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=8, packing="documents", cache_dir=cache_dir)
+    cfg = DataConfig(dataset=TextData(path=str(path), packing="documents", cache_dir=cache_dir), seq_len=8)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         data = build_data(cfg, batch_size=2)
@@ -137,7 +137,7 @@ def test_state_of_another_pipeline_is_rejected(stream, packed):
 
 def test_stream_epochs_reshuffle_on_one_window_grid(docs_file, cache_dir):
     path, _ = docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
+    cfg = DataConfig(dataset=TextData(path=str(path), cache_dir=cache_dir), seq_len=T)
     data = build_data(cfg, batch_size=2)
     n_windows = data.split_sizes["train"]["examples"]
     T_tokens = data.pipeline.tokens("train")
@@ -156,7 +156,7 @@ def test_stream_epochs_reshuffle_on_one_window_grid(docs_file, cache_dir):
 def test_process_rows_compose_the_single_process_batches(docs_file, cache_dir):
     """P processes with b rows each give exactly the batches of one process with P*b rows."""
     path, _ = docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
+    cfg = DataConfig(dataset=TextData(path=str(path), cache_dir=cache_dir), seq_len=T)
     single = build_data(cfg, batch_size=4)
     shards = [
         build_data(cfg, batch_size=2, tokenizer=single.tokenizer, process_index=p, process_count=2) for p in range(2)
@@ -197,7 +197,7 @@ def test_packed_eval_counts_every_document_token(packed):
 
 def test_eval_is_sharded_with_equal_batch_counts(docs_file, cache_dir, stream):
     path, _ = docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=cache_dir)
+    cfg = DataConfig(dataset=TextData(path=str(path), cache_dir=cache_dir), seq_len=T)
     per_process = [
         list(build_data(cfg, batch_size=B, tokenizer=stream.tokenizer, process_index=p, process_count=3).eval_batches())
         for p in range(3)
@@ -216,8 +216,8 @@ def test_tokens_come_from_cached_shards_read_as_needed(docs_file, tmp_path, monk
 
     monkeypatch.setattr(lm_cache, "RECORD_BYTES", 128)  # many records from a small corpus
     path, _ = docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=str(tmp_path), chunk_chars=64, prefetch=0,
-                     read_threads=1)  # fmt: skip
+    text = TextData(path=str(path), cache_dir=str(tmp_path), chunk_chars=64)
+    cfg = DataConfig(dataset=text, seq_len=T, prefetch=0, read_threads=1)
     data = build_data(cfg, batch_size=B)
     expected = np.concatenate([data.tokenizer.encode_np(r) for r in data.corpus.split("train")])
     np.testing.assert_array_equal(data.pipeline.tokens("train"), expected)
@@ -258,7 +258,7 @@ def test_a_cache_written_meanwhile_by_another_process_wins(docs_file, tmp_path, 
     from transformer_jax.data import lm_cache
 
     path, _ = docs_file
-    cfg = DataConfig(dataset="text", path=str(path), seq_len=T, cache_dir=str(tmp_path))
+    cfg = DataConfig(dataset=TextData(path=str(path), cache_dir=str(tmp_path)), seq_len=T)
     first = build_data(cfg, batch_size=B).pipeline
     winner = first.shards.directory
     shutil.copytree(winner, tmp_path / "copy")

@@ -8,10 +8,10 @@ of an uninterrupted one; validation rows are tagged per source. Errors name the 
 import numpy as np
 import pytest
 
-from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
-from transformer_jax.data import ByteTokenizer, DataConfig, build_data
+from transformer_jax.data import ByteTokenizer, DataConfig, MixtureData, build_data
 from transformer_jax.data.mixture import draw_sources, stages_of
 from transformer_jax.data.prepare import PrepareConfig, prepare
 
@@ -39,8 +39,8 @@ def spec(sources, weights) -> str:
     return ",".join(f"{name}={sources[name]}:{w}" for name, w in zip(ALPHABETS, weights, strict=True))
 
 
-def data_of(sources, weights=(0.6, 0.3, 0.1), batch_size=B, **kw):
-    cfg = DataConfig(dataset="mixture", mixture=spec(sources, weights), seq_len=T, **kw)
+def data_of(sources, weights=(0.6, 0.3, 0.1), batch_size=B, packing="stream", **kw):
+    cfg = DataConfig(dataset=MixtureData(mixture=spec(sources, weights), packing=packing), seq_len=T, **kw)
     return build_data(cfg, batch_size=batch_size)
 
 
@@ -85,9 +85,9 @@ def test_draws_match_the_weights_over_many_rows():
 
 
 def test_the_schedule_switches_at_its_steps(sources):
-    cfg = DataConfig(dataset="mixture", mixture=spec(sources, (1, 0, 0)), seq_len=T,
-                     mixture_schedule="3:web=0,code=1,math=0; 5:web=0,code=0,math=2")  # fmt: skip
-    assert [s for s, _ in stages_of(cfg)] == [0, 3, 5]
+    schedule = "3:web=0,code=1,math=0; 5:web=0,code=0,math=2"
+    cfg = DataConfig(dataset=MixtureData(mixture=spec(sources, (1, 0, 0)), schedule=schedule), seq_len=T)
+    assert [s for s, _ in stages_of(cfg.dataset)] == [0, 3, 5]
     batches = take(build_data(cfg, batch_size=B), 7)
     expected = [0, 0, 0, 1, 1, 2, 2]
     for k, b in enumerate(batches):
@@ -124,40 +124,39 @@ def test_validation_rows_are_tagged_with_their_source(sources):
 @pytest.mark.parametrize(
     ("mixture", "schedule", "match"),
     [
-        ("web=/p:0.5,code=/q:-1", None, r"data.mixture='-1': source 'code': weights must be finite and >= 0"),
-        ("web=/p:nan", None, "data.mixture='nan'.*finite"),
-        ("web=/p:0,code=/q:0", None, "data.mixture=.*stage 0: all weights are zero"),
-        ("web=/p", None, "data.mixture='web=/p': is not NAME=PATH:WEIGHT"),
-        ("web=/p:1,web=/q:1", None, "data.mixture='web': names two sources"),
-        ("web=/p:1,code=/q:1", "0:web=1,code=1", "data.mixture_schedule=0: must be > 0"),
-        ("web=/p:1,code=/q:1", "5:web=1,code=1;5:web=0,code=1", "data.mixture_schedule=5: must be > 5"),
-        ("web=/p:1,code=/q:1", "5:web=1", "data.mixture_schedule=.*no weight for code"),
-        ("web=/p:1,code=/q:1", "5:web=1,math=1", "data.mixture_schedule='math=1'.*not NAME=WEIGHT"),
-        ("web=/p:1,code=/q:1", "5:web=0,code=0", "data.mixture_schedule=.*at step 5: all weights are zero"),
+        ("web=/p:0.5,code=/q:-1", None, r"data.dataset.mixture='-1': source 'code': weights must be finite and >= 0"),
+        ("web=/p:nan", None, "data.dataset.mixture='nan'.*finite"),
+        ("web=/p:0,code=/q:0", None, "data.dataset.mixture=.*stage 0: all weights are zero"),
+        ("web=/p", None, "data.dataset.mixture='web=/p': is not NAME=PATH:WEIGHT"),
+        ("web=/p:1,web=/q:1", None, "data.dataset.mixture='web': names two sources"),
+        ("web=/p:1,code=/q:1", "0:web=1,code=1", "data.dataset.schedule=0: must be > 0"),
+        ("web=/p:1,code=/q:1", "5:web=1,code=1;5:web=0,code=1", "data.dataset.schedule=5: must be > 5"),
+        ("web=/p:1,code=/q:1", "5:web=1", "data.dataset.schedule=.*no weight for code"),
+        ("web=/p:1,code=/q:1", "5:web=1,math=1", "data.dataset.schedule='math=1'.*not NAME=WEIGHT"),
+        ("web=/p:1,code=/q:1", "5:web=0,code=0", "data.dataset.schedule=.*at step 5: all weights are zero"),
     ],
 )
 def test_bad_weights_are_refused_naming_the_field(mixture, schedule, match):
     with pytest.raises(ConfigError, match=match):
-        DataConfig(dataset="mixture", mixture=mixture, mixture_schedule=schedule)
+        DataConfig(dataset=MixtureData(mixture=mixture, schedule=schedule))
 
 
 def test_settings_a_mixture_does_not_read_are_refused(sources):
-    with pytest.raises(ConfigError, match="data.mixture=None: is required when data.dataset='mixture'"):
-        DataConfig(dataset="mixture")
+    with pytest.raises(ConfigError, match="data.dataset.mixture=None: is required when data.dataset='mixture'"):
+        DataConfig(dataset=MixtureData())
     for field, value in (("path", "/p"), ("tokenizer", "byte")):
-        cfg = DataConfig(dataset="mixture", mixture=spec(sources, (1, 1, 1)), **{field: value})
-        with pytest.raises(ConfigError, match=f"data.{field}=.* is not read with data.dataset='mixture'"):
-            configlib.check_reads(cfg, prefix="data.")
-    cfg = DataConfig(dataset="prepared", path=str(sources["web"]), mixture=spec(sources, (1, 1, 1)))
-    with pytest.raises(ConfigError, match="data.mixture=.* is not read with data.dataset='prepared'"):
-        configlib.check_reads(cfg, prefix="data.")
+        with pytest.raises(ConfigError, match=f"the dataset 'mixture' has no setting '{field}'"):
+            apply_overrides(DataConfig(), ["dataset=mixture", f"dataset.mixture={spec(sources, (1, 1, 1))}",
+                                           f"dataset.{field}={value}"])  # fmt: skip
+    with pytest.raises(ConfigError, match="the dataset 'prepared' has no setting 'mixture'"):
+        apply_overrides(DataConfig(), ["dataset=prepared", "dataset.path=p", "dataset.mixture=m"])
 
 
 def test_sources_with_another_tokenizer_or_missing_are_refused_by_name(sources, tmp_path):
     other = prepare_source(tmp_path, "chars", "klmno", tokenizer="char")
-    cfg = DataConfig(dataset="mixture", mixture=f"web={sources['web']}:1,chars={other}:1")
-    with pytest.raises(ConfigError, match="data.mixture: sources 'web' .* and 'chars' .* different tokenizers"):
+    cfg = DataConfig(dataset=MixtureData(mixture=f"web={sources['web']}:1,chars={other}:1"))
+    with pytest.raises(ConfigError, match="data.dataset.mixture: sources 'web' .* and 'chars' .* different tokenizers"):
         build_data(cfg, batch_size=B)
-    cfg = DataConfig(dataset="mixture", mixture=f"web={sources['web']}:1,gone={tmp_path / 'gone'}:1")
-    with pytest.raises(ConfigError, match="data.mixture: source 'gone': .* is not a directory"):
+    cfg = DataConfig(dataset=MixtureData(mixture=f"web={sources['web']}:1,gone={tmp_path / 'gone'}:1"))
+    with pytest.raises(ConfigError, match="data.dataset.mixture: source 'gone': .* is not a directory"):
         build_data(cfg, batch_size=B)

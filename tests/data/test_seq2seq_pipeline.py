@@ -8,7 +8,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from transformer_jax.data import DataConfig, build_data
+from transformer_jax.data import DataConfig, ParallelData, SentencePieceSettings, build_data
 
 B, S, T = 4, 28, 30
 
@@ -16,13 +16,8 @@ B, S, T = 4, 28, 30
 @pytest.fixture(scope="module")
 def cfg(parallel_dir, cache_dir):
     return DataConfig(
-        dataset="parallel",
-        dir=str(parallel_dir),
-        src_lang="de",
-        tgt_lang="en",
+        dataset=ParallelData(dir=str(parallel_dir), src_lang="de", tgt_lang="en", max_src_len=S, cache_dir=cache_dir),
         seq_len=T,
-        max_src_len=S,
-        cache_dir=cache_dir,
     )
 
 
@@ -126,14 +121,13 @@ def _lines(root, split, lang):
 
 def _sentencepiece_data(root, cache_dir, vocab_size, length):
     cfg = DataConfig(
-        dataset="parallel",
-        dir=str(root),
-        tokenizer="sentencepiece",
-        vocab_size=vocab_size,
+        dataset=ParallelData(
+            tokenizer=SentencePieceSettings(vocab_size=vocab_size, max_sentences=20000),
+            dir=str(root),
+            max_src_len=length,
+            cache_dir=cache_dir,
+        ),
         seq_len=length,
-        max_src_len=length,
-        cache_dir=cache_dir,
-        sp_max_sentences=20000,
     )
     return build_data(cfg, batch_size=B)
 

@@ -9,6 +9,7 @@ from transformer_jax.benchmarks.data import measure_throughput
 from transformer_jax.data import (
     SHAKESPEARE_PLAYS,
     DataConfig,
+    ShakespeareData,
     build_data,
     shakespeare_text,
     write_shakespeare,
@@ -42,7 +43,7 @@ def test_builds_offline_with_char_vocab(cache_dir, monkeypatch):
         raise AssertionError("the Shakespeare corpus must build without network")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
-    data = build_data(DataConfig(cache_dir=cache_dir), batch_size=12)
+    data = build_data(DataConfig(dataset=ShakespeareData(cache_dir=cache_dir)), batch_size=12)
     text = shakespeare_text()
     assert data.tokenizer.chars == "".join(sorted(set(text[: int(len(text) * 0.9)])))
     assert data.vocab_size == 4 + 64
@@ -56,6 +57,8 @@ def test_builds_offline_with_char_vocab(cache_dir, monkeypatch):
 
 
 def test_measure_throughput_reports_rates(cache_dir):
-    out = measure_throughput(DataConfig(cache_dir=cache_dir), batch_size=12, n_batches=20, warmup=2)
+    out = measure_throughput(
+        DataConfig(dataset=ShakespeareData(cache_dir=cache_dir)), batch_size=12, n_batches=20, warmup=2
+    )
     assert out["tokens_per_s"] > 0 and out["batches_per_s"] > 0
     np.testing.assert_allclose(out["tokens_per_s"], out["batches_per_s"] * 12 * 64, rtol=1e-6)

@@ -5,15 +5,16 @@ into pieces. Behaviour: two processes read disjoint slices that cover the split;
 gives exactly the batches of an uninterrupted one; settings the shards fix are refused."""
 
 import json
+import typing
 
 import numpy as np
 import pytest
 
 from tests.data.conftest import make_documents
-from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.core.tokens import BOS_ID, EOS_ID
-from transformer_jax.data import DataConfig, build_data, load_tokenizer
+from transformer_jax.data import DataConfig, PreparedData, build_data, load_tokenizer
 from transformer_jax.data.prepare import PrepareConfig, prepare
 from transformer_jax.data.shards import TokenShards
 
@@ -32,8 +33,8 @@ def prepared(tmp_path_factory):
     return out, [np.asarray(d, np.int64) for d in shards.documents("train")]
 
 
-def data_of(path, *, process_index=0, process_count=1, batch_size=B, **kw):
-    cfg = DataConfig(dataset="prepared", path=str(path), seq_len=T, **kw)
+def data_of(path, *, process_index=0, process_count=1, batch_size=B, packing="stream", **kw):
+    cfg = DataConfig(dataset=PreparedData(path=str(path), packing=packing), seq_len=T, **kw)
     return build_data(cfg, batch_size=batch_size, process_index=process_index, process_count=process_count)
 
 
@@ -203,17 +204,15 @@ def test_the_tokenizer_is_the_prepared_one_and_settings_it_fixes_are_refused(pre
     data = data_of(path)
     assert data.tokenizer.to_json() == load_tokenizer(path).to_json() and data.vocab_size == data.tokenizer.vocab_size
     for field, value in (("tokenizer", "byte"), ("document_split", "line"), ("val_fraction", 0.2)):
-        cfg = DataConfig(dataset="prepared", path=str(path), packing="documents", **{field: value})
-        with pytest.raises(ConfigError, match=f"data.{field}=.* is not read with data.dataset='prepared'"):
-            configlib.check_reads(cfg, prefix="data.")
-    configlib.check_reads(DataConfig(dataset="prepared", path=str(path), packing="documents"), prefix="data.")
-    with pytest.raises(ConfigError, match="data.path=None: is required when data.dataset='prepared'"):
-        DataConfig(dataset="prepared")
-    with pytest.raises(FileNotFoundError, match="data.path: .* is not a directory"):
+        with pytest.raises(ConfigError, match=f"the dataset 'prepared' has no setting '{field}'"):
+            apply_overrides(DataConfig(), ["dataset=prepared", f"dataset.path={path}", f"dataset.{field}={value}"])
+    with pytest.raises(ConfigError, match="data.dataset.path=None: is required when data.dataset='prepared'"):
+        DataConfig(dataset=PreparedData())
+    with pytest.raises(FileNotFoundError, match="data.dataset.path: .* is not a directory"):
         data_of(tmp_path / "missing")
     from transformer_jax.data import ByteTokenizer
 
-    cfg = DataConfig(dataset="prepared", path=str(path), seq_len=T)
+    cfg = DataConfig(dataset=PreparedData(path=str(path)), seq_len=T)
     with pytest.raises(ConfigError, match="holds another tokenizer"):
         build_data(cfg, batch_size=B, tokenizer=ByteTokenizer())
 
@@ -226,13 +225,19 @@ def test_shards_without_a_val_split_are_refused(tmp_path):
 
 
 def test_the_pipeline_registries_match_the_config_choices():
+    """Every dataset and tokenizer setting has its implementation by the same name, and vice versa
+    (the symbols of the synthetic tasks and Hugging Face tokenizers are not trained from settings)."""
+    from transformer_jax.data import DatasetConfig, TokenizerConfig
+    from transformer_jax.data.config import Packing
     from transformer_jax.data.lm import PACKINGS
     from transformer_jax.data.sources import DATASETS
     from transformer_jax.data.streaming import TOKEN_PACKINGS
-    from transformer_jax.data.variants import DATASET_VARIANTS, PACKING_VARIANTS
+    from transformer_jax.data.tokenizers import TOKENIZERS
 
-    assert set(DATASETS.names()) == set(DATASET_VARIANTS.names())
-    assert set(PACKINGS.names()) == set(TOKEN_PACKINGS.names()) == set(PACKING_VARIANTS.names())
+    assert set(DATASETS.names()) == set(DatasetConfig.VARIANTS.names())
+    assert set(TOKENIZERS.names()) - set(TokenizerConfig.VARIANTS.names()) == {"symbols", "huggingface"}
+    assert set(TokenizerConfig.VARIANTS.names()) <= set(TOKENIZERS.names())
+    assert set(PACKINGS.names()) == set(TOKEN_PACKINGS.names()) == set(typing.get_args(Packing))
 
 
 def test_training_reads_records_as_it_needs_them(tmp_path, monkeypatch):

@@ -3,18 +3,15 @@
 import numpy as np
 import pytest
 
-from transformer_jax.data import DataConfig, build_data
+from transformer_jax.data import AssociativeRecallTask, CopyTask, DataConfig, DatasetConfig, ReverseTask, build_data
 from transformer_jax.data.synthetic import SyntheticSource
 
-SMALL = dict(
-    synthetic_train_size=64,
-    synthetic_val_size=16,
-    synthetic_min_len=3,
-    synthetic_max_len=8,
-    synthetic_vocab=10,
-    seq_len=24,
-    max_src_len=24,
-)
+SMALL = dict(train_size=64, val_size=16, min_len=3, max_len=8, vocab=10, max_src_len=24)
+
+
+def small(task: str, **fields) -> DataConfig:
+    return DataConfig(dataset=DatasetConfig.VARIANTS.get(task)(**SMALL, **fields), seq_len=24)
+
 
 EXPECTED = {
     "copy": lambda p: list(p),
@@ -36,7 +33,7 @@ def split_lm_row(tok, batch, r):
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "sort", "associative_recall"])
 def test_lm_rows_have_correct_answers_and_answer_only_weights(task):
-    data = build_data(DataConfig(dataset=task, **SMALL), batch_size=8)
+    data = build_data(small(task), batch_size=8)
     assert data.task == "lm" and data.vocab_size == 4 + 1 + 10
     with data.train_iterator() as it:
         batches = [next(it) for _ in range(3)]
@@ -60,7 +57,7 @@ def test_lm_rows_have_correct_answers_and_answer_only_weights(task):
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "sort"])
 def test_seq2seq_format(task):
-    data = build_data(DataConfig(dataset=task, task_format="seq2seq", **SMALL), batch_size=4)
+    data = build_data(small(task, format="seq2seq"), batch_size=4)
     assert data.task == "seq2seq"
     tok = data.tokenizer
     batch = next(iter(data.eval_batches()))
@@ -85,8 +82,8 @@ def test_generated_from_the_seed():
 
 def test_config_checks_room_for_the_task():
     with pytest.raises(ValueError, match="seq_len >= 33"):
-        DataConfig(dataset="reverse", synthetic_max_len=16, seq_len=32)
-    with pytest.raises(ValueError, match="data.synthetic_vocab=4: is too small"):
-        DataConfig(dataset="associative_recall", synthetic_vocab=4, synthetic_max_len=8, seq_len=64)
+        DataConfig(dataset=ReverseTask(max_len=16), seq_len=32)
+    with pytest.raises(ValueError, match="data.dataset.vocab=4: is too small"):
+        DataConfig(dataset=AssociativeRecallTask(vocab=4, max_len=8), seq_len=64)
     with pytest.raises(ValueError, match="max_src_len=8: is shorter than 17"):
-        DataConfig(dataset="copy", task_format="seq2seq", synthetic_max_len=16, max_src_len=8)
+        DataConfig(dataset=CopyTask(format="seq2seq", max_len=16, max_src_len=8))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from transformer_jax.data import (
     ByteTokenizer,
     CharTokenizer,
-    DataConfig,
+    SentencePieceSettings,
     SentencePieceTokenizer,
     SymbolTokenizer,
     load_tokenizer,
@@ -83,8 +83,8 @@ def _lines(root, split):
 @pytest.fixture(scope="module", params=["bpe", "unigram"])
 def sp_tok(request, captions_dir):
     """SentencePiece trained on the local caption corpus (tests/data/conftest.py), both model types."""
-    cfg = DataConfig(tokenizer="sentencepiece", sp_model_type=request.param, vocab_size=400)
-    return train_tokenizer(cfg, _lines(captions_dir, "train"))
+    settings = SentencePieceSettings(model_type=request.param, vocab_size=400)
+    return train_tokenizer(settings, _lines(captions_dir, "train"))
 
 
 def test_sentencepiece_round_trip_on_captions(sp_tok, captions_dir):

@@ -12,7 +12,7 @@ import math
 import jax
 import pytest
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import CopyTask, DataConfig
 from transformer_jax.eval import validation_bleu
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
@@ -38,14 +38,9 @@ def copy_config() -> Config:
             "original_tiny", dropout=0.0, d_model=32, n_heads=2, d_ff=64, n_layers=1, n_encoder_layers=1, max_len=16
         ),
         data=DataConfig(
-            dataset="copy",
-            task_format="seq2seq",
-            synthetic_vocab=8,
-            synthetic_min_len=3,
-            synthetic_max_len=6,
-            synthetic_train_size=4000,
-            synthetic_val_size=32,
-            max_src_len=8,
+            dataset=CopyTask(
+                format="seq2seq", vocab=8, min_len=3, max_len=6, train_size=4000, val_size=32, max_src_len=8
+            ),
             seq_len=8,
         ),
         train=TrainConfig(

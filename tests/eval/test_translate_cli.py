@@ -31,9 +31,9 @@ def test_train_translate_eval(tmp_path):
     workdir = tmp_path / "run"
     summary, _ = train(
         workdir,
-        f"data.dir={data}",
-        f"data.cache_dir={tmp_path / 'cache'}",
-        "data.tokenizer=byte",
+        f"data.dataset.dir={data}",
+        f"data.dataset.cache_dir={tmp_path / 'cache'}",
+        "data.dataset.tokenizer=byte",
         "model.d_model=32",
         "model.n_heads=2",
         "model.d_ff=64",

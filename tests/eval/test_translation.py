@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from transformer_jax.data import DataConfig, build_data
+from transformer_jax.data import CopyTask, DataConfig, build_data
 from transformer_jax.decode import translate_beam
 from transformer_jax.eval import TranslateConfig, reference_pairs, translate_ids, validation_bleu
 from transformer_jax.models import build_model, get_preset
@@ -33,14 +33,7 @@ def test_batched_translation_equals_one_at_a_time(model):
 
 def test_validation_bleu_on_a_synthetic_task(model):
     cfg = DataConfig(
-        dataset="copy",
-        task_format="seq2seq",
-        synthetic_vocab=8,
-        synthetic_min_len=2,
-        synthetic_max_len=4,
-        synthetic_val_size=6,
-        max_src_len=8,
-        seq_len=8,
+        dataset=CopyTask(format="seq2seq", vocab=8, min_len=2, max_len=4, val_size=6, max_src_len=8), seq_len=8
     )
     data = build_data(cfg, batch_size=4)
     sources, refs = reference_pairs(data, "val")

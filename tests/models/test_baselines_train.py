@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import DataConfig, TextData
 from transformer_jax.decode import SamplingConfig, generate
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.models import BaselineConfig, baseline_model_config
@@ -42,7 +42,7 @@ def test_trains_evaluates_and_samples_like_a_transformer(kind, corpus, tmp_path)
     path, cache = corpus
     cfg = Config(
         model=model,
-        data=DataConfig(dataset="text", path=path, cache_dir=cache, seq_len=16),
+        data=DataConfig(dataset=TextData(path=path, cache_dir=cache), seq_len=16),
         train=TrainConfig(
             steps=3,
             batch_size=8,

@@ -33,7 +33,7 @@ def test_two_processes_train_and_resume_on_prepared_shards(tmp_path):
     prepared = tmp_path / "prepared"
     prepare(PrepareConfig(inputs=(str(tmp_path / "corpus.txt"),), out=str(prepared), tokenizer="char",
                           val_fraction=0.1, shard_mb=0.004), progress=False)  # fmt: skip
-    data = ["data.dataset=prepared", f"data.path={prepared}"]
+    data = ["data.dataset=prepared", f"data.dataset.path={prepared}"]
     first = _two_processes(tmp_path / "w", [*SETS, *data])
     assert json.loads(first.strip().splitlines()[-1])["step"] == 3
     saved = json.loads((tmp_path / "w" / "checkpoints" / "3" / "data" / "metadata").read_text())["processes"]

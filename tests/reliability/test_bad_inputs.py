@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.core.configlib import ConfigError
-from transformer_jax.data import DataConfig, build_data
+from transformer_jax.data import ByteSettings, DataConfig, ParallelData, TextData, build_data
 from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.run import setup
 
@@ -33,10 +33,14 @@ BAD = [  # (overrides, field the message must start with, a word of the fix)
     (["train.nonfinite=ignore"], "train.nonfinite", "skip"),
     (["train.best_mode=biggest"], "train.best_mode", "max"),
     (["data.dataset=shakespear"], "data.dataset", "shakespeare"),
-    (["data.tokenizer=wordpiece"], "data.tokenizer", "sentencepiece"),
-    (["data.dataset=text"], "data.path", "give a text file"),
-    (["data.val_fraction=1.5"], "data.val_fraction", "> 0.0 and < 1.0"),
-    (["data.tokenizer=sentencepiece", "data.vocab_size=50"], "data.vocab_size", "use >="),
+    (["data.dataset.tokenizer=wordpiece"], "data.dataset.tokenizer", "sentencepiece"),
+    (["data.dataset=text"], "data.dataset.path", "give a text file"),
+    (["data.dataset.val_fraction=1.5"], "data.dataset.val_fraction", "> 0.0 and < 1.0"),
+    (
+        ["data.dataset.tokenizer=sentencepiece", "data.dataset.tokenizer.vocab_size=50"],
+        "data.dataset.tokenizer.vocab_size",
+        "use >=",
+    ),
     (["mesh.data=-1", "mesh.fsdp=-1"], "mesh", "at most one axis"),
     (["mesh.tensor=0"], "mesh.tensor", "positive"),
     (["mesh.data=3"], "mesh", "set one axis to -1"),
@@ -63,7 +67,7 @@ def test_bad_config_names_field_and_fix_before_compiling(tmp_path, no_compilatio
 
 
 def _text_cfg(path, **kw):
-    return DataConfig(dataset="text", path=str(path), seq_len=16, cache_dir=str(path.parent / "cache"), **kw)
+    return DataConfig(dataset=TextData(path=str(path), cache_dir=str(path.parent / "cache"), **kw), seq_len=16)
 
 
 def test_missing_file_is_named(tmp_path):
@@ -96,12 +100,10 @@ def _parallel(tmp_path, src_lines, tgt_lines):
         with gzip.open(tmp_path / f"{split}.en.gz", "wt") as f:
             f.write("\n".join(tgt_lines) + "\n")
     return DataConfig(
-        dataset="parallel",
-        dir=str(tmp_path),
-        tokenizer="byte",
+        dataset=ParallelData(
+            tokenizer=ByteSettings(), dir=str(tmp_path), max_src_len=12, cache_dir=str(tmp_path / "cache")
+        ),
         seq_len=12,
-        max_src_len=12,
-        cache_dir=str(tmp_path / "cache"),
     )
 
 

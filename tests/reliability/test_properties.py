@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transformer_jax.data import ByteTokenizer, CharTokenizer, DataConfig, rows, train_tokenizer
+from transformer_jax.data import ByteTokenizer, CharTokenizer, SentencePieceSettings, rows, train_tokenizer
 from transformer_jax.ops.masks import AttentionMask
 
 SETTINGS = settings(
@@ -45,7 +45,7 @@ def sentencepiece():
         for v in ("mat", "hat", "log")
         for u in ("Anna", "Björn", "Zoë")
     ] * 20
-    return train_tokenizer(DataConfig(tokenizer="sentencepiece", vocab_size=300, sp_model_type="bpe"), corpus)
+    return train_tokenizer(SentencePieceSettings(vocab_size=300, model_type="bpe"), corpus)
 
 
 @SETTINGS

@@ -7,7 +7,7 @@ import pytest
 from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.data import DataConfig
+from transformer_jax.data import CopyTask, DataConfig, TextData
 from transformer_jax.models import get_preset
 from transformer_jax.parallel import MeshConfig
 from transformer_jax.train.config import Config, TrainConfig, resolve
@@ -31,7 +31,7 @@ def test_json_round_trip_is_identity():
         (
             lambda: Config(
                 model=get_preset("gpt2_tiny"),
-                data=DataConfig(dataset="copy", task_format="seq2seq", seq_len=40, max_src_len=40),
+                data=DataConfig(dataset=CopyTask(format="seq2seq", max_src_len=40), seq_len=40),
             ),
             "model.kind",
         ),
@@ -69,8 +69,8 @@ def test_inverse_sqrt_gets_d_model_from_the_model():
 
 
 def test_overrides_of_one_section_are_validated_together():
-    cfg = apply_overrides(Config(), ["data.dataset=text", "data.path=/some/file.txt"])
-    assert cfg.data.dataset == "text" and cfg.data.path == "/some/file.txt"
+    cfg = apply_overrides(Config(), ["data.dataset=text", "data.dataset.path=/some/file.txt"])
+    assert cfg.data.dataset == TextData(path="/some/file.txt")
     cfg = apply_overrides(cfg, ["train.optim.lr=3e-4", "mesh.fsdp=2", "train.optim.lr=1e-4"])
     assert cfg.train.optim.lr == 1e-4 and cfg.mesh.fsdp == 2
     with pytest.raises(ConfigError, match="did you mean train.optim.warmup_steps"):

@@ -3,7 +3,7 @@ list), leaves URLs and absolute paths alone, and makes a local ``train.init_from
 
 import dataclasses
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import DataConfig, TextData
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.experiment import absolute_paths
 
@@ -11,10 +11,11 @@ from transformer_jax.train.experiment import absolute_paths
 def test_relative_paths_become_absolute_and_urls_stay(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "base").mkdir()
-    data = DataConfig(dataset="text", path="a.txt, sub/b.txt", val_path="gs://bucket/val.txt", cache_dir="/abs/cache")
+    data = DataConfig(dataset=TextData(path="a.txt, sub/b.txt", val_path="gs://bucket/val.txt", cache_dir="/abs/cache"))
     cfg = absolute_paths(Config(data=data, train=TrainConfig(init_from="base")))
-    assert cfg.data.path == f"{tmp_path}/a.txt,{tmp_path}/sub/b.txt"
-    assert cfg.data.val_path == "gs://bucket/val.txt" and cfg.data.cache_dir == "/abs/cache"
+    dataset = cfg.data.dataset
+    assert isinstance(dataset, TextData) and dataset.path == f"{tmp_path}/a.txt,{tmp_path}/sub/b.txt"
+    assert dataset.val_path == "gs://bucket/val.txt" and dataset.cache_dir == "/abs/cache"
     assert cfg.train.init_from == str(tmp_path / "base")
     assert absolute_paths(cfg) == cfg
     missing = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_from="no/such/dir"))

@@ -148,7 +148,7 @@ def test_missing_corpus_file_is_named(tmp_path):
         str(tmp_path / "r"),
         "--set",
         "data.dataset=text",
-        f"data.path={tmp_path}/nope.txt",
+        f"data.dataset.path={tmp_path}/nope.txt",
         check=False,
     )
     assert proc.returncode != 0

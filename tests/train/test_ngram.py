@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_jax.data import DataConfig, build_data
+from transformer_jax.data import DataConfig, TextData, build_data
 from transformer_jax.models import BaselineConfig, NGramLM, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.experiment import config_from_dict
@@ -45,7 +45,7 @@ def _cfg(corpus, packing="stream", seq_len=16, **baseline):
     path, cache = corpus
     return Config(
         model=baseline_model_config("ngram", BaselineConfig(**{"ngram_order": 3, **baseline})),
-        data=DataConfig(dataset="text", path=path, cache_dir=cache, seq_len=seq_len, packing=packing),
+        data=DataConfig(dataset=TextData(path=path, cache_dir=cache, packing=packing), seq_len=seq_len),
         train=TrainConfig(batch_size=4),
     )
 
@@ -128,8 +128,8 @@ def test_cli_train_fits_and_samples(corpus, tmp_path):
             "20",
             "--set",
             "data.dataset=text",
-            f"data.path={path}",
-            f"data.cache_dir={cache}",
+            f"data.dataset.path={path}",
+            f"data.dataset.cache_dir={cache}",
             "model.baseline.ngram_order=4",
         ],
         env=env,

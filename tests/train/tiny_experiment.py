@@ -1,6 +1,6 @@
 """A seconds-sized experiment for end-to-end training tests (offline Shakespeare, char level)."""
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import CosineSchedule, OptimConfig
@@ -10,7 +10,7 @@ def get_config() -> Config:
     return Config(
         name="tiny",
         model=get_preset("nanogpt_char", d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=32),
-        data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=32),
+        data=DataConfig(dataset=ShakespeareData(tokenizer=CharSettings()), seq_len=32),
         train=TrainConfig(
             steps=6,
             batch_size=4,

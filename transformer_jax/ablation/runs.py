@@ -23,7 +23,7 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     d_model 128, context 64, batch 12, AdamW 1e-3 cosine) with ``steps`` steps; in SMOKE mode a
     1-layer d_model 32 model, 5 warm-up steps and a few validation batches. ``model``: a
     ``ModelConfig`` to use instead; ``train``: `TrainConfig` fields to override."""
-    from transformer_jax.data import DataConfig
+    from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
     from transformer_jax.models import get_preset
     from transformer_jax.train.config import TrainConfig
     from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
@@ -53,7 +53,7 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     return Config(
         name=name,
         model=model,
-        data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=64),
+        data=DataConfig(dataset=ShakespeareData(tokenizer=CharSettings()), seq_len=64),
         train=TrainConfig(**fields),
     )
 

@@ -82,7 +82,7 @@ def hashed_config(cfg: Any) -> dict[str, Any]:
     """The parts of ``cfg`` that decide a run's numbers: everything but ``name``, the model's
     ``vocab_size`` (training sets it from the data) and the fields added since runs were committed
     while at their old behaviour (`ADDED_FIELDS`, `ADDED_BOOKKEEPING`); local text files
-    (``data.path``, ``data.val_path``) stand for their contents, so the hash is the same on every machine.
+    (``data.dataset.path``, ``val_path``) stand for their contents, so the hash is the same on every machine.
     Hashed in the layout the committed runs were saved in (`core.migration.legacy`)."""
     d = migration.legacy(json.loads(json.dumps(configlib.to_dict(cfg), default=str)))
     d.pop("name", None)

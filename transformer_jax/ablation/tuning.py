@@ -28,9 +28,9 @@ from transformer_jax.train.optim_config import CosineSchedule, LinearSchedule
 
 def dev_split(cfg: Any, fraction: float = 0.1) -> Any:
     """``cfg`` training on the first ``1 - fraction`` of the characters of its training split and
-    validating on the rest (``data.dataset="text"`` over two files written once under
+    validating on the rest (``data.dataset=text`` over two files written once under
     `paths.runs_dir`, named by the text's hash). The tokenizer is fitted on the shorter training
-    text, as for any ``text`` corpus."""
+    text, as for any ``text`` corpus; the settings the two datasets share (tokenizer, packing, ...) are kept."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction={fraction}: the dev split is a fraction of the training text, in (0, 1)")
     text = _training_text(cfg.data)
@@ -46,8 +46,15 @@ def dev_split(cfg: Any, fraction: float = 0.1) -> Any:
             tmp = files[name].with_suffix(".tmp")
             tmp.write_text(part, encoding="utf-8")
             tmp.replace(files[name])
-    data = dataclasses.replace(cfg.data, dataset="text", path=str(files["train"]), val_path=str(files["dev"]))
-    return dataclasses.replace(cfg, data=data)
+    from transformer_jax.data.config import TextData
+
+    kept = {
+        f.name: getattr(cfg.data.dataset, f.name)
+        for f in dataclasses.fields(TextData)
+        if hasattr(cfg.data.dataset, f.name)
+    }
+    text_data = TextData(**{**kept, "path": str(files["train"]), "val_path": str(files["dev"])})
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dataset=text_data))
 
 
 @functools.lru_cache(maxsize=4)

@@ -136,11 +136,28 @@ def setting(
     return dataclasses.field(default=default, metadata={"rule": rule})
 
 
+@functools.cache
+def _literal_fields(cls: type) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """``(name, allowed values)`` of the fields annotated ``Literal[...]`` (``| None``: None too)."""
+    out = []
+    for name, hint in typing.get_type_hints(cls).items():
+        args = (hint,) if typing.get_origin(hint) is typing.Literal else typing.get_args(hint)
+        allowed = tuple(v for a in args if typing.get_origin(a) is typing.Literal for v in typing.get_args(a))
+        if allowed and name in {f.name for f in dataclasses.fields(cls)}:
+            out.append((name, allowed + ((None,) if type(None) in args else ())))
+    return tuple(out)
+
+
 def check_fields(cfg: Any, prefix: str) -> None:
     """The one generic check of a config dataclass: every scalar field holds its annotated type
-    (`check_types`: ints are ints, floats finite, ``X | None`` also None), then every declared
-    `Rule` (`setting`) holds. Errors name ``prefix.field``."""
+    (`check_types`: ints are ints, floats finite, ``X | None`` also None), a ``Literal`` field one
+    of its values, then every declared `Rule` (`setting`) holds. Errors name ``prefix.field``."""
     check_types(cfg, prefix)
+    for name, allowed in _literal_fields(type(cfg)):
+        if (value := getattr(cfg, name)) not in allowed:
+            names = [str(a) for a in allowed if a is not None]
+            fix = f"{did_you_mean(value, names)} choose one of: {', '.join(names)}".lstrip()
+            fail(f"{prefix}.{name}", value, f"unknown {name.replace('_', ' ')}", fix)
     for f in dataclasses.fields(cfg):
         rule = f.metadata.get("rule")
         value = getattr(cfg, f.name)

@@ -1,6 +1,6 @@
 """User paths: data, workdirs and checkpoints as ``etils.epath.Path``, so ``gs://`` works too.
 
-A path a user gives (``--workdir``, ``data.path``, ``--output`` ...) goes through `user_path`
+A path a user gives (``--workdir``, ``data.dataset.path``, ``--output`` ...) goes through `user_path`
 once: a local path is made absolute (``~`` expanded), so a stored config works from any directory;
 a URL (``gs://bucket/run``, ``s3://...``) is kept exactly as given, never joined to the current
 directory. Remote schemes open where the environment provides their backend (``gcsfs`` or

@@ -163,8 +163,8 @@ def build_text_corpus(
     cache_dir: str | None = None,
 ) -> TextCorpus:
     """Prepare (or reuse) the text-corpus builder for ``path`` (files, comma list or directory)."""
-    files = textio.expand_paths(path, field="data.path")
-    val_files = textio.expand_paths(val_path, field="data.val_path") if val_path else []
+    files = textio.expand_paths(path, field="data.dataset.path")
+    val_files = textio.expand_paths(val_path, field="data.dataset.val_path") if val_path else []
     options = dict(
         val=[str(f) for f in val_files],
         val_fraction=None if val_files else val_fraction,
@@ -176,10 +176,10 @@ def build_text_corpus(
     data_dir = _keyed_dir(cache_dir, "text_corpus", key, {"files": files, **options})
 
     def split_texts() -> dict[str, str]:
-        text = textio.read_texts(files, decode_errors, field="data.path")
+        text = textio.read_texts(files, decode_errors, field="data.dataset.path")
         if not val_files:
             return split_by_characters(text, val_fraction)
-        return {"train": text, "validation": textio.read_texts(val_files, decode_errors, field="data.val_path")}
+        return {"train": text, "validation": textio.read_texts(val_files, decode_errors, field="data.dataset.val_path")}
 
     builder = TextCorpus(
         split_texts=split_texts, chunk_chars=chunk_chars, data_dir=str(data_dir), file_format="array_record"
@@ -191,7 +191,7 @@ def find_parallel_files(directory: str, src_lang: str, tgt_lang: str) -> dict[st
     """{tfds split: (src file, tgt file)} for ``{split}.{lang}`` or ``{split}.{lang}.gz``."""
     root = Path(directory).expanduser()
     if not root.is_dir():
-        raise FileNotFoundError(f"data.dir={directory!r} is not a directory of parallel text files")
+        raise FileNotFoundError(f"data.dataset.dir={directory!r} is not a directory of parallel text files")
     present = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
 
     def find(names: tuple[str, ...], lang: str) -> Path | None:
@@ -210,7 +210,7 @@ def find_parallel_files(directory: str, src_lang: str, tgt_lang: str) -> dict[st
             lang = src_lang if src is None else tgt_lang
             raise FileNotFoundError(
                 f"parallel corpus {root}: no {names[0]}.{lang} or {names[0]}.{lang}.gz for split "
-                f"{split!r} (data.src_lang={src_lang!r}, data.tgt_lang={tgt_lang!r}); the directory "
+                f"{split!r} (data.dataset.src_lang={src_lang!r}, data.dataset.tgt_lang={tgt_lang!r}); the directory "
                 f"contains: {', '.join(present) or '(nothing)'}"
             )
         found[split] = (src, tgt)
@@ -296,14 +296,16 @@ def catalog_builder(name: str, *, cache_dir: str | None = None, download: bool =
         try:
             builder = tfds.builder(name, data_dir=str(data_dir), file_format="array_record")
         except tfds.core.DatasetNotFoundError:
-            raise ValueError(f"data.tfds_name={name!r} is not in the TFDS catalog (see tfds.list_builders())") from None
+            raise ValueError(
+                f"data.dataset.name={name!r} is not in the TFDS catalog (see tfds.list_builders())"
+            ) from None
     if not builder.is_prepared():
         if not download:
             raise FileNotFoundError(
                 f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and no network: "
-                "downloading is off (data.tfds_download=false); prepare it on a machine with "
+                "downloading is off (data.dataset.download=false); prepare it on a machine with "
                 f"network (tfds.builder({name!r}, data_dir=DIR, file_format='array_record')"
-                ".download_and_prepare()) and copy DIR to data.cache_dir, or use data.dataset=text"
+                ".download_and_prepare()) and copy DIR to data.dataset.cache_dir, or use data.dataset=text"
             )
         _prepare(builder, data_dir)
     fmt = builder.info.file_format

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from transformer_jax.data.tokenizers import TOKENIZERS, Tokenizer
 
 if TYPE_CHECKING:
-    from transformer_jax.data.config import DataConfig
+    from transformer_jax.data.tokenizer_config import TokenizerConfig
 
 HF_TOKENIZER_FILE = "tokenizer.json"
 HF_CONFIG_FILE = "tokenizer_config.json"
@@ -141,7 +141,7 @@ class HFTokenizer(Tokenizer):
         return cls(d["tokenizer"], d.get("config"))
 
     @classmethod
-    def train(cls, cfg: DataConfig, texts: Iterable[str]) -> HFTokenizer:
+    def train(cls, settings: TokenizerConfig, texts: Iterable[str], seed: int = 0) -> HFTokenizer:
         raise ValueError(
             "a Hugging Face tokenizer comes with its checkpoint and is not trained here: load it with "
             "HFTokenizer.from_pretrained(model_dir)"

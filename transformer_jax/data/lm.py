@@ -1,4 +1,4 @@
-"""Language-model pipelines of ``text``, ``shakespeare`` and TFDS catalogs, chosen by ``data.packing``
+"""Language-model pipelines of ``text``, ``shakespeare`` and TFDS catalogs, chosen by ``data.dataset.packing``
 through ``PACKINGS``. Both read token shards (``lm_cache.py``: the corpus tokenized once at first use
 into the format ``transformer-jax prepare`` writes, cached by content), so training does not hold
 the split's tokens in memory (evaluation still reads its split into rows once, as before).
@@ -29,6 +29,7 @@ import numpy as np
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.data import loader, rows
+from transformer_jax.data.config import CorpusData, PackedText
 from transformer_jax.data.lm_cache import TokenStream, cached_shards
 from transformer_jax.data.lm_cache import split_documents as split_documents  # where it was
 from transformer_jax.data.shards import TokenShards
@@ -50,9 +51,19 @@ class LMPipeline(loader.Pipeline):
         return rows.lm_zero_row(self.cfg.seq_len)
 
     @cached_property
+    def settings(self) -> CorpusData:
+        ds = self.cfg.dataset
+        if not isinstance(ds, CorpusData):
+            raise TypeError(f"data.dataset={ds.kind!r} is not a corpus the LM pipelines tokenize")
+        return ds
+
+    def document_split(self) -> str:
+        return "paragraph"  # unused by the records of `stream`
+
+    @cached_property
     def shards(self) -> TokenShards:
         """The corpus tokenized into shards (written at first use, then cached)."""
-        return cached_shards(self.cfg, self.corpus, self.tokenizer, self.UNIT)
+        return cached_shards(self.settings.cache_dir, self.corpus, self.tokenizer, self.UNIT, self.document_split())
 
 
 class _WindowStart:
@@ -145,6 +156,10 @@ class DocumentsLM(LMPipeline):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._warn = _truncation_warning(self.cfg.seq_len)
+
+    def document_split(self) -> str:
+        ds = self.settings
+        return ds.document_split if isinstance(ds, PackedText) else "paragraph"
 
     def documents(self, split: str):
         """The documents of ``split`` as token ids (read lazily from the shards)."""

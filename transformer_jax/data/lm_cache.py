@@ -2,7 +2,7 @@
 
 ``lm.py``'s packings read their tokens from a prepared directory (``shards.py``'s format, the one
 ``transformer-jax prepare`` writes) instead of tokenizing the split into memory at every start:
-``cached_shards(cfg, corpus, tokenizer, unit)`` writes it at first use into
+``cached_shards(cache_dir, corpus, tokenizer, unit)`` writes it at first use into
 ``{cache_dir}/prepared_lm/{key}``, ``key`` a hash of the corpus's identity (its TFDS data dir, itself
 keyed by the input files' paths, sizes and mtimes, and the split options), the unit, and the
 tokenizer, and reuses it afterwards. Two units:
@@ -11,7 +11,7 @@ tokenizer, and reuses it afterwards. Two units:
     them (``encode(joiner)`` before every record but the first), so the records' ids concatenated
     are the split's token stream; ``TokenStream`` reads windows of it from the records holding them,
     with the per-record token offsets saved beside the shards (``{split}.record_starts.npy``).
-  - ``documents``: the documents ``data.document_split`` cuts the text into (or the records, when
+  - ``documents``: the documents ``data.dataset.document_split`` cuts the text into (or the records, when
     they are documents), one document each, as ``prepare`` stores documents.
 
 Writers race safely: each writes into a temporary directory renamed into place, and a directory
@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -32,10 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from transformer_jax.data import shards
-from transformer_jax.data.variants import DOCUMENT_SPLITS
 
 if TYPE_CHECKING:
-    from transformer_jax.data.config import DataConfig
     from transformer_jax.data.sources import Corpus
     from transformer_jax.data.tokenizers import Tokenizer
 
@@ -64,7 +63,9 @@ def cache_key(corpus: Corpus, tokenizer: Tokenizer, unit: str, document_split: s
 
 def split_documents(text: str, how: str) -> list[str]:
     """Documents of a plain text: blank-line separated ``paragraph``s or non-empty ``line``s."""
-    pieces = DOCUMENT_SPLITS.get(how)(text)
+    if how not in ("paragraph", "line"):
+        raise ValueError(f"document split {how!r}: choose paragraph or line")
+    pieces = re.split(r"\n[ \t]*\n", text) if how == "paragraph" else text.split("\n")
     return [p.strip("\n") for p in pieces if p.strip()]
 
 
@@ -125,22 +126,25 @@ def _write(out: Path, corpus: Corpus, tokenizer: Tokenizer, unit: str, document_
     })  # fmt: skip
 
 
-def cache_root(cfg: DataConfig) -> Path:
+def cache_root(cache_dir: str | None) -> Path:
     from transformer_jax.data.builders import default_cache_dir
 
-    return (Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()) / "prepared_lm"
+    return (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "prepared_lm"
 
 
-def cached_shards(cfg: DataConfig, corpus: Corpus, tokenizer: Tokenizer, unit: str) -> shards.TokenShards:
-    """The prepared directory of ``corpus`` (written now unless a complete one is cached)."""
+def cached_shards(
+    cache_dir: str | None, corpus: Corpus, tokenizer: Tokenizer, unit: str, document_split: str = "paragraph"
+) -> shards.TokenShards:
+    """The prepared directory of ``corpus`` under ``cache_dir`` (written now unless a complete one is
+    cached); ``document_split`` cuts the documents of a plain text (unit ``documents``)."""
     if unit not in UNITS:
         raise ValueError(f"unit={unit!r}: choose one of {', '.join(UNITS)}")
-    final = cache_root(cfg) / cache_key(corpus, tokenizer, unit, cfg.document_split)
+    final = cache_root(cache_dir) / cache_key(corpus, tokenizer, unit, document_split)
     if not (final / shards.MANIFEST).is_file():
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
         try:
-            _write(tmp, corpus, tokenizer, unit, cfg.document_split)
+            _write(tmp, corpus, tokenizer, unit, document_split)
             if final.exists() and not (final / shards.MANIFEST).is_file():  # an interrupted writer's leftover
                 shutil.rmtree(final, ignore_errors=True)
             try:

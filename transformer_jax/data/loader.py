@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import grain
 import numpy as np
 
+from transformer_jax.core import configlib, migration
 from transformer_jax.data.rows import shard_and_batch
 
 if TYPE_CHECKING:
@@ -114,8 +115,10 @@ def prefetch(it: grain.IterDataset, cfg: DataConfig) -> grain.IterDataset:
 
 
 def pipeline_fingerprint(cfg: DataConfig, tokenizer_json: dict, **extra: Any) -> str:
-    """Hash of everything that decides the batch order (not prefetch/threads/cache location)."""
-    fields = {k: v for k, v in vars(cfg).items() if k not in _RUNTIME_FIELDS}
+    """Hash of everything that decides the batch order (not prefetch/threads/cache location), over
+    the config's flat layout of before the per-dataset settings, so saved iterator states resume."""
+    flat = migration.legacy({"data": configlib.to_dict(cfg)})["data"]
+    fields = {k: v for k, v in flat.items() if k not in _RUNTIME_FIELDS}
     blob = json.dumps({"cfg": fields, "tok": tokenizer_json, **extra}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -1,4 +1,4 @@
-"""Weighted mixtures of prepared datasets (``data.dataset=mixture``, ``data.mixture``).
+"""Weighted mixtures of prepared datasets (``data.dataset=mixture``, ``data.dataset.mixture``).
 
 Each source is a directory of token shards (``shards.py``) streamed and packed as
 ``data.dataset=prepared`` streams one (``streaming.py``: this process's documents, shuffled per
@@ -25,9 +25,9 @@ import numpy as np
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.data import loader, rows
-from transformer_jax.data.config import DataConfig
+from transformer_jax.data.config import DataConfig, MixtureData, PreparedData
 from transformer_jax.data.mixspec import parse_mixture, parse_schedule
-from transformer_jax.data.sources import DATASETS, Corpus, prepared_dataset
+from transformer_jax.data.sources import DATASETS, Corpus, prepared_corpus
 from transformer_jax.data.streaming import TOKEN_PACKINGS, PreparedLM, eval_batches_of
 from transformer_jax.data.tokenizers import Tokenizer
 
@@ -35,11 +35,11 @@ SOURCE_IDS = "source_ids"
 Stages = tuple[tuple[int, np.ndarray], ...]  # (first step, normalised weights [N])
 
 
-def stages_of(cfg: DataConfig) -> Stages:
-    """The weight schedule of ``cfg``: stage 0 from ``data.mixture``, then ``data.mixture_schedule``."""
-    assert cfg.mixture is not None  # DataConfig requires it for dataset="mixture"
-    sources = parse_mixture(cfg.mixture)
-    later = parse_schedule(cfg.mixture_schedule, tuple(s.name for s in sources))
+def stages_of(ds: MixtureData) -> Stages:
+    """The weight schedule of ``ds``: stage 0 from ``data.dataset.mixture``, then its ``schedule``."""
+    assert ds.mixture is not None  # DataConfig requires it for dataset="mixture"
+    sources = parse_mixture(ds.mixture)
+    later = parse_schedule(ds.schedule, tuple(s.name for s in sources))
     stages = ((0, tuple(s.weight for s in sources)), *later)
     return tuple((step, np.asarray(w, np.float64) / sum(w)) for step, w in stages)
 
@@ -91,21 +91,29 @@ class MixedBatches(grain.IterDataset):
         return f"MixedBatches(sources={len(self._parents)}, batch_size={self._B})"
 
 
+def _mixture(cfg: DataConfig) -> MixtureData:
+    if not isinstance(cfg.dataset, MixtureData):
+        raise TypeError(f"data.dataset={cfg.dataset.kind!r} is not a mixture")
+    return cfg.dataset
+
+
 def source_config(cfg: DataConfig, path: str) -> DataConfig:
     """The ``prepared`` config of one source (the mixture's packing, seed and loader options)."""
-    return cfg.replace(dataset="prepared", path=path, mixture=None, mixture_schedule=None)
+    return cfg.replace(dataset=PreparedData(path=path, packing=_mixture(cfg).packing))
 
 
 @DATASETS.register("mixture")
 def mixture_dataset(cfg: DataConfig) -> Corpus:
-    """The sources of ``data.mixture``, each a prepared ``Corpus``, in ``info["sources"]``."""
-    assert cfg.mixture is not None  # DataConfig requires it for dataset="mixture"
+    """The sources of ``data.dataset.mixture``, each a prepared ``Corpus``, in ``info["sources"]``."""
+    ds = _mixture(cfg)
+    assert ds.mixture is not None  # DataConfig requires it for dataset="mixture"
     sources = {}
-    for s in parse_mixture(cfg.mixture):
+    for s in parse_mixture(ds.mixture):
         try:
-            sources[s.name] = prepared_dataset(source_config(cfg, s.path))
+            sources[s.name] = prepared_corpus(PreparedData(path=s.path))
         except (FileNotFoundError, ValueError) as e:
-            raise ConfigError(f"data.mixture: source {s.name!r}: {str(e).removeprefix('data.path: ')}") from None
+            why = str(e).removeprefix("data.dataset.path: ")
+            raise ConfigError(f"data.dataset.mixture: source {s.name!r}: {why}") from None
     names = tuple(sources)
     splits: dict[str, Sequence] = {
         split: () for split in ("train", "val") if any(split in c.splits for c in sources.values())
@@ -119,7 +127,7 @@ def mixture_tokenizer(cfg: DataConfig, corpus: Corpus, given: Tokenizer | None) 
     sources: dict[str, Corpus] = corpus.info["sources"]
     if "val" not in corpus.splits:
         raise ConfigError(
-            f"data.mixture: no source has a val split to validate on ({', '.join(sources)}); prepare at "
+            f"data.dataset.mixture: no source has a val split to validate on ({', '.join(sources)}); prepare at "
             "least one with `--val-fraction` (e.g. 0.01)"
         )
     first, tokenizer = None, None
@@ -129,14 +137,14 @@ def mixture_tokenizer(cfg: DataConfig, corpus: Corpus, given: Tokenizer | None) 
             first, tokenizer = name, tok
         elif tok.to_json() != tokenizer.to_json():
             raise ConfigError(
-                f"data.mixture: sources {first!r} ({tokenizer.kind}, {tokenizer.vocab_size} ids) and {name!r} "
+                f"data.dataset.mixture: sources {first!r} ({tokenizer.kind}, {tokenizer.vocab_size} ids) and {name!r} "
                 f"({tok.kind}, {tok.vocab_size} ids) hold different tokenizers; prepare every source with the "
                 "same tokenizer (`transformer-jax prepare --tokenizer DIR/tokenizer.json`, DIR the first source)"
             )
     assert tokenizer is not None
     if given is not None and given.to_json() != tokenizer.to_json():
         raise ConfigError(
-            f"data.mixture: the sources' tokenizer ({tokenizer.kind}, {tokenizer.vocab_size} ids) is not the "
+            f"data.dataset.mixture: the sources' tokenizer ({tokenizer.kind}, {tokenizer.vocab_size} ids) is not the "
             f"checkpoint's ({given.kind}, {given.vocab_size} ids): train on the sources the run was started with"
         )
     return tokenizer
@@ -147,13 +155,13 @@ class MixturePipeline(loader.Pipeline):
 
     def __init__(self, corpus: Corpus, tokenizer: Tokenizer, cfg: DataConfig):
         super().__init__(corpus, tokenizer, cfg)
-        packing = TOKEN_PACKINGS.get(cfg.packing)
+        packing = TOKEN_PACKINGS.get(_mixture(cfg).packing)
         self.parts: dict[str, PreparedLM] = {
             name: packing(c, tokenizer, source_config(cfg, str(c.info["shards"].directory)))
             for name, c in corpus.info["sources"].items()
         }
         self.names = tuple(self.parts)
-        self.stages = stages_of(cfg)
+        self.stages = stages_of(_mixture(cfg))
 
     def zero_row(self) -> dict[str, np.ndarray]:
         return {**rows.lm_zero_row(self.cfg.seq_len), SOURCE_IDS: np.zeros((), np.int32)}

@@ -25,7 +25,7 @@ import numpy as np
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.data import loader
-from transformer_jax.data.config import DataConfig
+from transformer_jax.data.config import CorpusData, DataConfig, MixtureData, PackedText, PreparedData, SyntheticData
 from transformer_jax.data.lm import PACKINGS
 from transformer_jax.data.mixture import MixturePipeline, mixture_tokenizer
 from transformer_jax.data.seq2seq import PromptLMPipeline, Seq2SeqPipeline
@@ -120,20 +120,23 @@ def build_data(
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index={process_index} must be in [0, process_count={process_count})")
     corpus = load_corpus(cfg)
-    if corpus.kind == "mixture":
+    ds = cfg.dataset
+    if isinstance(ds, MixtureData):
         tokenizer = mixture_tokenizer(cfg, corpus, tokenizer)
         task, pipeline_cls = "lm", MixturePipeline
-    elif corpus.kind == "tokens":
-        tokenizer = _prepared_tokenizer(cfg, corpus, tokenizer)
-        task, pipeline_cls = "lm", TOKEN_PACKINGS.get(cfg.packing)
-    elif corpus.kind == "synthetic":
-        tokenizer = tokenizer or SymbolTokenizer(cfg.synthetic_vocab)
-        task = cfg.task_format
+    elif isinstance(ds, PreparedData):
+        tokenizer = _prepared_tokenizer(ds, corpus, tokenizer)
+        task, pipeline_cls = "lm", TOKEN_PACKINGS.get(ds.packing)
+    elif isinstance(ds, SyntheticData):
+        tokenizer = tokenizer or SymbolTokenizer(ds.vocab)
+        task = ds.format
         pipeline_cls = PromptLMPipeline if task == "lm" else Seq2SeqPipeline
     else:
-        tokenizer = tokenizer or train_tokenizer(cfg, corpus.tokenizer_texts(cfg.tokenizer_max_records))
+        assert isinstance(ds, CorpusData)
+        if tokenizer is None:
+            tokenizer = train_tokenizer(ds.tokenizer, corpus.tokenizer_texts(ds.tokenizer.records()), cfg.seed)
         task = corpus.kind
-        pipeline_cls = PACKINGS.get(cfg.packing) if task == "lm" else Seq2SeqPipeline
+        pipeline_cls = PACKINGS.get(ds.packing) if isinstance(ds, PackedText) and task == "lm" else Seq2SeqPipeline
     pipeline = pipeline_cls(corpus, tokenizer, cfg)
     return Data(
         cfg,
@@ -147,18 +150,18 @@ def build_data(
     )
 
 
-def _prepared_tokenizer(cfg: DataConfig, corpus: Corpus, given: Tokenizer | None) -> Tokenizer:
+def _prepared_tokenizer(ds: PreparedData, corpus: Corpus, given: Tokenizer | None) -> Tokenizer:
     """The tokenizer saved with the shards; one given (a checkpoint's) must be the same."""
     shards = corpus.info["shards"]
     if "val" not in shards.splits:
         raise ConfigError(
-            f"data.path={cfg.path} has no val split to validate on; prepare the corpus again with "
+            f"data.dataset.path={ds.path} has no val split to validate on; prepare the corpus again with "
             "`--val-fraction` (e.g. 0.01) into another --out"
         )
     tokenizer = shards.tokenizer()
     if given is not None and given.to_json() != tokenizer.to_json():
         raise ConfigError(
-            f"data.path={cfg.path} holds another tokenizer ({tokenizer.kind}, {tokenizer.vocab_size} ids) than "
+            f"data.dataset.path={ds.path} holds another tokenizer ({tokenizer.kind}, {tokenizer.vocab_size} ids) than "
             f"the checkpoint ({given.kind}, {given.vocab_size} ids): train on the shards the run was started "
             "with, or start a new run in another workdir"
         )

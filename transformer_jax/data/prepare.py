@@ -33,7 +33,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from transformer_jax.core.configlib import Config, ConfigError, fail, setting
 from transformer_jax.data import documents as docs_io
@@ -57,7 +57,7 @@ class PrepareConfig(Config):
     out: str
     tokenizer: str
     vocab_size: int | None = setting(None, ge=300)  # sentencepiece only (default 8000; 256 byte pieces + specials)
-    sp_model_type: str | None = setting(None, choice=("bpe", "unigram"))  # sentencepiece only (default bpe)
+    sp_model_type: Literal["bpe", "unigram"] | None = None  # sentencepiece only (default bpe)
     documents: str = setting("paragraph", choice=docs_io.DOCUMENT_UNITS)  # text files: paragraph | line | file
     field: str = "text"  # JSONL field / Parquet column
     val_fraction: float = setting(0.0, ge=0.0, lt=1.0)
@@ -66,7 +66,7 @@ class PrepareConfig(Config):
     record_kb: float = setting(16.0, gt=0.0)  # KiB of token ids a record holds on average (several documents)
     workers: int = setting(1, ge=1)
     tokenizer_sample_mb: float = setting(100.0, gt=0.0)
-    decode_errors: str = setting("strict", choice=("strict", "replace"))
+    decode_errors: Literal["strict", "replace"] = "strict"
     overwrite: bool = False
 
     PATH: ClassVar[str] = "prepare"

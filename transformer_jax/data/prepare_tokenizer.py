@@ -72,11 +72,13 @@ def read_tokenizer_file(path: Path) -> Tokenizer:
 
 def train_named(name: str, texts: Iterable[str], *, vocab_size: int, sp_model_type: str, seed: int) -> Tokenizer:
     """Train the tokenizer ``name`` of ``TRAINED`` on ``texts`` with the package's own training code."""
-    from transformer_jax.data.config import DataConfig
+    from transformer_jax.data.tokenizer_config import SentencePieceSettings, TokenizerConfig
 
-    cfg = DataConfig(tokenizer=name, vocab_size=vocab_size, sp_model_type=sp_model_type, seed=seed)
+    settings = TokenizerConfig.VARIANTS.get(name)()
+    if isinstance(settings, SentencePieceSettings):
+        settings = SentencePieceSettings(vocab_size=vocab_size, model_type=sp_model_type)  # pyright: ignore[reportArgumentType]  # PrepareConfig checked it
     try:
-        return train_tokenizer(cfg, texts)
+        return train_tokenizer(settings, texts, seed)
     except RuntimeError as e:  # SentencePiece's trainer (e.g. a vocabulary larger than the sample allows)
         raise ValueError(
             f"--tokenizer {name}: training failed on the sample ({str(e).strip().splitlines()[-1]}); "

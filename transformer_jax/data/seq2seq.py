@@ -76,7 +76,7 @@ class Seq2SeqPipeline(_ExamplePipeline):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._warn = rows.WarnOnce(
-            f"some pairs are longer than data.max_src_len={self.cfg.max_src_len} (source + EOS) "
+            f"some pairs are longer than data.dataset.max_src_len={self.cfg.max_src_len} (source + EOS) "
             f"or data.seq_len={self.cfg.seq_len} (target + BOS/EOS) and were truncated; raise "
             "them to keep pairs whole (warned once)"
         )

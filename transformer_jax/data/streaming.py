@@ -1,4 +1,4 @@
-"""Training on prepared token shards (``data.dataset=prepared``), packed on the fly; ``data.packing``
+"""Training on prepared token shards (``data.dataset=prepared``), packed on the fly; ``data.dataset.packing``
 chooses through ``TOKEN_PACKINGS``.
 
 Training: the train split's documents ``process_index::process_count`` (each process reads only

@@ -20,7 +20,8 @@ from pathlib import Path
 from etils import epath
 
 from transformer_jax.core.paths import check_reachable, is_url, user_path
-from transformer_jax.data.variants import DECODE_ERRORS
+
+DECODE_ERRORS = ("strict", "replace")  # non-UTF-8 bytes: an error naming the file, or U+FFFD with a warning
 
 FilePath = Path | epath.Path  # a local file, or a URL's epath.Path
 
@@ -37,7 +38,7 @@ def _files_under(path: FilePath) -> list[FilePath]:
     return sorted(files, key=str)
 
 
-def expand_paths(spec: str, *, field: str = "data.path") -> list[FilePath]:
+def expand_paths(spec: str, *, field: str = "data.dataset.path") -> list[FilePath]:
     """Files named by ``spec``: one path, several comma-separated, or a directory.
 
     A directory stands for its regular, non-hidden files (recursively), sorted by path.
@@ -81,7 +82,7 @@ def read_bytes(path: FilePath) -> bytes:
 def decode(data: bytes, path: FilePath, errors: str) -> tuple[str, int]:
     """Decode UTF-8 (dropping a BOM, normalising newlines); returns (text, n_bad_bytes)."""
     if errors not in DECODE_ERRORS:
-        raise ValueError(f"decode_errors={errors!r}; choose one of {', '.join(DECODE_ERRORS.names())}")
+        raise ValueError(f"decode_errors={errors!r}; choose one of {', '.join(DECODE_ERRORS)}")
     try:
         text, bad = data.decode("utf-8-sig"), 0
     except UnicodeDecodeError as e:
@@ -91,7 +92,7 @@ def decode(data: bytes, path: FilePath, errors: str) -> tuple[str, int]:
             raise ValueError(
                 f"{path}: line {line}, column {column} (byte offset {e.start}): invalid UTF-8 "
                 f"byte 0x{data[e.start]:02x} ({e.reason}); convert the file to UTF-8 or set "
-                "data.decode_errors=replace"
+                "data.dataset.decode_errors=replace"
             ) from None
         text = data.decode("utf-8-sig", errors="replace")
         bad = text.count("\ufffd") - data.count("\ufffd".encode())
@@ -102,7 +103,7 @@ def read_text(path: FilePath, errors: str = "strict") -> tuple[str, int]:
     return decode(read_bytes(path), path, errors)
 
 
-def read_texts(paths: Iterable[FilePath], errors: str = "strict", *, field: str = "data.path") -> str:
+def read_texts(paths: Iterable[FilePath], errors: str = "strict", *, field: str = "data.dataset.path") -> str:
     """Concatenate files (a newline is added after a file that lacks one); error if empty."""
     paths = list(paths)
     parts, replaced = [], []

@@ -23,7 +23,7 @@ from transformer_jax.core.registry import Registry
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, N_SPECIAL, PAD_ID, SEP_ID, UNK_ID
 
 if TYPE_CHECKING:
-    from transformer_jax.data.config import DataConfig
+    from transformer_jax.data.tokenizer_config import TokenizerConfig
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -66,7 +66,8 @@ class Tokenizer(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def train(cls, cfg: DataConfig, texts: Iterable[str]) -> Tokenizer: ...
+    def train(cls, settings: TokenizerConfig, texts: Iterable[str], seed: int) -> Tokenizer:
+        """A tokenizer trained on ``texts`` (the training split only) as ``settings`` say."""
 
     def save(self, directory: str | os.PathLike) -> epath.Path:
         path = epath.Path(directory) / TOKENIZER_FILE  # a gs:// workdir where the environment provides it
@@ -146,7 +147,7 @@ class CharTokenizer(Tokenizer):
         return cls(d["chars"])
 
     @classmethod
-    def train(cls, cfg: DataConfig | None, texts: Iterable[str]) -> CharTokenizer:
+    def train(cls, settings: TokenizerConfig | None, texts: Iterable[str], seed: int = 0) -> CharTokenizer:
         chars: set[str] = set()
         for text in texts:
             chars.update(text)
@@ -181,7 +182,7 @@ class ByteTokenizer(Tokenizer):
         return cls()
 
     @classmethod
-    def train(cls, cfg: DataConfig | None, texts: Iterable[str]) -> ByteTokenizer:
+    def train(cls, settings: TokenizerConfig | None, texts: Iterable[str], seed: int = 0) -> ByteTokenizer:
         return cls()
 
 
@@ -235,7 +236,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.__init__(state["model_proto"])
 
     @classmethod
-    def train(cls, cfg: DataConfig, texts: Iterable[str]) -> SentencePieceTokenizer:
+    def train(cls, settings: TokenizerConfig, texts: Iterable[str], seed: int = 0) -> SentencePieceTokenizer:
         import io
 
         import sentencepiece as spm
@@ -246,24 +247,28 @@ class SentencePieceTokenizer(Tokenizer):
                     if line.strip():
                         yield line
 
-        spm.set_random_generator_seed(cfg.seed)
+        from transformer_jax.data.tokenizer_config import SentencePieceSettings
+
+        if not isinstance(settings, SentencePieceSettings):
+            raise TypeError(f"SentencePiece is trained with SentencePieceSettings, not {settings!r}")
+        spm.set_random_generator_seed(seed)
         model = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=sentences(),
             model_writer=model,
-            vocab_size=cfg.vocab_size,
-            model_type=cfg.sp_model_type,
+            vocab_size=settings.vocab_size,
+            model_type=settings.model_type,
             pad_id=PAD_ID,
             bos_id=BOS_ID,
             eos_id=EOS_ID,
             unk_id=UNK_ID,
             user_defined_symbols=["\n"],
-            byte_fallback=cfg.sp_byte_fallback,
-            character_coverage=cfg.sp_character_coverage,
+            byte_fallback=settings.byte_fallback,
+            character_coverage=settings.character_coverage,
             hard_vocab_limit=False,
             remove_extra_whitespaces=False,
             normalization_rule_name="nmt_nfkc",
-            input_sentence_size=cfg.sp_max_sentences,
+            input_sentence_size=settings.max_sentences,
             shuffle_input_sentence=True,
             num_threads=1,
             minloglevel=2,
@@ -323,13 +328,13 @@ class SymbolTokenizer(Tokenizer):
         return cls(d["n_symbols"])
 
     @classmethod
-    def train(cls, cfg: DataConfig, texts: Iterable[str]) -> SymbolTokenizer:
-        return cls(cfg.synthetic_vocab)
+    def train(cls, settings: TokenizerConfig, texts: Iterable[str], seed: int = 0) -> SymbolTokenizer:
+        raise TypeError("the synthetic tasks' symbols are not trained: SymbolTokenizer(n_symbols)")
 
 
-def train_tokenizer(cfg: DataConfig, texts: Iterable[str]) -> Tokenizer:
-    """Train the tokenizer named by ``cfg.tokenizer`` on ``texts`` (the training split only)."""
-    return TOKENIZERS.get(cfg.tokenizer).train(cfg, texts)
+def train_tokenizer(settings: TokenizerConfig, texts: Iterable[str], seed: int = 0) -> Tokenizer:
+    """Train the tokenizer ``settings`` name (``settings.kind``) on ``texts`` (the training split only)."""
+    return TOKENIZERS.get(settings.kind).train(settings, texts, seed)
 
 
 def tokenizer_from_json(d: dict[str, Any]) -> Tokenizer:

@@ -131,7 +131,7 @@ def bleu_on_split(
 
 def run_translate_config(run, *, beam_size: int, alpha: float = 0.6, batch_size: int = 64) -> TranslateConfig:
     """A TranslateConfig fitted to a run's shapes: sources cut like in training
-    (``data.max_src_len``), translations of at most ``data.seq_len`` tokens (EOS included)."""
+    (``data.dataset.max_src_len``), translations of at most ``data.seq_len`` tokens (EOS included)."""
     d, m = run.cfg.data, run.cfg.model
     n_new = d.seq_len if m.position.kind != "learned" else min(d.seq_len, m.max_len - 1)
     return TranslateConfig(

@@ -2,7 +2,7 @@
 decoder-only Transformer learns to attend backwards. Loss counts only the answer tokens;
 ``--set data.dataset=reverse`` (or sort, associative_recall) swaps the task."""
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import CopyTask, DataConfig
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
@@ -13,13 +13,8 @@ def get_config() -> Config:
         name="copy_task",
         model=get_preset("llama_tiny", d_model=64, n_heads=4, n_kv_heads=4, d_ff=172, n_layers=2, max_len=40),
         data=DataConfig(
-            dataset="copy",
+            dataset=CopyTask(min_len=4, max_len=16, vocab=16, train_size=20000, val_size=500),
             seq_len=40,
-            synthetic_min_len=4,
-            synthetic_max_len=16,
-            synthetic_vocab=16,
-            synthetic_train_size=20000,
-            synthetic_val_size=500,
         ),
         train=TrainConfig(
             steps=600,

@@ -7,13 +7,14 @@ Adam(0.9, 0.98, 1e-9) with the paper's inverse-sqrt warm-up schedule (``lr`` is 
 Validation computes greedy BLEU (sacrebleu) on the val split (``train.eval_batches`` limits it)
 and keeps the best checkpoint by it; ``transformer-jax eval`` then reports beam-4 and greedy BLEU.
 
-Data: ``--set data.dir=DIR data.src_lang=de data.tgt_lang=en`` (files ``{train,val}.{de,en}[.gz]``);
-default ``../shared/data/multi30k`` beside the repository, else ``/work/shared/data/multi30k``.
+Data: ``--set data.dataset.dir=DIR data.dataset.src_lang=de data.dataset.tgt_lang=en`` (files
+``{train,val}.{de,en}[.gz]``); default ``../shared/data/multi30k`` beside the repository, else
+``/work/shared/data/multi30k``.
 """
 
 from pathlib import Path
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import DataConfig, ParallelData, SentencePieceSettings
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import Adam, InverseSqrtSchedule, OptimConfig
@@ -31,13 +32,13 @@ def get_config() -> Config:
         # Pieces per sentence: mean ~15, 99th percentile 33 (de) / 29 (en); rows are padded to these
         # lengths, so they are kept short (about 1% of the training pairs lose a few pieces).
         data=DataConfig(
-            dataset="parallel",
-            dir=default_data_dir(),
-            src_lang="de",
-            tgt_lang="en",
-            tokenizer="sentencepiece",
-            vocab_size=8000,
-            max_src_len=32,
+            dataset=ParallelData(
+                dir=default_data_dir(),
+                src_lang="de",
+                tgt_lang="en",
+                tokenizer=SentencePieceSettings(vocab_size=8000),
+                max_src_len=32,
+            ),
             seq_len=32,
         ),
         train=TrainConfig(

@@ -9,10 +9,11 @@ report shows what ``--set model.execution.attention_impl=splash`` (TPU), ``palla
 ``auto`` (the fastest exact kernel of the platform) saves.
 
 The default data is the offline Shakespeare corpus with a 32,000-piece SentencePiece BPE
-tokenizer, enough to start the run anywhere; for a real pod run point ``data.path`` at your
-corpus (text files or a directory)."""
+tokenizer, enough to start the run anywhere; for a real pod run train on your corpus
+(``--set data.dataset=text data.dataset.path=...``: text files or a directory; with
+``data.dataset.tokenizer=sentencepiece data.dataset.tokenizer.vocab_size=32000``)."""
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import DataConfig, SentencePieceSettings, ShakespeareData
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
@@ -33,7 +34,7 @@ def get_config() -> Config:
             decode_impl="auto",
             dropout=0.0,
         ),
-        data=DataConfig(dataset="shakespeare", tokenizer="sentencepiece", vocab_size=32000, seq_len=SEQ_LEN),
+        data=DataConfig(dataset=ShakespeareData(tokenizer=SentencePieceSettings(vocab_size=32000)), seq_len=SEQ_LEN),
         train=TrainConfig(
             steps=20000,
             batch_size=32,

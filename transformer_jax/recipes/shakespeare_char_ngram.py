@@ -6,7 +6,7 @@
 ``model.baseline.smoothing=add_k model.baseline.add_k=0.1`` compare variants.
 """
 
-from transformer_jax.data import DataConfig
+from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
 from transformer_jax.models import BaselineConfig, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
 
@@ -15,6 +15,6 @@ def get_config() -> Config:
     return Config(
         name="shakespeare_char_ngram",
         model=baseline_model_config("ngram", BaselineConfig(ngram_order=6, smoothing="kneser_ney"), vocab_size=65),
-        data=DataConfig(dataset="shakespeare", tokenizer="char", seq_len=64),
+        data=DataConfig(dataset=ShakespeareData(tokenizer=CharSettings()), seq_len=64),
         train=TrainConfig(steps=1, batch_size=12),
     )

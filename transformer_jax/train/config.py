@@ -144,10 +144,10 @@ class Config:
             fail(
                 "model.kind",
                 m.kind,
-                f"data.dataset={d.dataset!r} is a {d.task} task",
+                f"data.dataset={d.dataset.kind!r} is a {d.task} task",
                 f"use model.kind={task_kind!r} (or another dataset)",
             )
-        longest = max(d.seq_len, d.max_src_len if d.task == "seq2seq" else 0)
+        longest = max(d.seq_len, d.dataset.src_len() or 0 if d.task == "seq2seq" else 0)
         if m.position.kind == "learned" and longest > m.max_len:
             fail(
                 "data.seq_len",

@@ -8,11 +8,13 @@ import json
 import os
 import sys
 import traceback
+from typing import Any, cast
 
 from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.paths import absolute, is_url, user_path
+from transformer_jax.data.config import MixtureData
 from transformer_jax.train.config import Config
 
 
@@ -93,12 +95,13 @@ def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
     return cfg
 
 
-# The fields that hold paths; ``data.path`` and ``data.val_path`` may list several, comma-separated.
-PATH_FIELDS = (("data", "path", True), ("data", "val_path", True), ("data", "dir", False), ("data", "cache_dir", False))
+# The dataset fields that hold paths (``data.dataset.FIELD``); ``path`` and ``val_path`` may list
+# several, comma-separated.
+PATH_FIELDS = (("path", True), ("val_path", True), ("dir", False), ("cache_dir", False))
 
 
 def _absolute_mixture(text: str) -> str:
-    """``data.mixture`` (``NAME=PATH:WEIGHT,...``, already checked) with each path `absolute`."""
+    """``data.dataset.mixture`` (``NAME=PATH:WEIGHT,...``, already checked) with each path `absolute`."""
     items = []
     for item in text.split(","):
         name, _, rest = item.partition("=")
@@ -112,15 +115,20 @@ def absolute_paths(cfg: Config) -> Config:
     config a run stores works from any directory; ``train.init_from`` when it names a local path.
     URLs (``gs://...``) stay as given (`transformer_jax.core.paths.absolute`)."""
     sections = {}
-    if cfg.data.mixture is not None and (mixture := _absolute_mixture(cfg.data.mixture)) != cfg.data.mixture:
-        sections["data"] = {"mixture": mixture}
-    for section, name, listed in PATH_FIELDS:
-        value = getattr(getattr(cfg, section), name)
+    dataset = cfg.data.dataset
+    fixed_fields: dict[str, str] = {}
+    mixture = dataset.mixture if isinstance(dataset, MixtureData) else None
+    if mixture is not None and _absolute_mixture(mixture) != mixture:
+        fixed_fields["mixture"] = _absolute_mixture(mixture)
+    for name, listed in PATH_FIELDS:
+        value = getattr(dataset, name, None)
         if value is None:
             continue
         fixed = ",".join(map(absolute, value.split(","))) if listed else absolute(value)
         if fixed != value:
-            sections.setdefault(section, {})[name] = fixed
+            fixed_fields[name] = fixed
+    if fixed_fields:
+        sections["data"] = {"dataset": dataclasses.replace(cast(Any, dataset), **fixed_fields)}  # a dataclass variant
     init_from = cfg.train.init_from
     if init_from is not None and not is_url(init_from) and os.path.exists(init_from):
         sections.setdefault("train", {})["init_from"] = absolute(init_from)

@@ -171,7 +171,7 @@ class Trainer:
             f"model: {self.cfg.model.kind}, {self.n_params:,} parameters"
             + (f" ({self.n_trainable:,} trainable: LoRA adapters)" if self.tc.lora is not None else "")
             + (f", from {self.tc.init_from}" if self.tc.init_from is not None else "")
-            + f"; data: {self.cfg.data.dataset} "
+            + f"; data: {self.cfg.data.dataset.kind} "
             f"({run.data.task}, vocab {run.data.vocab_size}); devices: {jax.device_count()} "
             f"({jax.default_backend()}); mesh {dict(run.mesh.shape)}; {start}",
             flush=True,

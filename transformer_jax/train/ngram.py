@@ -106,7 +106,7 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
         model.save(local)
     print(
         f"model: ngram (order {model.order}, {model.smoothing}), {model.n_entries:,} stored counts from "
-        f"{n_train:,} training tokens in {fit_s:.1f}s; data: {cfg.data.dataset} (vocab {data.vocab_size})",
+        f"{n_train:,} training tokens in {fit_s:.1f}s; data: {cfg.data.dataset.kind} (vocab {data.vocab_size})",
         flush=True,
     )
     train = score(model, data.eval_batches("train", cfg.train.eval_batches), accuracy=False)

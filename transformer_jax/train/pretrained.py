@@ -28,7 +28,8 @@ from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.paths import require_local
 from transformer_jax.data import tokenizer_from_json
-from transformer_jax.data.config import DataConfig
+from transformer_jax.data.config import CorpusData
+from transformer_jax.data.tokenizer_config import CharSettings
 from transformer_jax.models.config import RUNTIME_FIELDS, ModelConfig
 from transformer_jax.parallel import state_shardings
 from transformer_jax.train.checkpoint import CheckpointError
@@ -37,16 +38,6 @@ from transformer_jax.train.experiment import configure, workdir_config
 from transformer_jax.train.optim import make_optimizer
 from transformer_jax.train.state import abstract_state, model_graph, model_infos, split_model
 
-# Data fields that choose or train a tokenizer: the pretrained tokenizer replaces them.
-TOKENIZER_FIELDS = (
-    "tokenizer",
-    "vocab_size",
-    "sp_model_type",
-    "sp_byte_fallback",
-    "sp_character_coverage",
-    "sp_max_sentences",
-    "tokenizer_max_records",
-)
 _WHOLE = 4 << 20  # files up to this size are hashed whole
 _BLOCK, _BLOCKS = 1 << 20, 16  # else: the first and last MiB and 16 MiB-blocks evenly spaced between
 
@@ -95,8 +86,8 @@ def pretrained_model_config(path: str) -> ModelConfig:
 def with_init_from(cfg: Config, path: str, explicit: dict[str, str] | None = None) -> Config:
     """``cfg`` starting from the base at ``path``: ``train.init_from`` set, the model replaced by the
     pretrained one with the ``model.*`` keys of ``explicit`` (``--set`` overrides) applied, which
-    may change only `RUNTIME_FIELDS`. A tokenizer setting of ``cfg.data`` (non-default, or in
-    ``explicit``) is an error: the run uses the pretrained tokenizer."""
+    may change only `RUNTIME_FIELDS`. A tokenizer setting of ``cfg.data.dataset`` (not the default
+    char tokenizer, or in ``explicit``) is an error: the run uses the pretrained tokenizer."""
     explicit = explicit or {}
     path = require_local(path, "train.init_from", _LOCAL_WHY)
     pretrained = pretrained_model_config(path)
@@ -110,18 +101,19 @@ def with_init_from(cfg: Config, path: str, explicit: dict[str, str] | None = Non
                 f"(model.{name}={getattr(pretrained, name)!r} in {path}/config.json); with --init-from only "
                 f"{', '.join('model.' + f for f in RUNTIME_FIELDS)} may be set"
             )
-    defaults = DataConfig()
-    for name in TOKENIZER_FIELDS:
-        value = getattr(cfg.data, name)
-        if f"data.{name}" in explicit or value != getattr(defaults, name):
+    dataset = cfg.data.dataset
+    if isinstance(dataset, CorpusData):
+        given = [key for key in explicit if key.startswith("data.dataset.tokenizer")]
+        if given or dataset.tokenizer != CharSettings():
+            shown = given[0] if given else f"data.dataset.tokenizer={dataset.tokenizer.kind!r}"
             raise ConfigError(
-                f"data.{name}={value!r} is not read with --init-from: the run uses the pretrained tokenizer of "
-                f"{path}; remove the setting"
+                f"{shown} is not read with --init-from: the run uses the pretrained tokenizer of {path}; "
+                "remove the setting"
             )
-    if cfg.data.packing == "documents" and base_kind(path) == "hf":
+    if getattr(dataset, "packing", None) == "documents" and base_kind(path) == "hf":
         raise ConfigError(
-            "data.packing='documents' frames documents with this package's BOS/EOS ids (1, 2), not the "
-            f"pretrained tokenizer's of {path}; use data.packing=stream"
+            "data.dataset.packing='documents' frames documents with this package's BOS/EOS ids (1, 2), not the "
+            f"pretrained tokenizer's of {path}; use data.dataset.packing=stream"
         )
     train = dataclasses.replace(cfg.train, init_from=path)
     return dataclasses.replace(cfg, model=model, train=train)
@@ -327,7 +319,6 @@ def load_base(base: dict[str, Any], model: ModelConfig, mesh) -> tuple[Any, Any,
 
 __all__ = [
     "RUNTIME_FIELDS",
-    "TOKENIZER_FIELDS",
     "base_kind",
     "check_fingerprint",
     "check_model",
