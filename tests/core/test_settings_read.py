@@ -49,8 +49,6 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
         (["train.optim.momentum=0.5"], "train.optim.momentum=0.5", "train.optim.optimizer='adamw'"),
         (["train.optim.schedule=constant", "train.optim.min_lr=0"], "train.optim.min_lr=0.0",
          "train.optim.schedule='constant'"),
-        (["train.nonfinite=halt", "train.max_consecutive_skips=3"], "train.max_consecutive_skips=3",
-         "train.nonfinite='halt'"),
         (["model.execution.attention_block_size=512"], "model.execution.attention_block_size=512",
          "model.execution.attention_impl='xla'"),
     ],

@@ -14,6 +14,7 @@ corpus (text files or a directory)."""
 
 from transformer_jax.data import DataConfig
 from transformer_jax.models import get_preset
+from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import OptimConfig
 
@@ -37,10 +38,9 @@ def get_config() -> Config:
         train=TrainConfig(
             steps=20000,
             batch_size=32,
-            eval_every=1000,
-            eval_batches=20,
-            log_every=50,
-            checkpoint_every=1000,
+            eval=EvalConfig(every=1000, batches=20),
+            log=LogConfig(every=50),
+            checkpoint=CheckpointConfig(every=1000),
             optim=OptimConfig(
                 optimizer="adamw",
                 lr=3e-4,

@@ -4,7 +4,7 @@
 layout into today's; `legacy` turns today's into the layout the committed ablation runs were hashed
 under, so their identities stay; `renamed_key` names the new key of an old ``--set`` key.
 
-One module per config section (`model`, ...), each with ``PATH`` (where the section sits in a run's
+One module per config section (`model`, `train`, ...), each with ``PATH`` (where the section sits in a run's
 config), ``STEPS`` ((upgrade, legacy) pairs acting in place on the section's dict; upgrade leaves
 today's layout as it is) and ``RENAMED`` (old dotted key -> where it went). Pure dict work, no config
 classes: every layer may call it.
@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from transformer_jax.core.migration import model
+from transformer_jax.core.migration import model, train
 
-_SECTIONS = (model,)
+_SECTIONS = (model, train)
 
 RENAMED_KEYS: dict[str, str] = {old: new for section in _SECTIONS for old, new in section.RENAMED.items()}
 
