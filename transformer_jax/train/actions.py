@@ -171,15 +171,14 @@ class Validate(Action):
     phase = Phase.MEASURE
 
     def __init__(self, settings: EvalConfig, *, steps: int):
-        self.every, self.steps = settings.every, steps
-        self.batches, self.extra = settings.batches, settings.extra
+        self.settings, self.every, self.steps = settings, settings.every, steps
         self.at: int | None = None
 
     def due(self, ctl: Control, view: StepView) -> bool:
         return view.step % self.every == 0 or view.step == self.steps
 
     def run(self, ctl: Control, view: StepView) -> None:
-        result = ctl.validate(view.state, max_batches=self.batches, extra=self.extra)
+        result = ctl.validate(view.state, max_batches=self.settings.batches, extra=self.settings.extra)
         ctl.write(view.step, {f"val/{k}": v for k, v in result.items()})
         shown = ", ".join(f"val {k} {v:.4f}" for k, v in result.items() if k not in ("tokens", "batches"))
         ctl.say(f"step {view.step}: {shown} ({result.get('batches', '?')} batches)")
@@ -257,15 +256,14 @@ class Checkpoint(Action):
     phase = Phase.PERSIST
 
     def __init__(self, settings: CheckpointConfig, *, start_step: int):
-        self.every = settings.every
-        self.metric = None if settings.best is None else f"val/{settings.best.metric}"
+        self.every, self.best = settings.every, settings.best
         self.last_saved = start_step
 
     def due(self, ctl: Control, view: StepView) -> bool:
         return ctl.stop_reason is None and view.step % self.every == 0
 
     def run(self, ctl: Control, view: StepView, *, force: bool = False) -> None:
-        best_value = None if self.metric is None else ctl.metrics.at(self.metric, view.step)
+        best_value = None if self.best is None else ctl.metrics.at(f"val/{self.best.metric}", view.step)
         ctl.save(view.step, view.state, best_value=best_value, force=force)
         self.last_saved = view.step
 
@@ -279,12 +277,12 @@ class Sample(Action):
     """Print a short sample of the current model every ``train.sample.every`` steps (0: never)."""
 
     def __init__(self, settings: SampleConfig):
-        self.every, self.prompt, self.tokens = settings.every, settings.prompt, settings.tokens
+        self.settings, self.every = settings, settings.every
 
     def run(self, ctl: Control, view: StepView) -> None:
         if not ctl.is_main or not all_finite(view.state.params):
             return
-        text = ctl.sample(view.state, self.prompt, self.tokens, seed=view.step)
+        text = ctl.sample(view.state, self.settings.prompt, self.settings.tokens, seed=view.step)
         ctl.say(f"step {view.step} sample: {text!r}")
 
 
