@@ -40,10 +40,10 @@ def command(workdir, steps):
         "0",
         "--set",
         f"train.steps={steps}",
-        "train.checkpoint_every=20",
-        "train.eval_every=100",
-        "train.eval_batches=10",
-        "train.log_every=5",
+        "train.checkpoint.every=20",
+        "train.eval.every=100",
+        "train.eval.batches=10",
+        "train.log.every=5",
     ]
 
 

@@ -77,7 +77,7 @@ from transformer_jax.decode import SamplingConfig
 from transformer_jax.eval import TranslateConfig, reference_pairs, translate_ids
 from transformer_jax.eval.bleu import corpus_bleu
 from transformer_jax.models import build_model, get_preset
-from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.config import CheckpointConfig, Config, EvalConfig, LogConfig, SampleConfig, TrainConfig
 from transformer_jax.train.experiment import load_experiment, workdir_config
 from transformer_jax.train.loop import train
 from transformer_jax.train.run import setup
@@ -174,7 +174,14 @@ if ablation.smoke():
             dataset=ReverseTask(format="seq2seq", vocab=10, min_len=2, max_len=6, val_size=32, max_src_len=8),
             seq_len=8,
         ),
-        train=TrainConfig(steps=40, batch_size=16, eval_every=40, log_every=10, checkpoint_every=40, sample_tokens=0),
+        train=TrainConfig(
+            steps=40,
+            batch_size=16,
+            eval=EvalConfig(every=40),
+            log=LogConfig(every=10),
+            checkpoint=CheckpointConfig(every=40),
+            sample=SampleConfig(tokens=0),
+        ),
     )
     workdir = ablation.runs_dir(NOTEBOOK) / "reverse"
     train(cfg, str(workdir))

@@ -151,7 +151,9 @@ CLAIMS = ablation.register(
 # %%
 # FULL: one validation pass, at the end (only the final loss is read; each pass over the whole
 # validation split costs as much as 20-40 training steps)
-transformer = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, **ablation.pick(smoke={}, full={"eval_every": STEPS}))
+transformer = ablation.shakespeare_config(
+    NOTEBOOK, steps=STEPS, **ablation.pick(smoke={}, full={"eval": {"every": STEPS}})
+)
 V = transformer.model.vocab_size
 
 

@@ -138,7 +138,9 @@ for c in CLAIMS:
 # %%
 # FULL: validation every 500 steps (the dots of the loss plot; each pass over the whole validation
 # split costs as much as 20-40 training steps)
-dense = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, **ablation.pick(smoke={}, full={"eval_every": STEPS // 4}))
+dense = ablation.shakespeare_config(
+    NOTEBOOK, steps=STEPS, **ablation.pick(smoke={}, full={"eval": {"every": STEPS // 4}})
+)
 F = dense.model.d_ff
 
 

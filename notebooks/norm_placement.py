@@ -211,7 +211,7 @@ CLAIMS = ablation.register(
 # %%
 # FULL: one validation pass, at the end (only the final loss is read; each pass over the whole
 # validation split costs as much as 20-40 training steps)
-full_only = ablation.pick(smoke={}, full={"eval_every": STEPS})
+full_only = ablation.pick(smoke={}, full={"eval": {"every": STEPS}})
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, nonfinite="halt", **full_only)
 base = dataclasses.replace(
     base,

@@ -30,8 +30,8 @@ TINY = [
     "model.max_len=32",
     "data.seq_len=32",
     "train.batch_size=8",
-    "train.eval_batches=1",
-    "train.log_every=1",
+    "train.eval.batches=1",
+    "train.log.every=1",
     "train.optim.warmup_steps=2",
 ]
 
@@ -43,7 +43,7 @@ def _port() -> int:
 
 
 def _command(workdir: str, port: int, process: int, args) -> list[str]:
-    every = [f"train.steps={args.steps}", "train.eval_every=1", "train.checkpoint_every=1"]
+    every = [f"train.steps={args.steps}", "train.eval.every=1", "train.checkpoint.every=1"]
     every.append(f"train.optim.schedule.decay_steps={args.steps}")
     return [
         *(sys.executable, "-m", "transformer_jax", "train", "--config", args.config, "--workdir", workdir),

@@ -67,8 +67,8 @@ def train(path: str, packing: str, steps: int) -> dict:
     """The recipe trained ``steps`` steps on the shards, in this process."""
     from transformer_jax.cli import main
 
-    sets = [*_sets(path, packing), f"train.steps={steps}", f"train.eval_every={steps}", "train.eval_batches=2",
-            f"train.checkpoint_every={steps}"]  # fmt: skip
+    sets = [*_sets(path, packing), f"train.steps={steps}", f"train.eval.every={steps}", "train.eval.batches=2",
+            f"train.checkpoint.every={steps}"]  # fmt: skip
     with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(io.StringIO()) as out:
         code = main(["train", "--config", RECIPE, "--workdir", workdir, "--sample-tokens", "0", "--set", *sets])
     if code != 0:

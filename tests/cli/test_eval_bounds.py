@@ -1,4 +1,4 @@
-"""Validation is bounded by default: ``train.eval_batches`` (50 unless set) batches during training
+"""Validation is bounded by default: ``train.eval.batches`` (50 unless set) batches during training
 and in ``eval``, which says how many it read; ``eval --full`` reads the whole split."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ def _summary(proc) -> dict:
 
 
 def test_eval_is_bounded_by_train_eval_batches_and_full_reads_the_split(tmp_path):
-    assert TrainConfig().eval_batches == 50
+    assert TrainConfig().eval.batches == 50
     rng = np.random.default_rng(0)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join("".join(rng.choice(list("abcdefgh "), 60)) for _ in range(400)))
     workdir = tmp_path / "run"
     _, proc = train(
-        workdir, "data.dataset=text", f"data.dataset.path={corpus}", "train.steps=2", "train.eval_batches=3"
+        workdir, "data.dataset=text", f"data.dataset.path={corpus}", "train.steps=2", "train.eval.batches=3"
     )
     assert "(3 batches)" in proc.stdout + proc.stderr  # the validation log line says how many
     logged = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]

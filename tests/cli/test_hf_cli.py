@@ -23,7 +23,7 @@ pytestmark = pytest.mark.interop
 TEXT = ["the quick brown fox jumps over the lazy dog", "pack my box with five dozen liquor jugs"]
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda"]
 SHORT = ["--set", "data.dataset=text", "data.seq_len=16", "train.batch_size=4", "train.steps=2",
-         "train.eval_every=2", "train.eval_batches=1", "train.checkpoint_every=2", "train.log_every=1",
+         "train.eval.every=2", "train.eval.batches=1", "train.checkpoint.every=2", "train.log.every=1",
          "train.optim.warmup_steps=0"]  # fmt: skip
 
 

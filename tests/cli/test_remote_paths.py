@@ -23,7 +23,8 @@ store = tmp / "store"
 (store / "bucket" / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 200)
 run = ["--workdir", "gs://bucket/run"]
 ngram = ["--config", "shakespeare_char_ngram", "--sample-tokens", "0", "--set", "data.dataset=text",
-         "data.dataset.path=gs://bucket/corpus.txt", "train.loggers=jsonl", f"data.dataset.cache_dir={tmp / 'cache'}"]
+         "data.dataset.path=gs://bucket/corpus.txt", "train.log.loggers=jsonl",
+         f"data.dataset.cache_dir={tmp / 'cache'}"]
 codes = {}
 with fake_gs(store, cwd=tmp):
     codes["train"] = main(["train", *run, *ngram])

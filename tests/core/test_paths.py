@@ -104,7 +104,7 @@ def test_tensorboard_names_the_setting_when_it_cannot_write_the_workdir(tmp_path
     from transformer_jax.train.metrics import MetricsWriter
 
     monkeypatch.setattr(tensorboardX.record_writer, "GCS_ENABLED", False)  # google-cloud-storage missing
-    with fake_gs(tmp_path / "store", cwd=tmp_path), pytest.raises(ConfigError, match=r"train.loggers: .*gs://"):
+    with fake_gs(tmp_path / "store", cwd=tmp_path), pytest.raises(ConfigError, match=r"train.log.loggers: .*gs://"):
         MetricsWriter("gs://bucket/run", loggers=("tensorboard",))
 
 

@@ -43,8 +43,6 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
         (["model.attention_window=16"], "model.attention_window=16", "model.attention_kind='softmax'"),
         (["model.execution.attention_block_size=128"], "model.execution.attention_block_size=128",
          "model.execution.attention_impl='xla'"),
-        (["train.nonfinite=halt", "train.max_consecutive_skips=3"], "train.max_consecutive_skips=3",
-         "train.nonfinite='halt'"),
         (["model.execution.attention_block_size=512"], "model.execution.attention_block_size=512",
          "model.execution.attention_impl='xla'"),
     ],

@@ -3,7 +3,7 @@ so, and the checkpoint kept as best by BLEU is the step whose logged BLEU is the
 
 One in-process run (one CPU device) of the original Transformer at 1+1 layers, d_model 32, on
 the synthetic copy task as seq2seq (symbols 0..7, 3-6 per sentence, 32 validation sentences),
-greedy validation BLEU every 25 steps, ``best_metric=bleu``, ``best_mode=max``. Measured (jax
+greedy validation BLEU every 25 steps, best checkpoint by BLEU (``train.checkpoint.best``). Measured (jax
 0.10.2, CPU): BLEU 2.9, 28, 77, 97, 100, 100 at steps 25..150; the untrained model 0.4.
 """
 
@@ -15,7 +15,15 @@ import pytest
 from transformer_jax.data import CopyTask, DataConfig
 from transformer_jax.eval import validation_bleu
 from transformer_jax.models import get_preset
-from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.config import (
+    BestCheckpoint,
+    CheckpointConfig,
+    Config,
+    EvalConfig,
+    LogConfig,
+    SampleConfig,
+    TrainConfig,
+)
 from transformer_jax.train.loop import train
 from transformer_jax.train.metrics import read_metrics
 from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
@@ -46,13 +54,10 @@ def copy_config() -> Config:
         train=TrainConfig(
             steps=STEPS,
             batch_size=128,
-            eval_every=EVAL_EVERY,
-            checkpoint_every=EVAL_EVERY,
-            log_every=EVAL_EVERY,
-            best_metric="bleu",
-            best_mode="max",
-            sample_tokens=0,
-            peak_flops=1e12,  # no GEMM measurement for the MFU column
+            eval=EvalConfig(every=EVAL_EVERY),
+            checkpoint=CheckpointConfig(every=EVAL_EVERY, best=BestCheckpoint(metric="bleu", mode="max")),
+            log=LogConfig(every=EVAL_EVERY, peak_flops=1e12),  # no GEMM measurement for the MFU column
+            sample=SampleConfig(tokens=0),
             optim=OptimConfig(AdamW(weight_decay=0.0), lr=3e-3, schedule=CosineSchedule(min_lr=3e-4), warmup_steps=10),
         ),
     )

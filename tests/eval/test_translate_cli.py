@@ -40,10 +40,10 @@ def test_train_translate_eval(tmp_path):
         "model.n_layers=1",
         "model.n_encoder_layers=1",
         "train.steps=8",
-        "train.eval_every=8",
-        "train.checkpoint_every=8",
+        "train.eval.every=8",
+        "train.checkpoint.every=8",
         "train.batch_size=16",
-        "train.eval_batches=1",
+        "train.eval.batches=1",
         "train.optim.warmup_steps=4",
         experiment=EXPERIMENT,
     )

@@ -13,7 +13,7 @@ from transformer_jax.decode import SamplingConfig, generate
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.models import BaselineConfig, baseline_model_config
 from transformer_jax.models.forward import FORWARDS
-from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.config import CheckpointConfig, Config, EvalConfig, LogConfig, TrainConfig
 from transformer_jax.train.loop import train
 from transformer_jax.train.optim import OptimConfig
 from transformer_jax.train.run import setup
@@ -46,11 +46,9 @@ def test_trains_evaluates_and_samples_like_a_transformer(kind, corpus, tmp_path)
         train=TrainConfig(
             steps=3,
             batch_size=8,
-            eval_every=3,
-            eval_batches=2,
-            log_every=1,
-            checkpoint_every=3,
-            peak_flops=1e12,  # no GEMM peak measurement
+            eval=EvalConfig(every=3, batches=2),
+            log=LogConfig(every=1, peak_flops=1e12),  # no GEMM peak measurement
+            checkpoint=CheckpointConfig(every=3),
             optim=OptimConfig(lr=3e-3, warmup_steps=1),
         ),
     )

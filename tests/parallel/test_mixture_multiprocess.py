@@ -23,7 +23,8 @@ def test_two_processes_on_a_mixture_resume_bitwise(tmp_path):
     paths = {name: prepare_source(tmp_path, name, alphabet, n=120) for name, alphabet in ALPHABETS.items()}
     mixture = ",".join(f"{name}={paths[name]}:{w}" for name, w in zip(ALPHABETS, (0.5, 0.3, 0.2), strict=True))
     data = ["data.dataset=mixture", f"data.dataset.mixture={mixture}",
-            "data.dataset.schedule=4:web=0.1,code=0.1,math=0.8", "train.eval_every=5"]  # fmt: skip
+            "data.dataset.schedule=4:web=0.1,code=0.1,math=0.8",
+            "train.eval.every=5"]  # fmt: skip
     straight = _two_processes(tmp_path / "a", [*SETS, "train.steps=5", *data])
     assert json.loads(straight.strip().splitlines()[-1])["step"] == 5
     _two_processes(tmp_path / "b", [*SETS, *data])  # stops at step 3

@@ -24,7 +24,7 @@ HEARTBEAT_S = 10  # TRANSFORMER_JAX_HEARTBEAT_S of every process in these tests 
 # The runtime notices the missing heartbeats within HEARTBEAT_S of the kill (the coordinator checks
 # about every second); the margin covers that check, the error reaching the survivor and its abort.
 EXIT_MARGIN_S = 5
-SETS = ["train.batch_size=8", "train.steps=3", "train.eval_every=3", "train.checkpoint_every=3"]
+SETS = ["train.batch_size=8", "train.steps=3", "train.eval.every=3", "train.checkpoint.every=3"]
 
 
 def _port() -> int:
@@ -114,8 +114,8 @@ def test_surviving_process_exits_when_its_peer_dies(tmp_path):
     sets = [
         "train.batch_size=8",
         "train.steps=100000",
-        "train.eval_every=100000",
-        "train.checkpoint_every=100000",
+        "train.eval.every=100000",
+        "train.checkpoint.every=100000",
         "train.optim.schedule.decay_steps=100000",
     ]
     with contextlib.ExitStack() as stack:
@@ -194,8 +194,8 @@ def test_saving_latest_and_best_at_the_same_steps_neither_hangs_nor_fails(tmp_pa
     """Each step validates (a new best) and checkpoints: ``checkpoints/`` and ``best/`` are saved at
     the same steps by two Orbax managers, whose asynchronous multi-host saves must not overlap."""
     steps = 10
-    sets = ["train.batch_size=8", f"train.steps={steps}", "train.eval_every=1", "train.eval_batches=1"]
-    sets += ["train.checkpoint_every=1", f"train.optim.schedule.decay_steps={steps}", "train.optim.warmup_steps=1"]
+    sets = ["train.batch_size=8", f"train.steps={steps}", "train.eval.every=1", "train.eval.batches=1"]
+    sets += ["train.checkpoint.every=1", f"train.optim.schedule.decay_steps={steps}", "train.optim.warmup_steps=1"]
     for n in range(SAVE_TRIES):
         workdir = tmp_path / f"try{n}"
         with contextlib.ExitStack() as stack:

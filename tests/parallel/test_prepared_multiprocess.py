@@ -46,5 +46,5 @@ def test_two_processes_train_and_resume_on_prepared_shards(tmp_path):
     assert "data position of 2 processes but 1 are running" in one.stderr and "resume with 2" in one.stderr
 
     # Every process restores the checkpoint's metadata (an Orbax barrier): process 0 alone hung here.
-    again = _two_processes(tmp_path / "w", [*SETS[:-3], "train.steps=5", "train.eval_every=5", *data])
+    again = _two_processes(tmp_path / "w", [*SETS[:-3], "train.steps=5", "train.eval.every=5", *data])
     assert "resuming at step 3" in again and json.loads(again.strip().splitlines()[-1])["step"] == 5

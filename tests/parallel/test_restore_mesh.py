@@ -19,8 +19,8 @@ BASE = [
     "model.n_heads=8",
     "model.d_ff=128",
     "train.batch_size=8",
-    "train.eval_every=100",
-    "train.checkpoint_every=2",
+    "train.eval.every=100",
+    "train.checkpoint.every=2",
     "train.optim.schedule.decay_steps=6",
 ]
 

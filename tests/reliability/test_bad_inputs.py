@@ -31,7 +31,7 @@ BAD = [  # (overrides, field the message must start with, a word of the fix)
     (["train.optim.schedule.min_lr=1"], "train.optim.schedule.min_lr", "min_lr <= lr"),
     (["train.label_smoothing=1.5"], "train.label_smoothing", ">= 0.0 and < 1.0"),
     (["train.nonfinite=ignore"], "train.nonfinite", "skip"),
-    (["train.best_mode=biggest"], "train.best_mode", "max"),
+    (["train.checkpoint.best.mode=biggest"], "train.checkpoint.best.mode", "max"),
     (["data.dataset=shakespear"], "data.dataset", "shakespeare"),
     (["data.dataset.tokenizer=wordpiece"], "data.dataset.tokenizer", "sentencepiece"),
     (["data.dataset=text"], "data.dataset.path", "give a text file"),

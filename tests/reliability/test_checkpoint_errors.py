@@ -23,7 +23,7 @@ from transformer_jax.train.run import setup
 
 pytestmark = pytest.mark.slow
 TINY = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
-SHORT = ["train.steps=2", "train.checkpoint_every=2", "train.eval_every=1000"]
+SHORT = ["train.steps=2", "train.checkpoint.every=2", "train.eval.every=1000"]
 FOUR = ["train.steps=4", *SHORT[1:]]  # SHORT continued: a checkpoint (and best/) of step 4
 
 
@@ -128,7 +128,7 @@ def test_disk_full_while_saving_keeps_previous_checkpoint(tmp_path, two_steps):
     message = (
         f"error: could not write a checkpoint to {disk / 'run' / 'checkpoints'} (around step 4): no space left on "
         "device; the last complete checkpoint (step 2) is intact. Free disk space (or lower "
-        "train.keep_checkpoints) and rerun the same command to resume."
+        "train.checkpoint.keep) and rerun the same command to resume."
     )
     assert [line for line in err.splitlines() if line.startswith("error:")] == [message], err[-3000:]
     # Every report of the failure (checkpoints/ and best/ both fail) names step 2 as intact.
@@ -167,7 +167,7 @@ def test_disk_full_simulated_by_a_failing_save_names_the_intact_checkpoint(tmp_p
         train_in_process(cfg, str(workdir), devices=jax.devices()[:1])
     assert str(err.value) == (
         f"could not write a checkpoint to {workdir / 'checkpoints'} (around step 4): no space left on device; "
-        "the last complete checkpoint (step 2) is intact. Free disk space (or lower train.keep_checkpoints) "
+        "the last complete checkpoint (step 2) is intact. Free disk space (or lower train.checkpoint.keep) "
         "and rerun the same command to resume."
     )
     monkeypatch.undo()

@@ -20,8 +20,8 @@ from transformer_jax.train.run import setup
 pytestmark = pytest.mark.slow
 LONG = [
     "train.steps=120",
-    "train.checkpoint_every=1000",
-    "train.eval_every=1000",
+    "train.checkpoint.every=1000",
+    "train.eval.every=1000",
     "train.optim.schedule.decay_steps=120",
 ]
 
@@ -94,7 +94,7 @@ KILL_DURING_SAVE = textwrap.dedent("""
 
 
 def test_sigkill_during_async_save_resumes_from_newest_complete(tmp_path):
-    sets = ["train.steps=8", "train.checkpoint_every=2", "train.eval_every=1000", "train.optim.schedule.decay_steps=8"]
+    sets = ["train.steps=8", "train.checkpoint.every=2", "train.eval.every=1000", "train.optim.schedule.decay_steps=8"]
     straight = tmp_path / "straight"
     train(straight, *sets)
     workdir = tmp_path / "run"

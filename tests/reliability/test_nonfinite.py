@@ -35,9 +35,9 @@ def test_skip_policy_counts_and_halts_after_n_in_a_row(tmp_path):
         "train.optim.grad_clip=None",
         "train.optim.warmup_steps=0",
         "train.nonfinite=skip",
-        "train.max_consecutive_skips=3",
+        "train.nonfinite.max_consecutive=3",
         "train.steps=20",
-        "train.checkpoint_every=1",
+        "train.checkpoint.every=1",
         check=False,
     )
     assert proc.returncode == 2 and summary is None
@@ -118,7 +118,7 @@ def _marked_iterator(at_step: int):
 def test_halt_policy_names_step_and_parameters_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(Data, "train_iterator", _marked_iterator(at_step=3))
     _poison_one_gradient(monkeypatch)
-    cfg = load_experiment(TINY, ["train.nonfinite=halt", "train.steps=6", "train.checkpoint_every=2"])
+    cfg = load_experiment(TINY, ["train.nonfinite=halt", "train.steps=6", "train.checkpoint.every=2"])
     with pytest.raises(NonFiniteError) as err:
         train_in_process(cfg, str(tmp_path / "run"), devices=jax.devices()[:1])
     message = str(err.value)

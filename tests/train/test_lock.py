@@ -64,7 +64,7 @@ def test_second_trainer_is_refused_and_readers_never_lock(tmp_path):
     summary, _ = train(workdir, "train.steps=2")  # a finished run to read while the lock is held
     assert not (workdir / LOCK_FILE).exists()  # train released it on the way out
     first = subprocess.Popen(
-        train_cmd(workdir, "train.steps=2000", "train.checkpoint_every=1000", "train.eval_every=1000",
+        train_cmd(workdir, "train.steps=2000", "train.checkpoint.every=1000", "train.eval.every=1000",
                   "train.optim.schedule.decay_steps=2000"),
         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

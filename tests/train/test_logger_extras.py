@@ -89,7 +89,7 @@ def test_training_logs_to_wandb_offline_the_steps_of_the_json_lines(offline, tmp
     import subprocess
 
     workdir = tmp_path / "run"
-    cmd = train_cmd(workdir, "train.loggers=jsonl,wandb", "train.wandb_project=unit-tests")
+    cmd = train_cmd(workdir, "train.log.loggers=jsonl", "train.log.wandb=on", "train.log.wandb.project=unit-tests")
     proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     json.loads(proc.stdout.strip().splitlines()[-1])  # the summary is still the last line of stdout
@@ -98,5 +98,6 @@ def test_training_logs_to_wandb_offline_the_steps_of_the_json_lines(offline, tmp
     assert logged and [(r["_step"], r["train/loss"]) for r in rows if "train/loss" in r] == [
         (r["step"], r["train/loss"]) for r in logged
     ]
-    assert config["train"]["loggers"] == ["jsonl", "wandb"] and config["train"]["wandb_project"] == "unit-tests"
+    log = config["train"]["log"]
+    assert log["loggers"] == ["jsonl"] and log["wandb"]["project"] == "unit-tests"
     assert not (workdir / "tb").exists()

@@ -168,9 +168,9 @@ def test_resuming_under_changed_settings_names_each_one(tmp_path, uninterrupted)
     shutil.copytree(straight_dir, workdir)
     for later in ("4", "6"):
         shutil.rmtree(workdir / "checkpoints" / later)
-    _, proc = _train(workdir, "train.steps=4", "train.optim.lr=0.0005", "train.log_every=2")
+    _, proc = _train(workdir, "train.steps=4", "train.optim.lr=0.0005", "train.log.every=2")
     assert "resuming at step 2" in proc.stdout
     assert "2 setting(s) changed" in proc.stderr and "train.steps 6 -> 4" in proc.stderr
-    assert "train.optim.lr 0.003 -> 0.0005" in proc.stderr and "train.log_every" not in proc.stderr
+    assert "train.optim.lr 0.003 -> 0.0005" in proc.stderr and "train.log.every" not in proc.stderr
     _, proc = _train(workdir, "train.steps=4", "train.optim.lr=0.0005")  # finished, same settings
     assert "changed since it was saved" not in proc.stderr

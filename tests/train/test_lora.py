@@ -246,9 +246,9 @@ def test_lora_run_on_a_base_run(tmp_path):
     experiment = os.path.join(os.path.dirname(__file__), "tiny_experiment.py")
     devices = jax.devices()[:1]
     base_dir, lora_dir = str(tmp_path / "base"), str(tmp_path / "lora")
-    base_cfg = load_experiment(experiment, ["train.steps=2", "train.eval_every=100"])
+    base_cfg = load_experiment(experiment, ["train.steps=2", "train.eval.every=100"])
     train(base_cfg, base_dir, devices=devices)
-    cfg = with_init_from(load_experiment(experiment, ["train.steps=4", "train.eval_every=100"]), base_dir)
+    cfg = with_init_from(load_experiment(experiment, ["train.steps=4", "train.eval.every=100"]), base_dir)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lora=LoraConfig(rank=2, targets=("q", "v"))))
     summary = train(cfg, lora_dir, devices=devices)
     assert summary["trainable_params"] == 2 * 2 * (32 * 2 + 2 * 32)  # 2 layers x q, v x (A + B)

@@ -16,14 +16,14 @@ from tests.cli_helpers import cli, train
 def resumed(tmp_path_factory):
     """A tiny run of 4 steps resumed for 2 more: (workdir, first summary, resumed summary, resumed stdout)."""
     workdir = tmp_path_factory.mktemp("resume") / "run"
-    first, _ = train(workdir, "train.steps=4", "train.checkpoint_every=4")
+    first, _ = train(workdir, "train.steps=4", "train.checkpoint.every=4")
     metrics = workdir / "metrics.jsonl"  # the first run's rates marked (as if measured on another machine)
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     for r in records:
         if "train/tokens_per_s" in r:
             r["train/tokens_per_s"] = 1.0
     metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
-    second, proc = train(workdir, "train.steps=6", "train.checkpoint_every=4")
+    second, proc = train(workdir, "train.steps=6", "train.checkpoint.every=4")
     return workdir, first, second, proc.stdout
 
 
@@ -41,7 +41,7 @@ def test_resumed_tokens_per_s_is_measured_on_its_own_steps(resumed):
 def test_fine_tune_says_it_starts_from_the_pretrained_weights(resumed, tmp_path):
     base = resumed[0]
     proc = cli("train", "--init-from", str(base), "--workdir", str(tmp_path / "tuned"), "--sample-tokens", "0",
-               "--set", "train.steps=1", "data.seq_len=32", "train.batch_size=4", "train.eval_batches=1")  # fmt: skip
+               "--set", "train.steps=1", "data.seq_len=32", "train.batch_size=4", "train.eval.batches=1")  # fmt: skip
     assert f"starting from the pretrained weights of {base}" in proc.stdout, proc.stdout
     assert "starting from scratch" not in proc.stdout
 

@@ -84,7 +84,7 @@ def test_finite_step_updates_and_resets_skips(tmp_path):
 
 
 def test_max_minutes_ends_the_run_with_eval_and_checkpoint(tmp_path):
-    cfg = _cfg("train.steps=100000", "train.max_minutes=0.05", "train.eval_every=100000")
+    cfg = _cfg("train.steps=100000", "train.max_minutes=0.05", "train.eval.every=100000")
     summary = train(cfg, str(tmp_path / "run"), devices=ONE)
     assert summary["stopped"] == "max_minutes"
     assert 0 < summary["step"] < 100000

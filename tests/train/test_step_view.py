@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.train import actions
-from transformer_jax.train.config import TrainConfig
+from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SkipNonfinite
 from transformer_jax.train.step_view import MetricsStore, Phase, StepView, in_phase_order
 
 
@@ -34,7 +34,7 @@ class FakeControl:
     def stop(self, reason):
         self.stop_reason = self.stop_reason or reason
 
-    def validate(self, state):
+    def validate(self, state, *, max_batches, extra):
         return {"loss": 2.5, "perplexity": float(np.exp(2.5))}
 
     def sample(self, state, prompt, max_new_tokens, *, seed):
@@ -55,7 +55,7 @@ class FakeState:
     step: int = 0
 
 
-TC = TrainConfig(steps=4, eval_every=2, checkpoint_every=2, log_every=2)
+EVAL, SAVES = EvalConfig(every=2), CheckpointConfig(every=2)
 
 
 def _drive(todo, ctl, steps):
@@ -68,8 +68,8 @@ def _drive(todo, ctl, steps):
 
 
 def test_phase_order_puts_checkpoints_after_validation_whatever_the_list_says():
-    checkpoint, validate = actions.Checkpoint(TC, start_step=0), actions.Validate(TC)
-    budget = actions.Budget(TC, time.time())
+    checkpoint, validate = actions.Checkpoint(SAVES, start_step=0), actions.Validate(EVAL, steps=4)
+    budget = actions.Budget(None, time.time())
     ordered = in_phase_order([checkpoint, budget, validate])
     assert ordered == [validate, budget, checkpoint]
     assert [a.phase for a in ordered] == [Phase.MEASURE, Phase.DECIDE, Phase.PERSIST]
@@ -77,7 +77,7 @@ def test_phase_order_puts_checkpoints_after_validation_whatever_the_list_says():
 
 def test_checkpoint_reads_the_best_metric_of_its_step_from_the_store():
     ctl = FakeControl()
-    _drive(in_phase_order([actions.Checkpoint(TC, start_step=0), actions.Validate(TC)]), ctl, 4)
+    _drive(in_phase_order([actions.Checkpoint(SAVES, start_step=0), actions.Validate(EVAL, steps=4)]), ctl, 4)
     assert ctl.saved == [(2, 2.5, False), (4, 2.5, False)]
 
 
@@ -85,7 +85,7 @@ def test_without_phase_order_the_checkpoint_would_miss_the_validation():
     """The property the ordering exists for: listed first and called first, a checkpoint sees no
     validation of its step (so this test fails if the store ignored the step)."""
     ctl = FakeControl()
-    _drive([actions.Checkpoint(TC, start_step=0), actions.Validate(TC)], ctl, 2)
+    _drive([actions.Checkpoint(SAVES, start_step=0), actions.Validate(EVAL, steps=4)], ctl, 2)
     assert ctl.saved == [(2, None, False)]
 
 
@@ -105,8 +105,8 @@ def test_log_leaves_out_the_time_actions_paused_training(monkeypatch):
     monkeypatch.setattr(actions.jax, "device_get", lambda x: x)
     sums = {"loss_sum": 8.0, "objective_sum": 8.0, "correct_sum": 0.0, "weight_sum": 8.0, "finite": True}
     metrics = {**sums, "nonfinite_grads": None, "skips": 0}
-    tc = TrainConfig(steps=10, log_every=2)
-    ctl, log = FakeControl(), actions.Log(tc, flops_per_token=1.0, peak_flops=None, start_step=0)
+    log = actions.Log(LogConfig(every=2), SkipNonfinite(), steps=10, flops_per_token=1.0, peak_flops=None, start_step=0)
+    ctl = FakeControl()
     log.before_step(ctl, StepView(1, FakeState()))
     clock["t"] += 5.0  # compiling
     log.after_step(ctl, StepView(1, FakeState(1), metrics, tokens=8))
@@ -118,3 +118,10 @@ def test_log_leaves_out_the_time_actions_paused_training(monkeypatch):
     log.run(ctl, StepView(2, FakeState(2)))
     assert ctl.metrics.at("train/tokens_per_s", 2) == pytest.approx(8 / 1.0)
     assert ctl.metrics.at("train/loss", 2) == pytest.approx(1.0)
+
+
+def test_a_run_without_a_best_checkpoint_saves_no_best_value():
+    ctl = FakeControl()
+    saves = CheckpointConfig(every=2, best=None)
+    _drive(in_phase_order([actions.Checkpoint(saves, start_step=0), actions.Validate(EVAL, steps=4)]), ctl, 2)
+    assert ctl.saved == [(2, None, False)]

@@ -2,7 +2,7 @@
 
 from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
 from transformer_jax.models import get_preset
-from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.config import CheckpointConfig, Config, EvalConfig, LogConfig, TrainConfig
 from transformer_jax.train.optim import CosineSchedule, OptimConfig
 
 
@@ -14,10 +14,9 @@ def get_config() -> Config:
         train=TrainConfig(
             steps=6,
             batch_size=4,
-            eval_every=3,
-            eval_batches=2,
-            log_every=1,
-            checkpoint_every=2,
+            eval=EvalConfig(every=3, batches=2),
+            log=LogConfig(every=1),
+            checkpoint=CheckpointConfig(every=2),
             optim=OptimConfig(lr=3e-3, warmup_steps=2, schedule=CosineSchedule(min_lr=1e-4, decay_steps=6)),
         ),
     )

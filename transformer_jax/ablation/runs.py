@@ -22,9 +22,11 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     """nanoGPT's character-level Shakespeare recipe (``experiments/shakespeare_char.py``: 4 layers,
     d_model 128, context 64, batch 12, AdamW 1e-3 cosine) with ``steps`` steps; in SMOKE mode a
     1-layer d_model 32 model, 5 warm-up steps and a few validation batches. ``model``: a
-    ``ModelConfig`` to use instead; ``train``: `TrainConfig` fields to override."""
+    ``ModelConfig`` to use instead; ``train``: `TrainConfig` fields to override, a dict setting some
+    fields of a group (``eval={"every": 500}``)."""
     from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
     from transformer_jax.models import get_preset
+    from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
     from transformer_jax.train.config import TrainConfig
     from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
@@ -42,14 +44,15 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     fields: dict[str, Any] = dict(
         steps=steps,
         batch_size=12,
-        eval_every=max(1, pick(smoke=steps // 2, full=250)),
-        eval_batches=pick(smoke=4, full=None),
-        log_every=pick(smoke=5, full=25),
-        checkpoint_every=steps,
-        sample_tokens=0,
+        eval=EvalConfig(every=max(1, pick(smoke=steps // 2, full=250)), batches=pick(smoke=4, full=None)),
+        log=LogConfig(every=pick(smoke=5, full=25)),
+        checkpoint=CheckpointConfig(every=steps),
+        sample=SampleConfig(tokens=0),
         optim=optim,
     )
-    fields.update(train)
+    for key, value in train.items():
+        group = isinstance(value, dict) and dataclasses.is_dataclass(fields.get(key))
+        fields[key] = dataclasses.replace(fields[key], **value) if group else value
     return Config(
         name=name,
         model=model,

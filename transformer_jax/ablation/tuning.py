@@ -81,9 +81,12 @@ def with_lr(cfg: Any, lr: float) -> Any:
 def with_steps(cfg: Any, steps: int) -> Any:
     """``cfg`` trained ``steps`` steps (evaluated and checkpointed at the end as well)."""
     train = cfg.train
-    fields: dict[str, Any] = {"steps": int(steps), "checkpoint_every": int(steps)}
-    if train.eval_every > steps:
-        fields["eval_every"] = int(steps)
+    fields: dict[str, Any] = {
+        "steps": int(steps),
+        "checkpoint": dataclasses.replace(train.checkpoint, every=int(steps)),
+    }
+    if train.eval.every > steps:
+        fields["eval"] = dataclasses.replace(train.eval, every=int(steps))
     return dataclasses.replace(cfg, train=dataclasses.replace(train, **fields))
 
 

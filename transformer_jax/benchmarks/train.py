@@ -13,6 +13,7 @@ from transformer_jax.core import compiler
 from transformer_jax.models import count_params, get_preset
 from transformer_jax.models.forward import FORWARDS
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
+from transformer_jax.train.action_config import LogConfig
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.flops import compiled_flops, gemm_peak_flops, model_flops_per_token
 from transformer_jax.train.optim import OptimConfig, make_optimizer
@@ -64,7 +65,9 @@ def time_train_step(
     device: ``compile_s`` (first call), ``times`` (each timed step), ``xla_flops`` (of the
     compiled step, or None); ``profile``: a ``jax.profiler`` trace of the timed steps (each
     annotated ``train_step``)."""
-    tc = TrainConfig(batch_size=batch, optim=OptimConfig(lr=1e-3, warmup_steps=100), per_layer_grad_norms=False)
+    tc = TrainConfig(
+        batch_size=batch, optim=OptimConfig(lr=1e-3, warmup_steps=100), log=LogConfig(per_layer_grad_norms=False)
+    )
     tx, schedule = make_optimizer(tc.optim, 10_000, infos=model_infos(cfg))
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     graphdef, _, _ = model_graph(cfg)

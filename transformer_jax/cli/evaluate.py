@@ -1,5 +1,5 @@
 """``transformer-jax eval``: loss and perplexity of a trained run on a split (bounded by
-``train.eval_batches`` unless ``--full``; for translation runs also corpus BLEU with beam search and
+``train.eval.batches`` unless ``--full``; for translation runs also corpus BLEU with beam search and
 greedy decoding); with ``--corpus`` / ``--tasks``, perplexity and bits per byte on text files and
 zero-shot multiple-choice accuracy (HellaSwag, ARC, PIQA JSONL files) of a run or, with ``--hf``, of
 a Hugging Face checkpoint."""
@@ -28,8 +28,8 @@ def register(sub) -> None:
     p.add_argument("--dtype", default=None, choices=HF_DTYPES, help="--hf: parameter and compute dtype (float32)")
     p.add_argument("--split", default="val")
     p.add_argument("--best", action="store_true", default=None, help="use the best checkpoint instead of the latest")
-    p.add_argument("--max-batches", type=int, default=None, help="batches of the split (default train.eval_batches)")
-    p.add_argument("--full", action="store_true", default=None, help="the whole split (not train.eval_batches)")
+    p.add_argument("--max-batches", type=int, default=None, help="batches of the split (default train.eval.batches)")
+    p.add_argument("--full", action="store_true", default=None, help="the whole split (not train.eval.batches)")
     p.add_argument("--beam", type=int, default=None, help="beam width of the reported bleu (translation runs; 4)")
     p.add_argument("--alpha", type=float, default=None, help="GNMT length penalty of the beam search (0.6)")
     p.add_argument("--max-sentences", type=int, default=None, help="BLEU on the first N sentences only")
@@ -167,7 +167,7 @@ def split_eval(args) -> dict:
     cfg = workdir_config(args.workdir, args.set)
     if args.full and args.max_batches is not None:
         raise ConfigError("eval: --full covers the whole split; --max-batches bounds it: give one of them")
-    max_batches = None if args.full else (args.max_batches or cfg.train.eval_batches)
+    max_batches = None if args.full else (args.max_batches or cfg.train.eval.batches)
     entry = entry_point(cfg.model.kind)
     if entry is not None:
         _check_bleu_options(args, "count-based LM")

@@ -35,7 +35,7 @@ def register(sub) -> None:
         "--sample-tokens",
         type=int,
         default=None,
-        help="sample this many tokens at the end (0: none; default: train.sample_tokens)",
+        help="sample this many tokens at the end (0: none; default: train.sample.tokens)",
     )
     g = p.add_argument_group("multi-process (or TRANSFORMER_JAX_COORDINATOR / _NUM_PROCESSES / _PROCESS_ID)")
     g.add_argument("--coordinator", help="host:port of process 0, e.g. 10.0.0.1:1234")
@@ -87,11 +87,11 @@ def run(args) -> dict:
     else:
         cfg = workdir_config(args.workdir, args.set)  # resume: the config the run stored
     summary = train(cfg, args.workdir, restore_step=args.restore_step)
-    n_sample = cfg.train.sample_tokens if args.sample_tokens is None else args.sample_tokens
+    n_sample = cfg.train.sample.tokens if args.sample_tokens is None else args.sample_tokens
     if n_sample and jax.process_count() == 1:
         text = sample_text(
             args.workdir,
-            prompt=cfg.train.sample_prompt,
+            prompt=cfg.train.sample.prompt,
             max_new_tokens=n_sample,
             strategy="top_k",
             temperature=0.8,

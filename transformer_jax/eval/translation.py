@@ -144,7 +144,7 @@ def validation_bleu(
 ) -> dict:
     """The seq2seq layout's extra validation metric (``eval.task_metrics``): ``{"bleu": ...}`` of
     ``state`` on ``split`` (greedy by default, to keep validation cheap); ``max_batches``
-    (``train.eval_batches``) limits it to the first ``max_batches * train.batch_size`` sentences."""
+    (``train.eval.batches``) limits it to the first ``max_batches * train.batch_size`` sentences."""
     limit = None if max_batches is None else max_batches * run.cfg.train.batch_size
     cfg = run_translate_config(run, beam_size=beam_size, alpha=alpha)
     result = bleu_on_split(run.graphdef, (state.params, state.model_state), run.data, split, cfg, limit)

@@ -4,6 +4,7 @@ decoder-only Transformer learns to attend backwards. Loss counts only the answer
 
 from transformer_jax.data import CopyTask, DataConfig
 from transformer_jax.models import get_preset
+from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
@@ -19,10 +20,10 @@ def get_config() -> Config:
         train=TrainConfig(
             steps=600,
             batch_size=32,
-            eval_every=200,
-            log_every=20,
-            checkpoint_every=200,
-            sample_prompt="",
+            eval=EvalConfig(every=200),
+            log=LogConfig(every=20),
+            checkpoint=CheckpointConfig(every=200),
+            sample=SampleConfig(prompt=""),
             optim=OptimConfig(
                 optimizer=AdamW(weight_decay=0.0), lr=3e-3, schedule=CosineSchedule(min_lr=3e-4), warmup_steps=50
             ),

@@ -4,7 +4,7 @@ Vaswani et al. 2017 at a small size (preset ``original_small``: 3+3 layers, d_mo
 heads, d_ff 1024, dropout 0.1, Post-LN, sinusoidal positions, ReLU, one shared SentencePiece
 vocabulary of 8000 pieces trained on the training side, tied embeddings), label smoothing 0.1,
 Adam(0.9, 0.98, 1e-9) with the paper's inverse-sqrt warm-up schedule (``lr`` is the multiplier).
-Validation computes greedy BLEU (sacrebleu) on the val split (``train.eval_batches`` limits it)
+Validation computes greedy BLEU (sacrebleu) on the val split (``train.eval.batches`` limits it)
 and keeps the best checkpoint by it; ``transformer-jax eval`` then reports beam-4 and greedy BLEU.
 
 Data: ``--set data.dataset.dir=DIR data.dataset.src_lang=de data.dataset.tgt_lang=en`` (files
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transformer_jax.data import DataConfig, ParallelData, SentencePieceSettings
 from transformer_jax.models import get_preset
+from transformer_jax.train.action_config import BestCheckpoint, CheckpointConfig, EvalConfig, LogConfig
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import Adam, InverseSqrtSchedule, OptimConfig
 
@@ -45,11 +46,9 @@ def get_config() -> Config:
             steps=4000,
             batch_size=64,
             label_smoothing=0.1,
-            eval_every=500,
-            log_every=50,
-            checkpoint_every=500,
-            best_metric="bleu",
-            best_mode="max",
+            eval=EvalConfig(every=500),
+            log=LogConfig(every=50),
+            checkpoint=CheckpointConfig(every=500, best=BestCheckpoint(metric="bleu", mode="max")),
             max_minutes=115,
             # peak lr = 0.7 * 256**-0.5 * 1000**-0.5 = 1.4e-3 at step 1000, then 1/sqrt(step)
             optim=OptimConfig(

@@ -15,6 +15,7 @@ tokenizer, enough to start the run anywhere; for a real pod run train on your co
 
 from transformer_jax.data import DataConfig, SentencePieceSettings, ShakespeareData
 from transformer_jax.models import get_preset
+from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
@@ -38,10 +39,9 @@ def get_config() -> Config:
         train=TrainConfig(
             steps=20000,
             batch_size=32,
-            eval_every=1000,
-            eval_batches=20,
-            log_every=50,
-            checkpoint_every=1000,
+            eval=EvalConfig(every=1000, batches=20),
+            log=LogConfig(every=50),
+            checkpoint=CheckpointConfig(every=1000),
             optim=OptimConfig(
                 optimizer=AdamW(b1=0.9, b2=0.95, weight_decay=0.1),
                 lr=3e-4,

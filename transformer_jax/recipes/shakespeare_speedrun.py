@@ -57,9 +57,9 @@ def get_config():
         cfg.train,
         steps=STEPS,
         batch_size=32,
-        eval_every=STEPS // 5,
-        checkpoint_every=STEPS,
-        log_every=50,
+        eval=dataclasses.replace(cfg.train.eval, every=STEPS // 5),
+        checkpoint=dataclasses.replace(cfg.train.checkpoint, every=STEPS),
+        log=dataclasses.replace(cfg.train.log, every=50),
         max_minutes=9.2,
         optim=optim,
     )

@@ -23,6 +23,15 @@ import numpy as np
 
 from transformer_jax.core.paths import is_url, upload_tree, user_path
 from transformer_jax.eval.evaluate import per_source_losses
+from transformer_jax.train.action_config import (
+    CheckpointConfig,
+    EvalConfig,
+    HaltOnNonfinite,
+    LogConfig,
+    NonfiniteConfig,
+    SampleConfig,
+    SkipNonfinite,
+)
 from transformer_jax.train.checkpoint import all_finite
 from transformer_jax.train.step_view import Action, Control, Phase, StepView
 
@@ -30,8 +39,8 @@ log = logging.getLogger("transformer_jax.train")
 
 
 class NonFiniteError(RuntimeError):
-    """Training produced non-finite loss or gradients under ``train.nonfinite='halt'`` (or too
-    many consecutive skips)."""
+    """Training produced non-finite loss or gradients under ``train.nonfinite=halt`` (or too many
+    consecutive skips under ``skip``)."""
 
 
 SOURCE_SUMS = ("source/loss_sum", "source/weight_sum")
@@ -59,7 +68,7 @@ def reduce_metrics(metrics: list[dict], sources: Sequence[str] = ()) -> dict[str
     return out
 
 
-def check_finite(logged: dict, step: int, tc) -> None:
+def check_finite(logged: dict, step: int, policy: NonfiniteConfig) -> None:
     """Warns about a skipped non-finite step, or raises `NonFiniteError` (``halt``, too many skips)."""
     bad_tree = logged.pop("nonfinite_grads")
     if logged["finite"]:
@@ -68,13 +77,13 @@ def check_finite(logged: dict, step: int, tc) -> None:
     where = (
         f"non-finite gradients in {len(names)} parameters: {', '.join(names[:10])}" if names else "a non-finite loss"
     )
-    if tc.nonfinite == "halt":
+    if isinstance(policy, HaltOnNonfinite):
         raise NonFiniteError(
             f"step {step}: {where}; the update was not applied and no checkpoint of it was "
             "written. Lower train.optim.lr, check the data, or set train.nonfinite=skip"
         )
     log.warning("step %d: %s; update skipped (%d in a row)", step, where, logged["skips"])
-    if logged["skips"] >= tc.max_consecutive_skips:
+    if isinstance(policy, SkipNonfinite) and logged["skips"] >= policy.max_consecutive:
         raise NonFiniteError(
             f"step {step}: {logged['skips']} consecutive non-finite steps ({where}); halting. "
             "Lower train.optim.lr or check the data"
@@ -82,19 +91,28 @@ def check_finite(logged: dict, step: int, tc) -> None:
 
 
 class Log(Action):
-    """Train metrics every ``log_every`` steps (every step under ``nonfinite='halt'``, which must
-    see each step's finiteness) and at the last step; tokens/s and MFU over the interval, excluding
-    the compiling first step and the time the loop spent in actions that pause training."""
+    """Train metrics every ``train.log.every`` steps (every step under ``train.nonfinite=halt``,
+    which must see each step's finiteness) and at the last step (``steps``); tokens/s and MFU over
+    the interval, excluding the compiling first step and the time the loop spent in actions that
+    pause training."""
 
-    every: int  # train.log_every, never None
+    every: int  # train.log.every, never None
 
     phase = Phase.MEASURE
     pauses_training = False  # its run waits for the interval's steps: their time, not a pause
 
     def __init__(
-        self, tc, *, flops_per_token: float, peak_flops: float | None, start_step: int, sources: Sequence[str] = ()
+        self,
+        settings: LogConfig,
+        nonfinite: NonfiniteConfig,
+        *,
+        steps: int,
+        flops_per_token: float,
+        peak_flops: float | None,
+        start_step: int,
+        sources: Sequence[str] = (),
     ):
-        self.every, self.tc, self.sources = tc.log_every, tc, tuple(sources)
+        self.every, self.nonfinite, self.steps, self.sources = settings.every, nonfinite, steps, tuple(sources)
         self.flops_per_token, self.peak = flops_per_token, peak_flops
         self.pending: list[Any] = []
         self.since_step, self.since_time, self.paused_at_start = start_step, time.time(), 0.0
@@ -105,7 +123,8 @@ class Log(Action):
         self.rates: list[float] = []  # tokens/s of each logged interval of this process's run
 
     def due(self, ctl: Control, view: StepView) -> bool:
-        return self.tc.nonfinite == "halt" or view.step % self.every == 0 or view.step == self.tc.steps
+        halt = isinstance(self.nonfinite, HaltOnNonfinite)
+        return halt or view.step % self.every == 0 or view.step == self.steps
 
     def before_step(self, ctl: Control, view: StepView) -> None:
         self.step_started = time.time()
@@ -124,7 +143,7 @@ class Log(Action):
         now = time.time()
         elapsed = max(now - self.since_time - (ctl.action_seconds - self.paused_at_start), 1e-9)
         tok_s = self.tokens_per_step * (step - self.since_step) / elapsed if step > self.since_step else None
-        check_finite(logged, step, self.tc)
+        check_finite(logged, step, self.nonfinite)
         self.train_loss = logged["loss"]
         mfu = tok_s * self.flops_per_token / self.peak if self.peak and tok_s is not None else None
         logged.update(tokens_per_s=tok_s, mfu=mfu)
@@ -145,21 +164,21 @@ class Log(Action):
 
 
 class Validate(Action):
-    """Validation every ``eval_every`` steps, at the last step, and when the run stops early; the
-    results go to the metrics store as ``val/<name>``."""
+    """Validation every ``train.eval.every`` steps, at the last step (``steps``), and when the run
+    stops early; the results go to the metrics store as ``val/<name>``."""
 
-    every: int  # train.eval_every, never None
+    every: int  # train.eval.every, never None
     phase = Phase.MEASURE
 
-    def __init__(self, tc):
-        self.every, self.tc = tc.eval_every, tc
+    def __init__(self, settings: EvalConfig, *, steps: int):
+        self.settings, self.every, self.steps = settings, settings.every, steps
         self.at: int | None = None
 
     def due(self, ctl: Control, view: StepView) -> bool:
-        return view.step % self.every == 0 or view.step == self.tc.steps
+        return view.step % self.every == 0 or view.step == self.steps
 
     def run(self, ctl: Control, view: StepView) -> None:
-        result = ctl.validate(view.state)
+        result = ctl.validate(view.state, max_batches=self.settings.batches, extra=self.settings.extra)
         ctl.write(view.step, {f"val/{k}": v for k, v in result.items()})
         shown = ", ".join(f"val {k} {v:.4f}" for k, v in result.items() if k not in ("tokens", "batches"))
         ctl.say(f"step {view.step}: {shown} ({result.get('batches', '?')} batches)")
@@ -219,32 +238,33 @@ class Budget(Action):
 
     phase = Phase.DECIDE
 
-    def __init__(self, tc, t_start: float):
-        self.minutes, self.t_start = tc.max_minutes, t_start
+    def __init__(self, minutes: float | None, t_start: float):
+        self.minutes, self.t_start = minutes, t_start
         self.every = 1 if self.minutes is not None else None
 
     def run(self, ctl: Control, view: StepView) -> None:
-        if time.time() - self.t_start > 60 * self.minutes:
+        if self.minutes is not None and time.time() - self.t_start > 60 * self.minutes:
             ctl.stop(MAX_MINUTES)
 
 
 class Checkpoint(Action):
-    """A checkpoint every ``checkpoint_every`` steps (with ``val/<train.best_metric>`` from the
-    metrics store when validation ran at that step, for ``best/``), and a final one unless that
-    step is saved already. In the last phase: it sees the step's validation and stop decisions."""
+    """A checkpoint every ``train.checkpoint.every`` steps (with ``val/<train.checkpoint.best.metric>``
+    from the metrics store when validation ran at that step, for ``best/``), and a final one unless
+    that step is saved already. In the last phase: it sees the step's validation and stop decisions."""
 
-    every: int  # train.checkpoint_every, never None
+    every: int  # train.checkpoint.every, never None
     phase = Phase.PERSIST
 
-    def __init__(self, tc, *, start_step: int):
-        self.every, self.metric = tc.checkpoint_every, f"val/{tc.best_metric}"
+    def __init__(self, settings: CheckpointConfig, *, start_step: int):
+        self.every, self.best = settings.every, settings.best
         self.last_saved = start_step
 
     def due(self, ctl: Control, view: StepView) -> bool:
         return ctl.stop_reason is None and view.step % self.every == 0
 
     def run(self, ctl: Control, view: StepView, *, force: bool = False) -> None:
-        ctl.save(view.step, view.state, best_value=ctl.metrics.at(self.metric, view.step), force=force)
+        best_value = None if self.best is None else ctl.metrics.at(f"val/{self.best.metric}", view.step)
+        ctl.save(view.step, view.state, best_value=best_value, force=force)
         self.last_saved = view.step
 
     def finish(self, ctl: Control, view: StepView) -> None:
@@ -254,34 +274,34 @@ class Checkpoint(Action):
 
 
 class Sample(Action):
-    """Print a short sample of the current model every ``train.sample_every`` steps (0: never)."""
+    """Print a short sample of the current model every ``train.sample.every`` steps (0: never)."""
 
-    def __init__(self, tc):
-        self.every, self.tc = tc.sample_every, tc
+    def __init__(self, settings: SampleConfig):
+        self.settings, self.every = settings, settings.every
 
     def run(self, ctl: Control, view: StepView) -> None:
         if not ctl.is_main or not all_finite(view.state.params):
             return
-        text = ctl.sample(view.state, self.tc.sample_prompt, self.tc.sample_tokens, seed=view.step)
+        text = ctl.sample(view.state, self.settings.prompt, self.settings.tokens, seed=view.step)
         ctl.say(f"step {view.step} sample: {text!r}")
 
 
 class Profile(Action):
-    """``train.profile="START:STOP"``: a ``jax.profiler`` trace of steps START..STOP (each step
+    """``train.profile="START:STOP"`` (``window``): a ``jax.profiler`` trace of steps START..STOP (each step
     annotated ``train_step``) in ``WORKDIR/profile/``, readable by XProf / TensorBoard's profile
     plugin. Tracing waits for the steps before START to finish and for STOP to finish."""
 
     pauses_training: ClassVar[bool] = False
 
-    def __init__(self, tc, workdir: str, *, start_step: int):
-        self.profile = tc.profile
-        self.window = tc.profile_steps() if tc.profile is not None else None
+    def __init__(self, window: tuple[int, int] | None, workdir: str, *, start_step: int):
+        self.window = window
+        self.profile = None if window is None else f"{window[0]}:{window[1]}"
         self.target = user_path(workdir, "--workdir") / "profile"  # the profiler writes local files:
         self.directory = tempfile.mkdtemp(prefix="tj_profile_") if is_url(self.target) else str(self.target)
         self.tracing = False
         if self.window is not None and start_step >= self.window[0]:
             log.warning(
-                "train.profile=%s is not traced: the run resumes at step %d, after its start", tc.profile, start_step
+                "train.profile=%s is not traced: the run resumes at step %d, after its start", self.profile, start_step
             )
             self.window = None
 

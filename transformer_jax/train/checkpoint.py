@@ -142,7 +142,7 @@ class Checkpoints:
 
     def _manager(self, best: bool) -> ocp.CheckpointManager:
         if best and self.best is None:
-            raise CheckpointError("this run keeps no best checkpoint (train.keep_best=false)")
+            raise CheckpointError("this run keeps no best checkpoint (train.checkpoint.best=none)")
         return self.best if best and self.best is not None else self.last
 
     def _damaged(self, mgr: ocp.CheckpointManager, step: int, what: str, err: Exception) -> DamagedCheckpointError:
@@ -230,7 +230,7 @@ class Checkpoints:
                 else "no earlier checkpoint exists"
             )
             no_space = "No space left" in str(e) or getattr(e, "errno", None) == errno.ENOSPC
-            hint = "free disk space (or lower train.keep_checkpoints)" if no_space else "fix the cause"
+            hint = "free disk space (or lower train.checkpoint.keep)" if no_space else "fix the cause"
             raise CheckpointError(
                 f"could not write a checkpoint to {directory} (around step {step}): "
                 f"{'no space left on device' if no_space else e}; {kept}. "

@@ -6,27 +6,29 @@ import dataclasses
 from typing import ClassVar
 
 from transformer_jax.core import configlib
-from transformer_jax.core.configlib import ConfigError, check_choice, fail, setting
-from transformer_jax.core.registry import Registry
+from transformer_jax.core.configlib import ConfigError, fail, setting
 from transformer_jax.data.config import DataConfig
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.kinds import TRANSFORMER_KINDS
 from transformer_jax.models.lora import LoraConfig
 from transformer_jax.parallel.config import MeshConfig
-from transformer_jax.train.loggers import DEFAULT_LOGGERS, LOGGERS
+from transformer_jax.train.action_config import (
+    BestCheckpoint,
+    CheckpointConfig,
+    EvalConfig,
+    HaltOnNonfinite,
+    LogConfig,
+    NonfiniteConfig,
+    SampleConfig,
+    SkipNonfinite,
+)
 from transformer_jax.train.optim_config import InverseSqrtSchedule, OptimConfig
-
-NONFINITE_POLICIES: Registry[str] = Registry("non-finite policy")
-NONFINITE_POLICIES.register("skip", "drop the update and go on", reads=("max_consecutive_skips",))
-NONFINITE_POLICIES.register("halt", "stop with an error naming the parameters")
-BEST_MODES: Registry[str] = Registry("best-checkpoint mode")
-BEST_MODES.register("min", "lower is better (loss, perplexity)")
-BEST_MODES.register("max", "higher is better (accuracy, bleu)")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(configlib.Config):
-    """The training loop: steps, batch, optimizer, evaluation, checkpoints, budgets.
+    """The training loop: steps, batch, optimizer, loss, and the settings of its periodic actions
+    (``train.action_config``: ``eval``, ``log``, ``checkpoint``, ``sample``, ``nonfinite``).
 
     ``batch_size`` is the global batch (all processes, all micro-batches); ``grad_accum``
     micro-batches of ``batch_size / grad_accum`` rows make one optimizer step.
@@ -35,10 +37,6 @@ class TrainConfig(configlib.Config):
     config and tokenizer) the run starts from (``train --init-from DIR``). ``lora`` (None: off,
     ``--set train.lora=on``): train rank-r adapters on a frozen ``init_from`` base instead of
     every weight; its checkpoints hold the adapters and a fingerprint of the base.
-
-    ``loggers``: where metrics go, by name (``train.loggers.LOGGERS``; ``--set
-    train.loggers=jsonl,tensorboard,wandb``); a logger whose package is missing stops the run
-    before it starts, naming the extra to install.
     """
 
     steps: int = setting(2000, ge=1)
@@ -48,38 +46,21 @@ class TrainConfig(configlib.Config):
     optim: OptimConfig = OptimConfig()
     label_smoothing: float = setting(0.0, ge=0.0, lt=1.0)
     z_loss: float = setting(0.0, ge=0.0)
-    eval_every: int = setting(250, ge=1)
-    eval_batches: int | None = setting(50, ge=1)  # batches per validation (None: the whole validation split)
-    log_every: int = setting(10, ge=1)
-    checkpoint_every: int = setting(500, ge=1)
-    keep_checkpoints: int = setting(3, ge=1)
-    keep_best: bool = True
-    best_metric: str = "loss"  # a validation metric: loss, perplexity, accuracy, or a task's (e.g. bleu)
-    best_mode: str = setting("min", choice=BEST_MODES)
-    extra_eval: bool = True  # task metrics (e.g. BLEU) at each validation
+    eval: EvalConfig = EvalConfig()
+    log: LogConfig = LogConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    sample: SampleConfig = SampleConfig()
+    nonfinite: NonfiniteConfig = SkipNonfinite()  # non-finite loss/gradients: skip the update, or halt
     max_minutes: float | None = setting(None, gt=0.0)  # wall-clock budget; the run ends cleanly when reached
-    nonfinite: str = setting("skip", choice=NONFINITE_POLICIES)  # non-finite loss/gradients: skip the update, or halt
-    max_consecutive_skips: int = setting(10, ge=1)
-    per_layer_grad_norms: bool = True
-    peak_flops: float | None = None  # for MFU; None: a known accelerator peak or a measured GEMM peak
-    sample_every: int = setting(0, ge=0)  # print a short sample every N steps (0: only at the end)
-    sample_tokens: int = setting(200, ge=0)
-    sample_prompt: str = "\n"
     profile: str | None = None  # "START:STOP": a jax.profiler trace of steps START..STOP in WORKDIR/profile/
     init_from: str | None = None  # pretrained weights: a Hugging Face model directory or a run's workdir
     lora: LoraConfig | None = None  # LoRA adapters on a frozen init_from base (None: train every weight)
-    loggers: tuple[str, ...] = DEFAULT_LOGGERS  # metric loggers by name: jsonl, tensorboard, wandb
-    wandb_project: str = "transformer-jax"  # read by the wandb logger only
-    wandb_entity: str | None = None  # wandb team or user (None: the logged-in user's default)
-
-    SELECTORS: ClassVar = (("nonfinite", NONFINITE_POLICIES), ("loggers", LOGGERS))
 
     PATH: ClassVar[str] = "train"
 
     def check(self) -> None:
         for rule in (_accumulation_divides_batch, _profile_within_run, _init_from_path, _lora_needs_base):
             rule(self)
-        _check_loggers(self)
 
     def profile_steps(self) -> tuple[int, int]:
         """(START, STOP) of ``profile="START:STOP"`` (1-based steps, inclusive)."""
@@ -110,20 +91,6 @@ def _lora_needs_base(cfg: TrainConfig) -> None:
     if cfg.lora is not None and cfg.init_from is None:
         fail("train.lora", cfg.lora, "LoRA adapts pretrained weights, and train.init_from is None",
              "set train.init_from (train --init-from DIR) or turn LoRA off (train.lora=none)")  # fmt: skip
-
-
-def _check_loggers(cfg: TrainConfig) -> None:
-    loggers = cfg.loggers
-    if not isinstance(loggers, tuple) or not all(isinstance(n, str) for n in loggers):
-        fail("train.loggers", loggers, "must be a tuple of logger names", "e.g. ('jsonl', 'tensorboard')")
-    for name in loggers:
-        check_choice("train.loggers", name, LOGGERS)
-    if len(set(loggers)) != len(loggers):
-        fail("train.loggers", loggers, "names a logger twice", "list each logger once")
-    if not cfg.wandb_project.strip():
-        fail("train.wandb_project", cfg.wandb_project, "must be a non-empty project name")
-    if cfg.wandb_entity is not None and not cfg.wandb_entity.strip():
-        fail("train.wandb_entity", cfg.wandb_entity, "must be a team or user name", "or None for your default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,4 +136,17 @@ def resolve(cfg: Config) -> Config:
     return cfg
 
 
-__all__ = ["NONFINITE_POLICIES", "Config", "ConfigError", "TrainConfig", "resolve"]
+__all__ = [
+    "BestCheckpoint",
+    "CheckpointConfig",
+    "Config",
+    "ConfigError",
+    "EvalConfig",
+    "HaltOnNonfinite",
+    "LogConfig",
+    "NonfiniteConfig",
+    "SampleConfig",
+    "SkipNonfinite",
+    "TrainConfig",
+    "resolve",
+]

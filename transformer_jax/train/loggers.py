@@ -1,4 +1,5 @@
-"""Metric loggers chosen by name (``train.loggers``): ``jsonl``, ``tensorboard``, ``wandb``.
+"""Metric loggers: ``jsonl`` and ``tensorboard`` chosen by name (``train.log.loggers``), ``wandb`` with its
+settings (``train.log.wandb``, `WandbConfig`; None: no wandb).
 
 `MetricsWriter` (``train.metrics``) checks and flattens each record, ``{"step": 100, "time":
 1796245310.2, "train/loss": 2.31, "train/layer_rms": [1.0, 1.1]}``, and hands it to every chosen
@@ -13,7 +14,7 @@ logger whose package is missing is an error naming the extra (`check_installed`)
   ``tensorboard`` extra: ``tensorboard --logdir WORKDIR/tb``); a vector ``v`` is logged as the
   scalars ``v/0``, ``v/1``...; strings are not logged. tensorboardX writes ``gs://`` (with
   ``google-cloud-storage``) and ``s3://`` (with ``boto3``) itself; other schemes are an error.
-- ``wandb``: one Weights & Biases run per invocation, its files in ``workdir/wandb/`` (or
+- ``wandb``: one Weights & Biases run per invocation (``--set train.log.wandb=on``), its files in ``workdir/wandb/`` (or
   ``$WANDB_DIR``; for a remote workdir wandb's default local folder), grouped by the workdir's name,
   with the run's config; scalars as for TensorBoard, strings as text. ``WANDB_MODE=offline`` logs
   without network (``wandb sync`` uploads later).
@@ -29,21 +30,38 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from etils import epath
 
-from transformer_jax.core.configlib import ConfigError, fail
+from transformer_jax.core.configlib import Config, ConfigError, fail
 from transformer_jax.core.paths import is_url
 from transformer_jax.core.registry import Registry
 
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
 WANDB_DIR = "wandb"
-DEFAULT_LOGGERS = ("jsonl", "tensorboard")  # train.loggers by default
+DEFAULT_LOGGERS = ("jsonl", "tensorboard")  # train.log.loggers by default
 REMOTE_FLUSH_S = 30.0  # a remote metrics.jsonl is rewritten at most this often (and at close)
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbConfig(Config):
+    """The ``wandb`` logger's settings (``train.log.wandb``): its Weights & Biases ``project`` and
+    ``entity`` (a team or user; None: the logged-in user's default)."""
+
+    project: str = "transformer-jax"
+    entity: str | None = None
+
+    PATH: ClassVar[str] = "train.log.wandb"
+
+    def check(self) -> None:
+        if not self.project.strip():
+            fail(f"{self.PATH}.project", self.project, "must be a non-empty project name")
+        if self.entity is not None and not self.entity.strip():
+            fail(f"{self.PATH}.entity", self.entity, "must be a team or user name", "or None for your default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +72,7 @@ class LoggerContext:
     resume_step: int | None = None  # resuming from this checkpoint step: later records are stale
     run_config: Mapping[str, Any] | None = None  # the run's config as a dict (wandb shows it)
     name: str = "experiment"
-    wandb_project: str = "transformer-jax"
-    wandb_entity: str | None = None
+    wandb: WandbConfig | None = None  # the wandb logger's settings (it opens with the defaults when None)
 
 
 class Logger(abc.ABC):
@@ -89,7 +106,7 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def check_installed(names: Iterable[str], field: str = "train.loggers") -> None:
+def check_installed(names: Iterable[str]) -> None:
     """Raises a ``ConfigError`` naming the extra to install for the first logger of ``names``
     whose package is missing (the command line exits 2 with it)."""
     names = tuple(names)
@@ -97,11 +114,10 @@ def check_installed(names: Iterable[str], field: str = "train.loggers") -> None:
         spec = LOGGERS.get(name)
         if not _installed(spec.module):
             extra = f"'transformer-jax[{spec.extra}]'" if spec.extra else "transformer-jax"
-            fail(
-                field,
-                names,
-                f"the {name!r} logger needs the {spec.module!r} package, which is not installed",
-                f"install it with `pip install -c constraints.txt {extra}` or remove {name!r} from {field}",
+            off = "set train.log.wandb=none" if name == "wandb" else f"remove {name!r} from train.log.loggers"
+            raise ConfigError(
+                f"train.log: the {name!r} logger needs the {spec.module!r} package, which is not installed; "
+                f"install it with `pip install -c constraints.txt {extra}` or {off}"
             )
 
 
@@ -216,16 +232,16 @@ class TensorBoard(Logger):
         where = ctx.workdir / TB_DIR
         scheme = os.fspath(where).split("://", 1)[0] if is_url(where) else None
         if scheme is not None and scheme not in REGISTERED_FACTORIES:
-            fail("train.loggers", "tensorboard", f"tensorboardX cannot write {scheme}:// ({where})",
-                 "remove 'tensorboard' from train.loggers or use a local --workdir")  # fmt: skip
+            fail("train.log.loggers", "tensorboard", f"tensorboardX cannot write {scheme}:// ({where})",
+                 "remove 'tensorboard' from train.log.loggers or use a local --workdir")  # fmt: skip
         try:
             self._tb = tensorboardX.SummaryWriter(
                 str(where), purge_step=None if ctx.resume_step is None else ctx.resume_step + 1, flush_secs=30
             )
         except ImportError as e:  # tensorboardX's gs:// writer needs google-cloud-storage, s3:// boto3
             raise ConfigError(
-                f"train.loggers: the 'tensorboard' logger cannot write {where} here ({e}); install that "
-                "package or remove 'tensorboard' from train.loggers"
+                f"train.log.loggers: the 'tensorboard' logger cannot write {where} here ({e}); install that "
+                "package or remove 'tensorboard' from train.log.loggers"
             ) from None
 
     def write(self, record: Mapping[str, Any]) -> None:
@@ -248,10 +264,11 @@ class WandB(Logger):
     def __init__(self, ctx: LoggerContext):
         import wandb
 
+        settings = ctx.wandb or WandbConfig()
         start = "" if ctx.resume_step is None else f" (from step {ctx.resume_step})"
         self._run = wandb.init(
-            project=ctx.wandb_project,
-            entity=ctx.wandb_entity,
+            project=settings.project,
+            entity=settings.entity,
             dir=None if os.environ.get("WANDB_DIR") or is_url(ctx.workdir) else str(ctx.workdir),  # wandb: local
             group=ctx.workdir.name if is_url(ctx.workdir) else ctx.workdir.resolve().name,
             name=f"{ctx.name}{start}",
@@ -285,5 +302,4 @@ LOGGERS.register(
 LOGGERS.register(
     "wandb",
     LoggerSpec(WandB, "wandb", "wandb", "a Weights & Biases run (WANDB_MODE=offline: no network)"),
-    reads=("wandb_project", "wandb_entity"),
 )

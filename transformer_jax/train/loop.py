@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax.core import compiler, configlib, targets
+from transformer_jax.core import compiler, configlib, migration, targets
 from transformer_jax.core.paths import user_path
 from transformer_jax.decode import SamplingConfig
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
@@ -43,7 +43,7 @@ def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None =
     ``restore_step``) and returns the final summary (the command line prints it as its last line).
     A config field that the chosen variants do not read, set to a non-default value, is an error."""
     configlib.check_reads(cfg)
-    check_installed(cfg.train.loggers)  # a missing logger package stops the run before it starts
+    check_installed(cfg.train.log.logger_names())  # a missing logger package stops the run before it starts
     cfg = absolute_paths(cfg)  # the stored config.json works from any directory
     with WorkdirLock(workdir, enabled=jax.process_index() == 0):
         entry = entry_point(cfg.model.kind)
@@ -84,7 +84,7 @@ class Trainer:
         trainable = split_adapters(run.state.params)[0] if self.tc.lora is not None else run.state.params
         self.n_trainable = int(sum(np.prod(x.shape) for x in jax.tree.leaves(trainable)))
         self.flops_per_token = flops.model_flops_per_token(m, self.cfg.data.seq_len)
-        self.peak_flops = self.tc.peak_flops or _peak_flops()  # measured outside any mesh context
+        self.peak_flops = self.tc.log.peak_flops or _peak_flops()  # measured outside any mesh context
         self.meta = {"config": configlib.to_dict(self.cfg), "tokenizer": run.data.tokenizer.to_json()}
         if self.start_step:  # in every process: Orbax restores the metadata with a barrier of all
             _warn_changed_settings(run.checkpoints, self.start_step, self.meta["config"], warn=self.is_main)
@@ -126,17 +126,18 @@ class Trainer:
     def wait_for_saves(self) -> None:
         self.run_.checkpoints.wait()
 
-    def validate(self, state) -> dict[str, float]:
-        """Validation metrics of ``state`` (loss, perplexity, accuracy, and the task's extras)."""
-        run, tc = self.run_, self.tc
-        batches = run.data.eval_batches("val", tc.eval_batches)
+    def validate(self, state, *, max_batches: int | None, extra: bool) -> dict[str, float]:
+        """Validation metrics of ``state`` over ``max_batches`` batches (None: all): loss,
+        perplexity, accuracy, and the task's extras when ``extra``."""
+        run, best = self.run_, self.tc.checkpoint.best
+        batches = run.data.eval_batches("val", max_batches)
         result = evaluate(self.eval_step, state, batches, run.put_batch, self.sources)
-        if run.data.task in EXTRA_METRICS and tc.extra_eval:
-            result.update(EXTRA_METRICS.get(run.data.task)(run, state, "val", tc.eval_batches))
-        if tc.best_metric not in result:
+        if run.data.task in EXTRA_METRICS and extra:
+            result.update(EXTRA_METRICS.get(run.data.task)(run, state, "val", max_batches))
+        if best is not None and best.metric not in result:
             configlib.fail(
-                "train.best_metric",
-                tc.best_metric,
+                "train.checkpoint.best.metric",
+                best.metric,
                 "is not among the validation metrics",
                 f"choose one of {sorted(result)}",
             )
@@ -180,21 +181,24 @@ class Trainer:
     def _actions(self, stop_signal: actions.StopSignal) -> list[actions.Action]:
         tc = self.tc
         self.log = actions.Log(
-            tc,
+            tc.log,
+            tc.nonfinite,
+            steps=tc.steps,
             flops_per_token=self.flops_per_token,
             peak_flops=self.peak_flops,
             start_step=self.start_step,
             sources=self.sources,
         )
+        window = None if tc.profile is None else tc.profile_steps()
         return in_phase_order(
             [
-                actions.Profile(tc, self.workdir, start_step=self.start_step),
+                actions.Profile(window, self.workdir, start_step=self.start_step),
                 self.log,
-                actions.Validate(tc),
-                actions.Sample(tc),
-                actions.Budget(tc, self.t_start),
+                actions.Validate(tc.eval, steps=tc.steps),
+                actions.Sample(tc.sample),
+                actions.Budget(tc.max_minutes, self.t_start),
                 stop_signal,
-                actions.Checkpoint(tc, start_step=self.start_step),
+                actions.Checkpoint(tc.checkpoint, start_step=self.start_step),
             ]
         )
 
@@ -274,22 +278,12 @@ class Trainer:
                 thing.close()
 
 
-# settings that leave the trained weights alone: changing them on resume needs no warning
-_BOOKKEEPING = frozenset(
-    "train." + f
-    for f in (
-        "max_minutes",
-        "log_every",
-        "sample_every",
-        "sample_tokens",
-        "sample_prompt",
-        "profile",
-        "peak_flops",
-        "loggers",
-        "wandb_project",
-        "wandb_entity",
-    )
-) | {"name", "train.per_layer_grad_norms"}
+# settings (and groups of them) that leave the trained weights alone: changing them on resume needs no warning
+_BOOKKEEPING = ("name", "train.max_minutes", "train.log", "train.sample", "train.profile")
+
+
+def _bookkeeping(key: str) -> bool:
+    return any(key == b or key.startswith(b + ".") for b in _BOOKKEEPING)
 
 
 def _warn_changed_settings(checkpoints, step: int, config: dict, *, warn: bool = True) -> None:
@@ -298,7 +292,7 @@ def _warn_changed_settings(checkpoints, step: int, config: dict, *, warn: bool =
     saved = checkpoints.restore_meta(step).get("config")
     if not warn or not isinstance(saved, dict):
         return
-    changed = [c for c in configlib.changed_fields(saved, config) if c[0] not in _BOOKKEEPING]
+    changed = [c for c in configlib.changed_fields(migration.upgrade(saved), config) if not _bookkeeping(c[0])]
     if changed:
         actions.log.warning(
             "resuming step %d of %s with %d setting(s) changed since it was saved (steps up to %d used the "

@@ -1,5 +1,5 @@
-"""Metric logging to the loggers a run names in its config (``train.loggers``: JSON lines,
-TensorBoard, Weights & Biases; see ``train.loggers``), and a tqdm progress bar.
+"""Metric logging to the loggers a run names in its config (``train.log``: JSON lines,
+TensorBoard, Weights & Biases; see the module ``train.loggers``), and a tqdm progress bar.
 
 `MetricsWriter.write` stamps each record with its step and the Unix time of the write,
 ``{"step": 100, "time": 1796245310.2, "loss": 2.31, "grad_norm": 0.8, "layer_rms": [1.0, 1.1]}``
@@ -76,7 +76,7 @@ class MetricsWriter:
     ``resume_step``: when resuming from a checkpoint at that step, the loggers drop or purge the
     records of later steps (see ``train.loggers``), so a restarted run leaves no duplicate steps.
     Nested dicts are flattened into ``"eval/loss"`` keys. ``run_config``, ``name`` and the
-    ``wandb_*`` settings go to `LoggerContext` (a wandb run shows them).
+    ``wandb`` settings go to `LoggerContext` (a wandb run shows them).
     """
 
     def __init__(
@@ -130,13 +130,12 @@ class MetricsWriter:
 
 def logger_settings(cfg: Any) -> dict[str, Any]:
     """`MetricsWriter`'s keywords from an experiment ``Config``: its loggers, name and settings."""
-    tc = cfg.train
+    settings = cfg.train.log
     return {
-        "loggers": tc.loggers,
+        "loggers": settings.logger_names(),
         "run_config": configlib.to_dict(cfg),
         "name": cfg.name,
-        "wandb_project": tc.wandb_project,
-        "wandb_entity": tc.wandb_entity,
+        "wandb": settings.wandb,
     }
 
 

@@ -82,7 +82,7 @@ def _fit(cfg: Config, data) -> NGramLM:
 
 
 def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
-    """Counts the training split, scores train (``train.eval_batches`` rows at most) and val, and
+    """Counts the training split, scores train (``train.eval.batches`` rows at most) and val, and
     saves the model; returns the summary keys of ``train.loop.train`` (``params`` = stored counts,
     ``tokens_per_s`` = training tokens counted per second)."""
     t_start = time.time()
@@ -109,8 +109,8 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
         f"{n_train:,} training tokens in {fit_s:.1f}s; data: {cfg.data.dataset.kind} (vocab {data.vocab_size})",
         flush=True,
     )
-    train = score(model, data.eval_batches("train", cfg.train.eval_batches), accuracy=False)
-    val = score(model, data.eval_batches("val", cfg.train.eval_batches))
+    train = score(model, data.eval_batches("train", cfg.train.eval.batches), accuracy=False)
+    val = score(model, data.eval_batches("val", cfg.train.eval.batches))
     with MetricsWriter(workdir, **logger_settings(cfg)) as writer:
         writer.write(
             0,

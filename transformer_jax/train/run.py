@@ -170,7 +170,9 @@ def setup(
     tc = cfg.train
     mesh = make_mesh(cfg.mesh, devices)
     check_batch(cfg, mesh)
-    ckpts = Checkpoints(workdir, keep=tc.keep_checkpoints, keep_best=tc.keep_best, best_mode=tc.best_mode)
+    saves = tc.checkpoint
+    best_mode = "min" if saves.best is None else saves.best.mode
+    ckpts = Checkpoints(workdir, keep=saves.keep, keep_best=saves.best is not None, best_mode=best_mode)
     try:
         return _restore_or_init(cfg, workdir, ckpts, mesh, restore, best, restore_step, fallback)
     except BaseException:  # an Orbax manager left open logs "cannot schedule new futures" at exit

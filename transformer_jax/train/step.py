@@ -160,7 +160,7 @@ def make_train_step(
         if n_sources:
             metrics["source/loss_sum"] = sums["nll_sum_by_group"]
             metrics["source/weight_sum"] = sums["weight_sum_by_group"]
-        if cfg.per_layer_grad_norms:
+        if cfg.log.per_layer_grad_norms:
             metrics.update({f"grad_norm/{k}": v for k, v in per_layer_norms(grads).items()})
         metrics["nonfinite_grads"] = jax.tree.map(lambda g: ~jnp.all(jnp.isfinite(g)), grads)
         return new_state, metrics

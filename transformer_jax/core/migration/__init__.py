@@ -4,7 +4,7 @@
 layout into today's; `legacy` turns today's into the layout the committed ablation runs were hashed
 under, so their identities stay; `renamed_key` names the new key of an old ``--set`` key.
 
-One module per config section (`model`, `data`, ...), each with ``PATH`` (where the section sits in a run's
+One module per config section (`model`, `data`, `train`, ...), each with ``PATH`` (where the section sits in a run's
 config), ``STEPS`` ((upgrade, legacy) pairs acting in place on the section's dict; upgrade leaves
 today's layout as it is) and ``RENAMED`` (old dotted key -> where it went). Pure dict work, no config
 classes: every layer may call it.
@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from transformer_jax.core.migration import data, model, optim
+from transformer_jax.core.migration import data, model, optim, train
 
-_SECTIONS = (model, data, optim)
+_SECTIONS = (model, data, train, optim)
 
 RENAMED_KEYS: dict[str, str] = {old: new for section in _SECTIONS for old, new in section.RENAMED.items()}
 
