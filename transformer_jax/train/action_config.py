@@ -15,9 +15,7 @@ from transformer_jax.core.configlib import Config, Variant, check_choice, fail, 
 from transformer_jax.core.registry import Registry
 from transformer_jax.train.loggers import DEFAULT_LOGGERS, LOGGERS, WandbConfig
 
-BEST_MODES: Registry[str] = Registry("best-checkpoint mode")
-BEST_MODES.register("min", "lower is better (loss, perplexity)")
-BEST_MODES.register("max", "higher is better (accuracy, bleu)")
+BestMode = typing.Literal["min", "max"]  # lower is better (loss, perplexity) / higher (accuracy, bleu)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +70,7 @@ class BestCheckpoint(Config):
     or a task's, e.g. bleu) in ``WORKDIR/best/``; ``mode``: whether lower or higher is better."""
 
     metric: str = "loss"
-    mode: str = setting("min", choice=BEST_MODES)
+    mode: BestMode = "min"
 
     PATH: ClassVar[str] = "train.checkpoint.best"
 
@@ -128,8 +126,8 @@ class HaltOnNonfinite(NonfiniteConfig):
 
 
 __all__ = [
-    "BEST_MODES",
     "BestCheckpoint",
+    "BestMode",
     "CheckpointConfig",
     "EvalConfig",
     "HaltOnNonfinite",
