@@ -147,3 +147,13 @@ def test_changed_fields_lists_each_differing_leaf_by_dotted_name():
         ("train.optim.lr", 3e-3, 1e-3),
     ]
     assert configlib.changed_fields(before, before) == []
+
+
+def test_a_replaced_section_and_the_overrides_are_validated_once_together():
+    """``--init-from`` swaps in the pretrained model: a 32-position table with the default 64-token
+    rows is invalid on its own, valid with the ``data.seq_len=32`` override applied in the same pass."""
+    small = ModelConfig(max_len=32)
+    with pytest.raises(ConfigError, match="data.seq_len=64: is longer than model.max_len=32"):
+        apply_overrides(Config(), [], replace={"model": small})
+    cfg = apply_overrides(Config(), ["data.seq_len=32", "model.n_layers=2"], replace={"model": small})
+    assert (cfg.model.max_len, cfg.model.n_layers, cfg.data.seq_len) == (32, 2, 32)

@@ -50,9 +50,10 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def apply_overrides(cfg: Any, overrides: Sequence[str]) -> Any:
-    """``cfg`` with ``key.sub=value`` overrides applied; unknown keys raise a ``ConfigError``
-    naming the nearest valid keys."""
+def apply_overrides(cfg: Any, overrides: Sequence[str], *, replace: dict[str, Any] | None = None) -> Any:
+    """``cfg`` with its top-level fields in ``replace`` replaced and then ``key.sub=value``
+    overrides applied, validated once as a whole; unknown keys raise a ``ConfigError`` naming the
+    nearest valid keys."""
     tree: dict = {}
     for key, text in parse_overrides(overrides).items():
         node: dict = tree
@@ -67,7 +68,7 @@ def apply_overrides(cfg: Any, overrides: Sequence[str]) -> Any:
             node[leaf][_SELF] = (text, key)
         else:
             node[leaf] = (text, key)
-    return _apply(cfg, tree, "")
+    return _apply(cfg, tree, "", dict(replace or {}))
 
 
 def _first_key(node) -> str:
@@ -108,19 +109,20 @@ def _same_choice(current: Any, new: Any) -> bool:
     return current is not None and new is not None and type(current) is type(new)
 
 
-def _apply(cfg: Any, tree: dict, prefix: str) -> Any:
+def _apply(cfg: Any, tree: dict, prefix: str, changes: dict[str, Any] | None = None) -> Any:
     hints = typing.get_type_hints(type(cfg))
     names = {f.name for f in dataclasses.fields(cfg)}
-    changes = {}
+    changes = {} if changes is None else changes
     for name, node in tree.items():
         if name not in names:
             raise _unknown_key(cfg, node, prefix)
         if isinstance(node, tuple):
             value = parse_value(node[0], hints[name], node[1])
-            keep = dataclasses.is_dataclass(value) and _same_choice(getattr(cfg, name), value)
-            changes[name] = getattr(cfg, name) if keep else value
+            current = changes.get(name, getattr(cfg, name))
+            keep = dataclasses.is_dataclass(value) and _same_choice(current, value)
+            changes[name] = current if keep else value
             continue
-        sub = getattr(cfg, name)
+        sub = changes.get(name, getattr(cfg, name))
         if _SELF in node:
             turned = parse_value(node[_SELF][0], hints[name], node[_SELF][1])
             sub = sub if _same_choice(sub, turned) else turned

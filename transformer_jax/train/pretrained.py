@@ -2,10 +2,11 @@
 
 - `base_kind`: ``hf`` (``config.json`` + ``model.safetensors`` or its ``.index.json``) or ``run``
   (our workdir: ``config.json`` + ``checkpoints/``).
-- `with_init_from`: an experiment ``Config`` whose model is the pretrained one. ``--set model.X``
-  may change only `RUNTIME_FIELDS` (how the same weights are computed); any other model field that
-  differs from the pretrained config is an error naming it, as is a tokenizer setting (the run
-  uses the pretrained tokenizer).
+- `init_from_experiment`: an experiment ``Config`` whose model is the pretrained one (`with_init_from`),
+  then the overrides, then the checks (`check_init_from`): ``--set model.X`` may change only
+  `RUNTIME_FIELDS` (how the same weights are computed); any other model field that differs from the
+  pretrained config is an error naming it, as is a tokenizer setting (the run uses the pretrained
+  tokenizer).
 - `fingerprint` / `check_fingerprint`: sizes and sampled SHA-256 of the base's weight files,
   recorded in every checkpoint of a LoRA run (which holds only the adapters), so that a base that
   changed since is reported instead of silently combined with adapters trained on another one.
@@ -34,7 +35,7 @@ from transformer_jax.models.config import RUNTIME_FIELDS, ModelConfig
 from transformer_jax.parallel import state_shardings
 from transformer_jax.train.checkpoint import CheckpointError
 from transformer_jax.train.config import Config
-from transformer_jax.train.experiment import configure, workdir_config
+from transformer_jax.train.experiment import workdir_config
 from transformer_jax.train.optim import make_optimizer
 from transformer_jax.train.state import abstract_state, model_graph, model_infos, split_model
 
@@ -83,24 +84,29 @@ def pretrained_model_config(path: str) -> ModelConfig:
         raise ConfigError(f"train.init_from={path!r}: {e}") from e
 
 
-def with_init_from(cfg: Config, path: str, explicit: dict[str, str] | None = None) -> Config:
-    """``cfg`` starting from the base at ``path``: ``train.init_from`` set, the model replaced by the
-    pretrained one with the ``model.*`` keys of ``explicit`` (``--set`` overrides) applied, which
-    may change only `RUNTIME_FIELDS`. A tokenizer setting of ``cfg.data.dataset`` (not the default
-    char tokenizer, or in ``explicit``) is an error: the run uses the pretrained tokenizer."""
-    explicit = explicit or {}
+def with_init_from(cfg: Config, path: str, overrides: list[str] | None = None) -> Config:
+    """``cfg`` starting from the base at ``path`` (``train.init_from`` set, the model replaced by the
+    pretrained one: its config.json, no weights loaded), then ``overrides``, validated once."""
     path = require_local(path, "train.init_from", _LOCAL_WHY)
+    start = {"model": pretrained_model_config(path), "train": dataclasses.replace(cfg.train, init_from=path)}
+    return apply_overrides(cfg, overrides or [], replace=start)
+
+
+def check_init_from(cfg: Config, path: str, explicit: dict[str, str]) -> None:
+    """What a run from the base at ``path`` may not change: a model field outside `RUNTIME_FIELDS`
+    (the ``--set`` key in ``explicit`` that changed it is named), a tokenizer setting of
+    ``cfg.data.dataset`` (the run uses the pretrained tokenizer) or document packing with a Hugging
+    Face tokenizer."""
     pretrained = pretrained_model_config(path)
-    model_sets = {k: v for k, v in explicit.items() if k.startswith("model.")}
-    model = apply_overrides(pretrained, [f"{k.removeprefix('model.')}={v}" for k, v in model_sets.items()])
-    for key in model_sets:
-        name = key.split(".")[1]
-        if name not in RUNTIME_FIELDS and getattr(model, name) != getattr(pretrained, name):
+    for key, value in explicit.items():
+        name = key.split(".")[1] if key.startswith("model.") else None
+        if name is not None and name not in RUNTIME_FIELDS and getattr(cfg.model, name) != getattr(pretrained, name):
             raise ConfigError(
-                f"--set {key}={model_sets[key]}: conflicts with the pretrained model "
+                f"--set {key}={value}: conflicts with the pretrained model "
                 f"(model.{name}={getattr(pretrained, name)!r} in {path}/config.json); with --init-from only "
                 f"{', '.join('model.' + f for f in RUNTIME_FIELDS)} may be set"
             )
+    check_model(cfg.model, path)
     dataset = cfg.data.dataset
     if isinstance(dataset, CorpusData):
         given = [key for key in explicit if key.startswith("data.dataset.tokenizer")]
@@ -115,8 +121,6 @@ def with_init_from(cfg: Config, path: str, explicit: dict[str, str] | None = Non
             "data.dataset.packing='documents' frames documents with this package's BOS/EOS ids (1, 2), not the "
             f"pretrained tokenizer's of {path}; use data.dataset.packing=stream"
         )
-    train = dataclasses.replace(cfg.train, init_from=path)
-    return dataclasses.replace(cfg, model=model, train=train)
 
 
 def check_model(model: ModelConfig, path: str) -> None:
@@ -138,21 +142,16 @@ def check_model(model: ModelConfig, path: str) -> None:
 
 
 def init_from_experiment(config: Config | None, path: str, overrides: list[str] | None = None) -> Config:
-    """The config of ``train --init-from path [--config SPEC] [--set ...]``: ``config`` (the recipe's
-    or experiment file's; default: ``Config()``) with the non-model ``overrides``, then `with_init_from` (the model
-    ``overrides`` applied to the pretrained model). Unread settings are errors, as for any run."""
+    """The config of ``train --init-from path [--config SPEC] [--set ...]``, in one pass: ``config``
+    (the recipe's or experiment file's; default: ``Config()``) starting from the base (`with_init_from`),
+    then the ``overrides``, then one validation (`configlib.check_reads`, `check_init_from`)."""
     sets = parse_overrides(overrides or [])
     if sets.get("train.init_from", path) != path:
         raise ConfigError(f"--set train.init_from={sets['train.init_from']} contradicts --init-from {path}")
-    sets["train.init_from"] = path  # before train.lora is validated
-    rest = [f"{k}={v}" for k, v in sets.items() if not k.startswith("model.")]
-    if config is None:
-        cfg = apply_overrides(Config(), rest)
-        configlib.check_reads(cfg, explicit=[k for k in sets if not k.startswith("model.")])
-    else:
-        cfg = configure(config, rest)
-    cfg = with_init_from(cfg, path, sets)
-    configlib.check_reads(cfg.model, prefix="model.", explicit=sets, only_explicit=True)
+    sets.pop("train.init_from", None)
+    cfg = with_init_from(Config() if config is None else config, path, [f"{k}={v}" for k, v in sets.items()])
+    configlib.check_reads(cfg, explicit=sets)
+    check_init_from(cfg, cfg.train.init_from or path, sets)
     return cfg
 
 
@@ -321,6 +320,7 @@ __all__ = [
     "RUNTIME_FIELDS",
     "base_kind",
     "check_fingerprint",
+    "check_init_from",
     "check_model",
     "fingerprint",
     "fit_to",
