@@ -33,7 +33,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "recipe": ("shakespeare_speedrun.py", []),
     "no_muon": ("shakespeare_speedrun.py", [*ADAMW, "train.optim.lr=3e-3"]),  # the recipe's adam_lr
     "no_muon_lr6e-3": ("shakespeare_speedrun.py", [*ADAMW, "train.optim.lr=6e-3"]),
-    "no_qk_norm": ("shakespeare_speedrun.py", ["model.qk_norm=false"]),
+    "no_qk_norm": ("shakespeare_speedrun.py", ["model.attention.qk_norm=false"]),
     "gelu_not_relu2": ("shakespeare_speedrun.py", ["model.ffn=gelu"]),
     "no_zero_init": ("shakespeare_speedrun.py", ["model.zero_init_out=false"]),
     "no_softcap": ("shakespeare_speedrun.py", ["model.final_softcap=null"]),

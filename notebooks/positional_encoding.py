@@ -67,7 +67,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import build_model
+from transformer_jax.models import SoftmaxAttention, build_model
 from transformer_jax.ops.rope import apply_rope
 
 NOTEBOOK = "positional_encoding"
@@ -161,7 +161,7 @@ base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
 base = dataclasses.replace(base, model=dataclasses.replace(base.model, max_len=max(EVAL_LENS)))
 equivariance = {}
 for position in ("none", "learned", "rope"):
-    cfg = dataclasses.replace(base.model, position=position, causal=False, init_std=0.5)
+    cfg = dataclasses.replace(base.model, position=position, attention=SoftmaxAttention(causal=False), init_std=0.5)
     equivariance[position] = []
     for seed in SEEDS:
         model = build_model(cfg, seed=seed)

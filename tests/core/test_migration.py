@@ -11,7 +11,17 @@ import pytest
 from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.models import ExecutionConfig, ModelConfig, RelativeBiasPositions, RopePositions, YarnScaling
+from transformer_jax.models import (
+    ExecutionConfig,
+    LinearAttention,
+    LocalGlobalAttention,
+    ModelConfig,
+    RelativeBiasPositions,
+    RopePositions,
+    SlidingWindowAttention,
+    SoftmaxAttention,
+    YarnScaling,
+)
 from transformer_jax.train.config import Config
 from transformer_jax.train.experiment import config_from_dict
 
@@ -84,3 +94,28 @@ def test_old_execution_fields_become_the_group():
     cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
     assert (cfg.execution.dtype, cfg.execution.scan_layers, cfg.execution.remat) == ("bfloat16", True, "full")
     assert cfg.execution.attention_impl == ExecutionConfig().attention_impl
+
+
+@pytest.mark.parametrize(
+    "flat,attention",
+    [
+        ({"attention_kind": "softmax", "attention_scale": 1.0, "causal": False}, SoftmaxAttention(1.0, causal=False)),
+        ({"attention_kind": "sliding_window", "attention_window": 8}, SlidingWindowAttention(window=8)),
+        (
+            {"attention_pattern": "local_global", "attention_local_window": 4, "attn_softcap": 50.0, "qk_norm": True},
+            LocalGlobalAttention(local_window=4, softcap=50.0, qk_norm=True),
+        ),
+        ({"attention_kind": "linear", "qkv_bias": True}, LinearAttention(qkv_bias=True)),
+    ],
+)
+def test_old_attention_fields_become_the_kinds_settings_and_map_back(flat, attention):
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    assert cfg.attention == attention
+    back = migration.legacy(configlib.to_dict(cfg), whole=False)
+    assert {k: back[k] for k in flat} == flat
+    assert configlib.from_dict(ModelConfig, migration.upgrade(back, whole=False)) == cfg
+
+
+def test_an_old_attention_set_key_names_its_new_key():
+    with pytest.raises(ConfigError, match=r"'model.attention_window' was renamed: model.attention.window"):
+        apply_overrides(Config(), ["model.attention_window=16"])

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from transformer_jax.models import build_model, with_changes
+from transformer_jax.nn.attention_config import LinearAttention, SlidingWindowAttention
 from transformer_jax.nn.block import Block
 from transformer_jax.nn.positions import Learned, RelativeBias
 
@@ -22,11 +23,9 @@ DECODER_VARIANTS = {
     "llama_gqa": dict(preset="llama_tiny"),
     "alibi_post": dict(preset="gpt2_tiny", position="alibi", placement="post"),
     "relative_deepnorm": dict(preset="gpt2_tiny", position="relative_bias", placement="deepnorm"),
-    "sinusoidal_window": dict(
-        preset="gpt2_tiny", position="sinusoidal", attention_kind="sliding_window", attention_window=3
-    ),
+    "sinusoidal_window": dict(preset="gpt2_tiny", position="sinusoidal", attention=SlidingWindowAttention(window=3)),
     "rope_chunked_scan": dict(preset="llama_tiny", attention_impl="chunked", attention_block_size=4, scan_layers=True),
-    "linear_attention": dict(preset="llama_tiny", attention_kind="linear"),
+    "linear_attention": dict(preset="llama_tiny", attention=LinearAttention()),
 }
 
 
@@ -51,7 +50,7 @@ def test_decoder_lm_is_causal_by_gradient(variant):
     for t in (0, 3, T - 1):
         rows = _input_grad_rows(fn, emb, t)
         assert np.all(rows[t + 1 :] == 0.0), (variant, t, rows)
-        assert np.all(rows[: t + 1] > 0.0) or model.cfg.attention_kind == "sliding_window", (variant, t, rows)
+        assert np.all(rows[: t + 1] > 0.0) or model.cfg.attention.kind == "sliding_window", (variant, t, rows)
 
 
 @pytest.mark.parametrize(
@@ -65,8 +64,7 @@ def test_sliding_window_gradient_stops_at_the_receptive_field(preset, n_layers, 
     cfg = tiny(
         preset,
         n_layers=n_layers,
-        attention_kind="sliding_window",
-        attention_window=W,
+        attention=SlidingWindowAttention(window=W),
         attention_impl=impl,
         attention_block_size=4,
     )

@@ -169,7 +169,7 @@ def check_bfloat16_round_trip(tmp_path, **save_kw) -> None:
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_match_transformers(loaded, case):
     hf, _, cfg, model = loaded(case)
-    window = cfg.attention_window or cfg.attention_local_window
+    window = getattr(cfg.attention, "window", None) or getattr(cfg.attention, "local_window", None)
     if window is not None:
         assert 3 * window < SEQ
     x = tokens((2, SEQ))

@@ -15,7 +15,14 @@ from flax import nnx
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import generate
-from transformer_jax.models import RopePositions, YarnScaling, build_model, get_preset
+from transformer_jax.models import (
+    RopePositions,
+    SlidingWindowAttention,
+    SoftmaxAttention,
+    YarnScaling,
+    build_model,
+    get_preset,
+)
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.mla import MultiHeadLatentAttention
@@ -124,9 +131,7 @@ MODELS = {
         n_kv_heads=None,
         mla=PLAIN_Q,
         scan_layers=True,
-        attention_kind="sliding_window",
-        attention_window=3,
-        attn_softcap=2.0,
+        attention=SlidingWindowAttention(window=3, softcap=2.0),
     ),
 }
 PROMPT = np.array([[5, 6, 7, 8, 9], [11, 12, 13, 0, 0]])
@@ -171,12 +176,12 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
 @pytest.mark.parametrize(
     "change, field",
     [
-        (dict(attention_kind="linear"), "model.attention_kind"),
+        (dict(attention="linear"), "model.attention"),
         (dict(position="learned"), "model.position"),
         (dict(head_dim=16), "model.head_dim"),
         (dict(n_kv_heads=2), "model.n_kv_heads"),
-        (dict(qk_norm=True), "model.qk_norm"),
-        (dict(qkv_bias=True), "model.qkv_bias"),
+        (dict(attention=SoftmaxAttention(qk_norm=True)), "model.attention.qk_norm"),
+        (dict(attention=SoftmaxAttention(qkv_bias=True)), "model.attention.qkv_bias"),
         (dict(position=RopePositions(scaling=YarnScaling(factor=4.0))), "model.position.scaling"),
         (dict(decode_impl="pallas_gpu"), "model.execution.decode_impl"),
     ],

@@ -52,7 +52,7 @@ def _start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array, "B T 
     B, T = tokens_BT.shape
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
     x_BTD = model.positions.embed(model.embed(tokens_BT), positions_BT)
-    mask = AttentionMask(causal=model.cfg.causal)
+    mask = AttentionMask(causal=model.cfg.attention.causal)
     bias = model.positions.attention_bias(positions_BT, positions_BT)
     return x_BTD, BlockInputs(mask=mask, positions=positions_BT, bias=bias)
 

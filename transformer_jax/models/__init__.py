@@ -16,6 +16,13 @@ from transformer_jax.models.execution_config import ExecutionConfig
 from transformer_jax.models.kinds import MODELS
 from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
 from transformer_jax.models.util import abstract_model, build_model, count_active_params, count_params
+from transformer_jax.nn.attention_config import (
+    AttentionConfig,
+    LinearAttention,
+    LocalGlobalAttention,
+    SlidingWindowAttention,
+    SoftmaxAttention,
+)
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig, RMSNormConfig, RMSNormPlusOneConfig
 from transformer_jax.nn.position_config import (
     AlibiPositions,
@@ -36,14 +43,17 @@ __all__ = [
     "PRESETS",
     "RNNLM",
     "AlibiPositions",
+    "AttentionConfig",
     "BaselineConfig",
     "DecoderLM",
     "EncoderDecoder",
     "ExecutionConfig",
     "LayerNormConfig",
     "LearnedPositions",
+    "LinearAttention",
     "LinearScaling",
     "Llama3Scaling",
+    "LocalGlobalAttention",
     "ModelConfig",
     "NGramLM",
     "NoPositions",
@@ -55,6 +65,8 @@ __all__ = [
     "RelativeBiasPositions",
     "RopePositions",
     "SinusoidalPositions",
+    "SlidingWindowAttention",
+    "SoftmaxAttention",
     "WindowLM",
     "YarnScaling",
     "abstract_model",

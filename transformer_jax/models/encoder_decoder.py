@@ -143,7 +143,7 @@ class EncoderDecoder(nnx.Module):
             kv_index = _index(B, S_max)
         positions_BT = index_BT if tgt_positions_BT is None else tgt_positions_BT
         self_mask = AttentionMask(
-            causal=cfg.causal,
+            causal=cfg.attention.causal,
             q_segment_ids=tgt_segment_ids_BT,
             kv_segment_ids=tgt_segment_ids_BT,
             q_positions=None if cache is None else index_BT,

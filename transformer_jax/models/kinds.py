@@ -11,11 +11,10 @@ TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
 ENCODER_DECODER_READS = (
     "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "n_encoder_layers", "max_len",
     "placement", "norm", "position", "ffn", "use_bias", "tie_embeddings", "scale_embeddings",
-    "share_embeddings", "dropout", "attention_kind", "execution.attention_impl", "attention_window",
-    "execution.attention_block_size", "attention_scale", "execution.decode_impl", "execution.decode_block_size",
-    "causal", "init", "init_std", "execution.scan_layers", "execution.remat", "execution.dtype",
-    "execution.param_dtype", "moe", "qkv_bias", "attention_pattern", "attention_global_every",
-    "attention_local_window", "attn_softcap", "final_softcap", "qk_norm", "zero_init_out", "mla",
+    "share_embeddings", "dropout", "attention", "execution.attention_impl",
+    "execution.attention_block_size", "execution.decode_impl", "execution.decode_block_size",
+    "init", "init_std", "execution.scan_layers", "execution.remat", "execution.dtype",
+    "execution.param_dtype", "moe", "final_softcap", "zero_init_out", "mla",
 )  # fmt: skip
 DECODER_LM_READS = (
     *(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings")),

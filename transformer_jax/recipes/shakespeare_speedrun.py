@@ -13,6 +13,7 @@ slower machine earlier. Measured by ``experiments/speedrun_sweep.py``: see
 import dataclasses
 
 from transformer_jax.models import ModelConfig
+from transformer_jax.nn.attention_config import SoftmaxAttention
 from transformer_jax.nn.norm_config import RMSNormConfig
 from transformer_jax.nn.position_config import RopePositions
 from transformer_jax.recipes.shakespeare_char import get_config as base_config
@@ -37,7 +38,7 @@ def model_config(vocab_size: int) -> ModelConfig:
         ffn="relu2",
         use_bias=False,
         tie_embeddings=False,
-        qk_norm=True,
+        attention=SoftmaxAttention(qk_norm=True),
         zero_init_out=True,
         final_softcap=15.0,
         dropout=0.0,

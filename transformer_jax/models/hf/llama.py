@@ -101,13 +101,13 @@ def attention_links(cfg: ModelConfig, i: int, hf: str) -> list[Link]:
         linear(f"{hf}.v_proj.weight", f"{ours}.v.kernel", (D,), (K, Dh)),
         linear(f"{hf}.o_proj.weight", f"{ours}.o.kernel", (H, Dh), (D,)),
     ]
-    if cfg.use_bias if cfg.qkv_bias is None else cfg.qkv_bias:
+    if cfg.use_bias if cfg.attention.qkv_bias is None else cfg.attention.qkv_bias:
         links += [
             reshaped(f"{hf}.{p}_proj.bias", f"{ours}.{p}.bias", (n, Dh)) for p, n in (("q", H), ("k", K), ("v", K))
         ]
     if cfg.use_bias:
         links.append(copy(f"{hf}.o_proj.bias", f"{ours}.o.bias"))
-    if cfg.qk_norm:
+    if getattr(cfg.attention, "qk_norm", False):
         links += [copy(f"{hf}.{p}_norm.weight", f"{ours}.{p}_norm.scale") for p in ("q", "k")]
     return links
 
