@@ -35,7 +35,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "no_muon_lr6e-3": ("shakespeare_speedrun.py", [*ADAMW, "train.optim.lr=6e-3"]),
     "no_qk_norm": ("shakespeare_speedrun.py", ["model.attention.qk_norm=false"]),
     "gelu_not_relu2": ("shakespeare_speedrun.py", ["model.ffn=gelu"]),
-    "no_zero_init": ("shakespeare_speedrun.py", ["model.zero_init_out=false"]),
+    "no_zero_init": ("shakespeare_speedrun.py", ["model.init.zero_out=false"]),
     "no_softcap": ("shakespeare_speedrun.py", ["model.final_softcap=null"]),
     "tied": ("shakespeare_speedrun.py", ["model.tie_embeddings=true"]),
     "nanogpt": ("shakespeare_char.py", []),

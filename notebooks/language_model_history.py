@@ -81,7 +81,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import BaselineConfig, baseline_model_config
+from transformer_jax.models import BaselineConfig, InitConfig, baseline_model_config
 
 NOTEBOOK = "language_model_history"
 STEPS = ablation.pick(smoke=20, full=2000)
@@ -173,7 +173,7 @@ neural = {
         n_layers=1,
         tie_embeddings=False,
         dropout=0.0,
-        init_std=1.0,
+        init=InitConfig(std=1.0),
     ),
     LSTM: baseline(
         "rnn_lm",
@@ -182,7 +182,7 @@ neural = {
         n_layers=2,
         tie_embeddings=True,
         dropout=0.0,
-        init_std=1.0,
+        init=InitConfig(std=1.0),
     ),
     TF: transformer,
 }

@@ -13,6 +13,7 @@ from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import (
     ExecutionConfig,
+    InitConfig,
     LinearAttention,
     LocalGlobalAttention,
     ModelConfig,
@@ -119,3 +120,13 @@ def test_old_attention_fields_become_the_kinds_settings_and_map_back(flat, atten
 def test_an_old_attention_set_key_names_its_new_key():
     with pytest.raises(ConfigError, match=r"'model.attention_window' was renamed: model.attention.window"):
         apply_overrides(Config(), ["model.attention_window=16"])
+
+
+def test_old_init_fields_become_the_group_and_map_back():
+    flat = {"init": "xavier", "init_std": 0.5, "zero_init_out": True}
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    assert cfg.init == InitConfig(scheme="xavier", std=0.5, zero_out=True)
+    back = migration.legacy(configlib.to_dict(cfg), whole=False)
+    assert {k: back[k] for k in flat} == flat
+    with pytest.raises(ConfigError, match=r"'model.init_std' was renamed: model.init.std"):
+        apply_overrides(Config(), ["model.init_std=0.1"])

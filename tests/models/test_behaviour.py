@@ -14,6 +14,7 @@ from flax import nnx
 from transformer_jax.models import build_model, with_changes
 from transformer_jax.nn.attention_config import LinearAttention, SlidingWindowAttention
 from transformer_jax.nn.block import Block
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.positions import Learned, RelativeBias
 
 from .helpers import build_lm, build_seq2seq, per_layer_flat, random_tokens, scanned_copy, tiny
@@ -277,7 +278,7 @@ def test_bfloat16_compute_keeps_float32_params_and_close_logits():
 def test_deepnorm_scales_residual_branch_init_by_beta():
     from transformer_jax.ops.residual import deepnorm_constants
 
-    cfg = tiny("gpt2_tiny", n_layers=6, init="xavier")
+    cfg = tiny("gpt2_tiny", n_layers=6, init=InitConfig(scheme="xavier"))
     post = build_lm(dataclasses.replace(cfg, placement="post"))
     deep = build_lm(dataclasses.replace(cfg, placement="deepnorm"))
     _, beta = deepnorm_constants(architecture="decoder_only", n_encoder_layers=0, n_decoder_layers=6, side="decoder")

@@ -1,4 +1,4 @@
-"""Every variant of the model's settings families has no field the model does not read (issue 43):
+"""Every variant of the model's settings groups has no field the model does not read (issue 43):
 a tiny model is built with each, run forward and (where it decodes) a step with a KV cache, and
 every field of the variant must have been read on the way. A new variant is covered by registering it."""
 
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import pytest
 
 from tests.variant_reads import unread_fields
-from transformer_jax.models import AttentionConfig, ModelConfig, build_model
+from transformer_jax.models import AttentionConfig, InitConfig, ModelConfig, build_model
+from transformer_jax.nn.init import INIT_SCHEMES
 
 TINY = dict(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16, position="rope", norm="rmsnorm")
 
@@ -28,3 +29,9 @@ def _forward_and_decode(cfg: ModelConfig) -> None:
 def test_every_attention_setting_is_read(kind):
     cfg = ModelConfig(**TINY, attention=AttentionConfig.VARIANTS.get(kind)())
     assert unread_fields(lambda: _forward_and_decode(cfg), cfg.attention) == []
+
+
+@pytest.mark.parametrize("scheme", INIT_SCHEMES.names())
+def test_every_init_setting_is_read_under_every_scheme(scheme):
+    cfg = ModelConfig(**TINY, init=InitConfig(scheme=scheme))
+    assert unread_fields(lambda: _forward_and_decode(cfg), cfg.init) == []

@@ -22,6 +22,7 @@ from transformer_jax.models import (
     get_preset,
 )
 from transformer_jax.models.config import with_changes
+from transformer_jax.nn.init import InitConfig
 
 BASE = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, position="rope", norm="rmsnorm", use_bias=False)
 
@@ -74,8 +75,8 @@ def test_parameters_of_qk_norm_sandwich_and_qkv_bias():
     assert np.abs(np.asarray(after - before)).max() > 1e-3
 
 
-def test_zero_init_out_makes_every_block_the_identity():
-    cfg = ModelConfig(**BASE, zero_init_out=True, tie_embeddings=True)
+def test_init_zero_out_makes_every_block_the_identity():
+    cfg = ModelConfig(**BASE, init=InitConfig(zero_out=True), tie_embeddings=True)
     model = build_model(cfg)
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         if path[-2] in ("o", "w_out"):
@@ -90,8 +91,8 @@ def test_zero_init_out_makes_every_block_the_identity():
 
 def test_final_softcap_bounds_logits():
     tokens = jnp.arange(12).reshape(2, 6) % 50
-    uncapped, _ = build_model(ModelConfig(**BASE, init_std=1.0))(tokens)
-    capped, _ = build_model(ModelConfig(**BASE, final_softcap=0.5, init_std=1.0))(tokens)
+    uncapped, _ = build_model(ModelConfig(**BASE, init=InitConfig(std=1.0)))(tokens)
+    capped, _ = build_model(ModelConfig(**BASE, final_softcap=0.5, init=InitConfig(std=1.0)))(tokens)
     assert float(jnp.abs(uncapped).max()) > 2.0  # the same weights (same seed) give large logits
     np.testing.assert_allclose(np.asarray(capped), 0.5 * np.tanh(np.asarray(uncapped) / 0.5), atol=1e-6)
 
@@ -139,7 +140,7 @@ def test_gemma_like_model_is_the_same_through_chunked_attention():
         **{**BASE, "n_layers": 2},
         attention=LocalGlobalAttention(local_window=3, softcap=1.0, qk_norm=True),
         placement="sandwich",
-        init_std=0.5,
+        init=InitConfig(std=0.5),
     )
     tokens = jnp.arange(22).reshape(2, 11) % 50
     xla, _ = build_model(cfg)(tokens)

@@ -23,6 +23,7 @@ from transformer_jax.nn.attention_config import (
     SlidingWindowAttention,
     SoftmaxAttention,
 )
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig, RMSNormConfig, RMSNormPlusOneConfig
 from transformer_jax.nn.position_config import (
     AlibiPositions,
@@ -48,6 +49,7 @@ __all__ = [
     "DecoderLM",
     "EncoderDecoder",
     "ExecutionConfig",
+    "InitConfig",
     "LayerNormConfig",
     "LearnedPositions",
     "LinearAttention",

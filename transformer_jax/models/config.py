@@ -15,7 +15,7 @@ from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.attention_config import AttentionConfig, LocalGlobalAttention, SoftmaxAttention
 from transformer_jax.nn.block import BlockConfig
-from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
+from transformer_jax.nn.init import InitConfig, InitScheme
 from transformer_jax.nn.moe import MoESpec
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig
 from transformer_jax.nn.position_config import LearnedPositions, PositionConfig, RopePositions
@@ -27,7 +27,7 @@ _BIAS_POSITIONS = ("relative_bias", "alibi")
 # not hold them): how the model runs (``execution``) and dropout.
 RUNTIME_FIELDS = ("execution", "dropout")
 # How fresh weights are drawn: loaded weights replace them.
-INIT_FIELDS = ("init", "init_std", "zero_init_out")
+INIT_FIELDS = ("init",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +39,10 @@ class ModelConfig(Config):
     ``position`` (one settings class per encoding, nn.position_config; ``model.position=rope``,
     ``model.position.theta=...``), ``attention`` (one settings class per kind, nn.attention_config:
     softmax, sliding_window, local_global, linear; ``model.attention.qk_norm=true``), ``ffn``
-    (ops.activations.FFN_ACTIVATIONS), ``init`` (nn.init.INIT_SCHEMES).
+    (ops.activations.FFN_ACTIVATIONS), ``init`` (how fresh weights are drawn, nn.init.InitConfig:
+    ``model.init.scheme=xavier``, ``model.init.std``, ``model.init.zero_out``).
 
-    Speedrun / Gemma pieces: ``final_softcap`` (cap * tanh(x / cap) on the output logits),
-    ``zero_init_out`` (residual output projections start at 0).
+    ``final_softcap``: cap * tanh(x / cap) on the output logits (Gemma 2).
     """
 
     kind: str = setting("decoder_lm", choice=MODELS)
@@ -67,9 +67,7 @@ class ModelConfig(Config):
     dropout: float = setting(0.0, ge=0, lt=1)
     attention: AttentionConfig = setting(factory=SoftmaxAttention)  # nn.attention_config
     final_softcap: float | None = setting(None, gt=0)
-    init: str = setting("normal", choice=INIT_SCHEMES)
-    init_std: float = setting(0.02, gt=0)
-    zero_init_out: bool = False
+    init: InitConfig = setting(factory=InitConfig)  # nn.init: scheme, std, zero_out
     execution: ExecutionConfig = setting(factory=ExecutionConfig)  # dtypes, kernels, scan, remat
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
     mla: MLAConfig | None = None  # Multi-head Latent Attention in place of MHA/GQA (None: off)
@@ -122,7 +120,7 @@ class ModelConfig(Config):
             n_sublayers = 2 * self.n_encoder_layers + 3 * self.n_layers
         else:
             n_sublayers = 2 * self.n_layers
-        return InitScheme(name=self.init, std=self.init_std, n_residual_layers=n_sublayers, zero_out=self.zero_init_out)
+        return InitScheme(self.init, n_residual_layers=n_sublayers)
 
     def position_dims(self, *, bidirectional: bool) -> PositionDims:
         return PositionDims(
@@ -130,7 +128,7 @@ class ModelConfig(Config):
             n_heads=self.n_heads,
             max_len=self.max_len,
             bidirectional=bidirectional,
-            init_std=self.init_std,
+            init_std=self.init.std,
             dtype=self.compute_dtype,
             param_dtype=self.params_dtype,
         )

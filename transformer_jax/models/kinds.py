@@ -13,15 +13,15 @@ ENCODER_DECODER_READS = (
     "placement", "norm", "position", "ffn", "use_bias", "tie_embeddings", "scale_embeddings",
     "share_embeddings", "dropout", "attention", "execution.attention_impl",
     "execution.attention_block_size", "execution.decode_impl", "execution.decode_block_size",
-    "init", "init_std", "execution.scan_layers", "execution.remat", "execution.dtype",
-    "execution.param_dtype", "moe", "final_softcap", "zero_init_out", "mla",
+    "init.scheme", "init.std", "init.zero_out", "execution.scan_layers", "execution.remat", "execution.dtype",
+    "execution.param_dtype", "moe", "final_softcap", "mla",
 )  # fmt: skip
 DECODER_LM_READS = (
     *(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings")),
     "mtp",  # multi-token prediction: decoder-only
 )
 _NEURAL_BASELINE = (
-    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init_std", "tie_embeddings", "execution.dtype",
+    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init.std", "tie_embeddings", "execution.dtype",
     "execution.param_dtype",
     "position", "baseline",
 )  # fmt: skip

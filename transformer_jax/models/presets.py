@@ -9,6 +9,7 @@ from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import LayerNormConfig, RMSNormConfig
 from transformer_jax.nn.position_config import LearnedPositions, NoPositions, RopePositions, SinusoidalPositions
 
@@ -55,7 +56,7 @@ PRESETS.register(
         share_embeddings=True,
         scale_embeddings=True,
         dropout=0.1,
-        init="xavier",
+        init=InitConfig(scheme="xavier"),
     ),
 )
 PRESETS.register(
@@ -107,8 +108,7 @@ PRESETS.register(
         ffn="gelu_tanh",
         use_bias=True,
         tie_embeddings=True,
-        init="normal",
-        init_std=0.02,
+        init=InitConfig(scheme="normal", std=0.02),
     ),
 )
 PRESETS.register(
@@ -134,8 +134,7 @@ PRESETS.register(
         ffn="gelu",
         use_bias=False,
         tie_embeddings=True,
-        init="normal",
-        init_std=0.02,
+        init=InitConfig(scheme="normal", std=0.02),
     ),
 )
 
@@ -158,8 +157,7 @@ PRESETS.register(
         ffn="swiglu",
         use_bias=False,
         tie_embeddings=False,
-        init="normal",
-        init_std=0.02,
+        init=InitConfig(scheme="normal", std=0.02),
     ),
 )
 PRESETS.register(

@@ -14,6 +14,7 @@ import dataclasses
 
 from transformer_jax.models import ModelConfig
 from transformer_jax.nn.attention_config import SoftmaxAttention
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import RMSNormConfig
 from transformer_jax.nn.position_config import RopePositions
 from transformer_jax.recipes.shakespeare_char import get_config as base_config
@@ -39,7 +40,7 @@ def model_config(vocab_size: int) -> ModelConfig:
         use_bias=False,
         tie_embeddings=False,
         attention=SoftmaxAttention(qk_norm=True),
-        zero_init_out=True,
+        init=InitConfig(zero_out=True),
         final_softcap=15.0,
         dropout=0.0,
     )

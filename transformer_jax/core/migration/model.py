@@ -1,4 +1,4 @@
-"""The model section's renamed keys: norm, position, execution and attention became nested groups.
+"""The model section's renamed keys: norm, position, execution, attention and init became nested groups.
 
 Each step is an (upgrade, legacy) pair acting in place on the section's dict (see the package doc)."""
 
@@ -164,12 +164,30 @@ def _legacy_attention(model: dict[str, Any]) -> None:
     model.update(old)
 
 
+# model.init: how fresh weights are drawn (was: init, init_std, zero_init_out).
+_INIT = {"init": ("scheme", "normal"), "init_std": ("std", 0.02), "zero_init_out": ("zero_out", False)}
+
+
+def _upgrade_init(model: dict[str, Any]) -> None:
+    if isinstance(model.get("init"), dict) or not any(name in model for name in _INIT):
+        return
+    model["init"] = {ours: model.pop(theirs, default) for theirs, (ours, default) in _INIT.items()}
+
+
+def _legacy_init(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("init"), dict):
+        return
+    new = model.pop("init")
+    model.update({theirs: new.get(ours, default) for theirs, (ours, default) in _INIT.items()})
+
+
 PATH = ("model",)
 STEPS = (
     (_upgrade_norm, _legacy_norm),
     (_upgrade_position, _legacy_position),
     (_upgrade_execution, _legacy_execution),
     (_upgrade_attention, _legacy_attention),
+    (_upgrade_init, _legacy_init),
 )
 
 RENAMED: dict[str, str] = {
@@ -190,4 +208,6 @@ RENAMED: dict[str, str] = {
     "model.qk_norm": "model.attention.qk_norm",
     "model.causal": "model.attention.causal",
     "model.qkv_bias": "model.attention.qkv_bias",
+    "model.init_std": "model.init.std",
+    "model.zero_init_out": "model.init.zero_out",
 }

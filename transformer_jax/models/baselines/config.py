@@ -4,7 +4,7 @@ is one of the baseline kinds: ``ngram`` (counts), ``window_lm`` (Bengio et al. 2
 The neural baselines also read these ``ModelConfig`` fields: ``vocab_size``, ``d_model``
 (embedding width; the RNN hidden size), ``d_ff`` (the window MLP's hidden width, default
 4 * d_model), ``n_layers`` (tanh layers of the window MLP / stacked RNN layers), ``dropout``,
-``init_std``, ``tie_embeddings``, ``dtype``, ``param_dtype``. They have no position encoding:
+``init.std``, ``tie_embeddings``, ``dtype``, ``param_dtype``. They have no position encoding:
 ``model.position`` must be ``"none"`` (``models.presets.baseline_model_config`` sets it).
 """
 

@@ -60,7 +60,7 @@ class WindowLM(nnx.Module):
         D, F = cfg.d_model, cfg.resolved_d_ff
         self.embed = make_embed(cfg, rngs)
         self.boundary_embed = nnx.Param(
-            initializers.normal(cfg.init_std)(rngs.params(), (D,), cfg.params_dtype),
+            initializers.normal(cfg.init.std)(rngs.params(), (D,), cfg.params_dtype),
             logical_axes=("embed",),
             role="embedding",
         )
