@@ -92,7 +92,14 @@ import numpy as np
 
 from transformer_jax import ablation
 from transformer_jax.data import build_data
-from transformer_jax.models import BaselineConfig, InitConfig, baseline_model_config, build_model, with_changes
+from transformer_jax.models import (
+    BaselineConfig,
+    EmbeddingsConfig,
+    InitConfig,
+    baseline_model_config,
+    build_model,
+    with_changes,
+)
 
 NOTEBOOK = "norm_placement"
 STEPS = ablation.pick(smoke=10, full=1000)
@@ -221,8 +228,7 @@ base = dataclasses.replace(
         d_ff=ablation.pick(smoke=64, full=256),
         vocab_size=build_data(base.data, batch_size=1).vocab_size,  # training sets it so; ln V and the probes need it
         init=InitConfig(scheme="xavier"),
-        scale_embeddings=True,
-        tie_embeddings=False,
+        embeddings=EmbeddingsConfig(tie=False, scale=True),
         scan_layers=True,
     ),
 )

@@ -67,7 +67,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import InitConfig, SoftmaxAttention, build_model
+from transformer_jax.models import EmbeddingsConfig, InitConfig, SoftmaxAttention, build_model
 from transformer_jax.ops.rope import apply_rope
 
 NOTEBOOK = "positional_encoding"
@@ -78,7 +78,7 @@ ENCODINGS = ("none", "sinusoidal", "sinusoidal_scaled", "learned", "relative_bia
 # sinusoidal_scaled: Vaswani et al.'s setting, token embeddings of unit variance (init std d^-1/2, times
 # sqrt(d)) beside the unit-amplitude sinusoids; plain `sinusoidal` keeps this preset's std-0.02 embeddings,
 # which the sinusoids outweigh about 35:1
-ARM_MODEL = {"sinusoidal_scaled": {"position": "sinusoidal", "scale_embeddings": True}}
+ARM_MODEL = {"sinusoidal_scaled": {"position": "sinusoidal", "embeddings": EmbeddingsConfig(scale=True)}}
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 

@@ -12,6 +12,7 @@ from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import (
+    EmbeddingsConfig,
     ExecutionConfig,
     InitConfig,
     LinearAttention,
@@ -130,3 +131,12 @@ def test_old_init_fields_become_the_group_and_map_back():
     assert {k: back[k] for k in flat} == flat
     with pytest.raises(ConfigError, match=r"'model.init_std' was renamed: model.init.std"):
         apply_overrides(Config(), ["model.init_std=0.1"])
+
+
+def test_old_embedding_fields_become_the_group_and_map_back():
+    flat = {"tie_embeddings": False, "scale_embeddings": True, "share_embeddings": False}
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    assert cfg.embeddings == EmbeddingsConfig(tie=False, scale=True, share=False)
+    assert {k: v for k, v in migration.legacy(configlib.to_dict(cfg), whole=False).items() if k in flat} == flat
+    with pytest.raises(ConfigError, match=r"'model.tie_embeddings' was renamed: model.embeddings.tie"):
+        apply_overrides(Config(), ["model.tie_embeddings=false"])

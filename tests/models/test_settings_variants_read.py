@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from tests.variant_reads import unread_fields
-from transformer_jax.models import AttentionConfig, InitConfig, ModelConfig, build_model
+from transformer_jax.models import AttentionConfig, EmbeddingsConfig, InitConfig, ModelConfig, build_model, get_preset
 from transformer_jax.nn.init import INIT_SCHEMES
 
 TINY = dict(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16, position="rope", norm="rmsnorm")
@@ -35,3 +35,13 @@ def test_every_attention_setting_is_read(kind):
 def test_every_init_setting_is_read_under_every_scheme(scheme):
     cfg = ModelConfig(**TINY, init=InitConfig(scheme=scheme))
     assert unread_fields(lambda: _forward_and_decode(cfg), cfg.init) == []
+
+
+def test_every_embedding_setting_is_read_by_an_encoder_decoder_and_all_but_share_by_a_decoder_lm():
+    """``share`` (one table for source and target) exists for the encoder-decoder only; a decoder_lm
+    that sets it is refused by its kind's reads (models.kinds)."""
+    seq2seq = get_preset("original_tiny", embeddings=EmbeddingsConfig(tie=True, scale=True, share=False))
+    tokens_BT = jnp.arange(12).reshape(2, 6) % seq2seq.vocab_size
+    assert unread_fields(lambda: build_model(seq2seq)(tokens_BT, tokens_BT), seq2seq.embeddings) == []
+    lm = ModelConfig(**TINY, embeddings=EmbeddingsConfig(tie=False, scale=True))
+    assert unread_fields(lambda: _forward_and_decode(lm), lm.embeddings) == ["share"]

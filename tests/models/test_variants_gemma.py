@@ -22,6 +22,7 @@ from transformer_jax.models import (
     get_preset,
 )
 from transformer_jax.models.config import with_changes
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.init import InitConfig
 
 BASE = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, position="rope", norm="rmsnorm", use_bias=False)
@@ -76,7 +77,7 @@ def test_parameters_of_qk_norm_sandwich_and_qkv_bias():
 
 
 def test_init_zero_out_makes_every_block_the_identity():
-    cfg = ModelConfig(**BASE, init=InitConfig(zero_out=True), tie_embeddings=True)
+    cfg = ModelConfig(**BASE, init=InitConfig(zero_out=True), embeddings=EmbeddingsConfig(tie=True))
     model = build_model(cfg)
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         if path[-2] in ("o", "w_out"):

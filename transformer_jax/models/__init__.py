@@ -23,6 +23,7 @@ from transformer_jax.nn.attention_config import (
     SlidingWindowAttention,
     SoftmaxAttention,
 )
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig, RMSNormConfig, RMSNormPlusOneConfig
 from transformer_jax.nn.position_config import (
@@ -47,6 +48,7 @@ __all__ = [
     "AttentionConfig",
     "BaselineConfig",
     "DecoderLM",
+    "EmbeddingsConfig",
     "EncoderDecoder",
     "ExecutionConfig",
     "InitConfig",

@@ -15,6 +15,7 @@ from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.attention import AttentionSpec, RopeSpec
 from transformer_jax.nn.attention_config import AttentionConfig, LocalGlobalAttention, SoftmaxAttention
 from transformer_jax.nn.block import BlockConfig
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.init import InitConfig, InitScheme
 from transformer_jax.nn.moe import MoESpec
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig
@@ -61,9 +62,7 @@ class ModelConfig(Config):
     ffn: str = setting("gelu", choice=activations.FFN_ACTIVATIONS)
     use_bias: bool = True
     qkv_bias: bool | None = None
-    tie_embeddings: bool = True
-    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani et al.)
-    share_embeddings: bool = True  # EncoderDecoder: one table for source and target tokens
+    embeddings: EmbeddingsConfig = setting(factory=EmbeddingsConfig)  # nn.embed: tie, scale, share
     dropout: float = setting(0.0, ge=0, lt=1)
     attention: AttentionConfig = setting(factory=SoftmaxAttention)  # nn.attention_config
     final_softcap: float | None = setting(None, gt=0)

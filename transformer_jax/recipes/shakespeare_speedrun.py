@@ -14,6 +14,7 @@ import dataclasses
 
 from transformer_jax.models import ModelConfig
 from transformer_jax.nn.attention_config import SoftmaxAttention
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import RMSNormConfig
 from transformer_jax.nn.position_config import RopePositions
@@ -38,7 +39,7 @@ def model_config(vocab_size: int) -> ModelConfig:
         position=RopePositions(),
         ffn="relu2",
         use_bias=False,
-        tie_embeddings=False,
+        embeddings=EmbeddingsConfig(tie=False),
         attention=SoftmaxAttention(qk_norm=True),
         init=InitConfig(zero_out=True),
         final_softcap=15.0,

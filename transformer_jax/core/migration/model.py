@@ -1,4 +1,5 @@
-"""The model section's renamed keys: norm, position, execution, attention and init became nested groups.
+"""The model section's renamed keys: norm, position, execution, attention, init and embeddings became
+nested groups.
 
 Each step is an (upgrade, legacy) pair acting in place on the section's dict (see the package doc)."""
 
@@ -181,6 +182,27 @@ def _legacy_init(model: dict[str, Any]) -> None:
     model.update({theirs: new.get(ours, default) for theirs, (ours, default) in _INIT.items()})
 
 
+# model.embeddings: the token embeddings (was: tie_embeddings, scale_embeddings, share_embeddings).
+_EMBEDDINGS = {
+    "tie_embeddings": ("tie", True),
+    "scale_embeddings": ("scale", False),
+    "share_embeddings": ("share", True),
+}
+
+
+def _upgrade_embeddings(model: dict[str, Any]) -> None:
+    if "embeddings" in model or not any(name in model for name in _EMBEDDINGS):
+        return
+    model["embeddings"] = {ours: model.pop(theirs, default) for theirs, (ours, default) in _EMBEDDINGS.items()}
+
+
+def _legacy_embeddings(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("embeddings"), dict):
+        return
+    new = model.pop("embeddings")
+    model.update({theirs: new.get(ours, default) for theirs, (ours, default) in _EMBEDDINGS.items()})
+
+
 PATH = ("model",)
 STEPS = (
     (_upgrade_norm, _legacy_norm),
@@ -188,6 +210,7 @@ STEPS = (
     (_upgrade_execution, _legacy_execution),
     (_upgrade_attention, _legacy_attention),
     (_upgrade_init, _legacy_init),
+    (_upgrade_embeddings, _legacy_embeddings),
 )
 
 RENAMED: dict[str, str] = {
@@ -210,4 +233,5 @@ RENAMED: dict[str, str] = {
     "model.qkv_bias": "model.attention.qkv_bias",
     "model.init_std": "model.init.std",
     "model.zero_init_out": "model.init.zero_out",
+    **{f"model.{old}": f"model.embeddings.{new}" for old, (new, _) in _EMBEDDINGS.items()},
 }

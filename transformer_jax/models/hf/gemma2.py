@@ -8,6 +8,7 @@ Hugging Face's Gemma code, so only the latter is read.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -56,7 +57,7 @@ def gemma_fields(
         "use_bias": False,
         "placement": "sandwich",
         "norm": RMSNormPlusOneConfig(eps=kw["norm"].eps),
-        "scale_embeddings": True,
+        "embeddings": dataclasses.replace(kw["embeddings"], scale=True),
         "final_softcap": r.get("final_logit_softcapping"),
         "attention": LocalGlobalAttention(
             local_window=int(r.need("sliding_window")),

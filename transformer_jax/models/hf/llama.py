@@ -22,6 +22,7 @@ from transformer_jax.models.hf.spec import (
     rope_parameters,
     rope_position,
 )
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.norm_config import RMSNormConfig
 
 # HF activation of a gated MLP -> our gated FFN kind
@@ -60,7 +61,7 @@ def decoder_fields(
         placement="pre",
         norm=RMSNormConfig(eps=float(r.need("rms_norm_eps"))),
         ffn=GATED_ACTS[name],
-        tie_embeddings=bool(r.get("tie_word_embeddings", tied)),
+        embeddings=EmbeddingsConfig(tie=bool(r.get("tie_word_embeddings", tied))),
         position=rope_position(r, rope_parameters(r, rope_layer), pairing="split"),
     )
 
@@ -80,7 +81,7 @@ def decoder_hf(cfg: ModelConfig, *, act_key: str = "hidden_act") -> dict[str, An
         "max_position_embeddings": cfg.max_len,
         "rms_norm_eps": cfg.norm.eps,
         act_key: _GATED_NAMES[cfg.ffn],
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "rope_parameters": rope_hf(cfg),
         "attention_dropout": 0.0,
     }
@@ -127,7 +128,7 @@ def ends_links(cfg: ModelConfig, names: AbstractSet[str] | None, prefix: str = "
     """Token embedding, final norm and output head (a tied head stored anyway is checked equal)."""
     embed = f"{prefix}.embed_tokens.weight"
     links = [copy(embed, "embed.embedding"), copy(f"{prefix}.norm.weight", "final_norm.scale")]
-    if not cfg.tie_embeddings:
+    if not cfg.embeddings.tie:
         links.append(linear("lm_head.weight", "lm_head.kernel", (cfg.d_model,), (cfg.vocab_size,)))
     elif names is not None and "lm_head.weight" in names:
         links.append(equal_to("lm_head.weight", embed, "tie_word_embeddings is true"))
