@@ -16,6 +16,7 @@ from flax import nnx
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import generate
 from transformer_jax.models import (
+    ExecutionConfig,
     RopePositions,
     SlidingWindowAttention,
     SoftmaxAttention,
@@ -24,7 +25,7 @@ from transformer_jax.models import (
     get_preset,
 )
 from transformer_jax.models.mla_config import MLAConfig
-from transformer_jax.nn.attention import AttentionSpec, RopeSpec
+from transformer_jax.nn.attention import RopeSpec
 from transformer_jax.nn.mla import MultiHeadLatentAttention
 from transformer_jax.ops.masks import AttentionMask
 
@@ -76,9 +77,15 @@ def _np_mla(p, x, dims: MLAConfig, pairing):
     return np.einsum("thv,hvd->td", out, p["o"]["kernel"]) + p["o"]["bias"]
 
 
-def _layer(dims, pairing, **spec):
+def _layer(dims, pairing, **execution):
     layer = MultiHeadLatentAttention(
-        16, 3, dims, use_bias=True, rope=RopeSpec(pairing=pairing), spec=AttentionSpec(**spec), rngs=nnx.Rngs(0)
+        16,
+        3,
+        dims,
+        use_bias=True,
+        rope=RopeSpec(pairing=pairing),
+        execution=ExecutionConfig(**execution),
+        rngs=nnx.Rngs(0),
     )
     state = nnx.state(layer, nnx.Param)
     leaves, treedef = jax.tree.flatten(state)
@@ -112,7 +119,7 @@ def test_chunked_equals_xla_and_causal_by_gradient():
     positions = jnp.arange(9)[None]
     mask = AttentionMask(causal=True)
     ys = {
-        impl: _apply(_layer(DIMS, "split", impl=impl, block_size=4), x_BTD, mask, positions)
+        impl: _apply(_layer(DIMS, "split", attention_impl=impl, attention_block_size=4), x_BTD, mask, positions)
         for impl in ("xla", "chunked")
     }
     np.testing.assert_allclose(np.asarray(ys["chunked"]), np.asarray(ys["xla"]), rtol=1e-5, atol=1e-5)

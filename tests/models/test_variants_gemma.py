@@ -52,7 +52,7 @@ def test_local_global_alternates_and_local_layers_take_their_rope_base():
         attention=LocalGlobalAttention(local_window=5),
     )
     layers = build_model(cfg).layers.layers
-    windows = [blk.self_attn.spec.window for blk in layers]
+    windows = [blk.self_attn.layer.window for blk in layers]
     assert windows == [5, None, 5, None]
     ropes = [blk.self_attn.rope for blk in layers]
     assert [r.theta for r in ropes] == [100.0, 1e6, 100.0, 1e6]

@@ -197,7 +197,7 @@ def attention_logits(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, floa
         q_BTHD, k_BTKD = attn.rope(q_BTHD, inputs.positions), attn.rope(k_BTKD, inputs.positions)
     k_BTHD = jnp.repeat(k_BTKD, q_BTHD.shape[2] // k_BTKD.shape[2], axis=2)
     logits_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BTHD)
-    scale = attn.spec.scale if attn.spec.scale is not None else q_BTHD.shape[-1] ** -0.5
+    scale = attn.layer.scale if attn.layer.scale is not None else q_BTHD.shape[-1] ** -0.5
     T = tokens_BT.shape[1]
     causal_TS = jnp.tril(jnp.ones((T, T), bool))
     weights = jax.nn.softmax(jnp.where(causal_TS, scale * logits_BHTS, -jnp.inf), axis=-1)

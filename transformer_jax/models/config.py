@@ -7,15 +7,15 @@ from typing import ClassVar
 
 from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.models.baselines.config import BaselineConfig
-from transformer_jax.models.execution_config import ExecutionConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.models.mtp_config import MTPConfig
-from transformer_jax.nn.attention import AttentionSpec, RopeSpec
+from transformer_jax.nn.attention import RopeSpec
 from transformer_jax.nn.attention_config import AttentionConfig, LocalGlobalAttention, SoftmaxAttention
 from transformer_jax.nn.block import BlockConfig
 from transformer_jax.nn.embed import EmbeddingsConfig
+from transformer_jax.nn.execution_config import ExecutionConfig
 from transformer_jax.nn.init import InitConfig, InitScheme
 from transformer_jax.nn.moe import MoESpec
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig
@@ -165,7 +165,6 @@ class ModelConfig(Config):
             n_decoder_layers=self.n_layers,
             side=side,
         )
-        att = self.attention.layer(-1) if attention is None else attention
         return BlockConfig(
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -174,31 +173,16 @@ class ModelConfig(Config):
             d_ff=self.resolved_d_ff,
             ffn=self.ffn,
             use_bias=self.use_bias,
-            qkv_bias=att.qkv_bias,
-            norm=self.norm.kind,
-            norm_eps=self.norm.eps,
-            norm_bias=getattr(self.norm, "bias", False),
+            norm=self.norm,
             placement=self.placement,
             alpha=alpha,
             beta=beta,
             dropout=self.dropout,
-            attention=AttentionSpec(
-                kind=att.kind,
-                impl=self.execution.attention_impl,
-                window=getattr(att, "window", None),
-                block_size=self.execution.attention_block_size,
-                scale=getattr(att, "scale", None),
-                decode_impl=self.execution.decode_impl,
-                decode_block_size=self.execution.decode_block_size,
-                softcap=getattr(att, "softcap", None),
-                qk_norm=self.norm.kind if getattr(att, "qk_norm", False) else None,
-                qk_norm_eps=self.norm.eps,
-            ),
+            attention=self.attention.layer(-1) if attention is None else attention,
+            execution=self.execution,
             rope=rope,
             cross=(side == "decoder" and self.kind == "encoder_decoder"),
             init=self.init_scheme(),
-            dtype=self.compute_dtype,
-            param_dtype=self.params_dtype,
             moe=self.moe_spec(),
             mla=self.mla,
             moe_every=1 if self.moe is None else self.moe.every,

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from transformer_jax.core.configlib import Config, fail, setting
+from transformer_jax.nn.attention_config import LogitAttention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +91,7 @@ def _own_head_sizes(mla: MLAConfig, model: Any) -> None:
 
 
 def _own_norms(mla: MLAConfig, model: Any) -> None:
-    if getattr(model.attention, "qk_norm", False):
+    if isinstance(model.attention, LogitAttention) and model.attention.qk_norm:
         why = "MLA normalises its latents (model.mla.norm_eps), not q and k"
         fail("model.attention.qk_norm", True, why, "set it False")
     if model.attention.qkv_bias is not None:

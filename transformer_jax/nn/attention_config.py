@@ -33,9 +33,17 @@ class AttentionConfig(Variant):
         return False
 
 
+class LogitAttention(AttentionConfig):
+    """The kinds that softmax scaled q k^T logits: their ``scale``, ``softcap`` and ``qk_norm``."""
+
+    scale: float | None
+    softcap: float | None
+    qk_norm: bool
+
+
 @variant("softmax")
 @dataclasses.dataclass(frozen=True)
-class SoftmaxAttention(AttentionConfig):
+class SoftmaxAttention(LogitAttention):
     """softmax(q k^T * scale) v over every visible position. ``scale`` None: 1/sqrt(head_dim);
     ``softcap``: cap * tanh(logits / cap) (Gemma 2); ``qk_norm``: q and k normalised over head_dim
     with ``model.norm`` before RoPE (Dehghani et al. 2023; Gemma 3, OLMo 2)."""
@@ -49,7 +57,7 @@ class SoftmaxAttention(AttentionConfig):
 
 @variant("sliding_window")
 @dataclasses.dataclass(frozen=True)
-class SlidingWindowAttention(AttentionConfig):
+class SlidingWindowAttention(LogitAttention):
     """Softmax attention over the last ``window`` positions (Longformer; Mistral: 4096); the other
     fields as in `SoftmaxAttention`."""
 
@@ -63,7 +71,7 @@ class SlidingWindowAttention(AttentionConfig):
 
 @variant("local_global")
 @dataclasses.dataclass(frozen=True)
-class LocalGlobalAttention(AttentionConfig):
+class LocalGlobalAttention(LogitAttention):
     """Layer i is global (softmax) when (i + 1) % ``global_every`` == 0, else local (a sliding
     window of ``local_window`` tokens, RoPE base ``model.position.local_theta`` if set): Gemma 2 is
     every=2, Gemma 3 every=6. The other fields as in `SoftmaxAttention`, for both kinds of layer."""

@@ -22,6 +22,7 @@ from transformer_jax.models.hf.spec import (
     rope_parameters,
     rope_position,
 )
+from transformer_jax.nn.attention_config import LogitAttention
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.norm_config import RMSNormConfig
 
@@ -108,7 +109,7 @@ def attention_links(cfg: ModelConfig, i: int, hf: str) -> list[Link]:
         ]
     if cfg.use_bias:
         links.append(copy(f"{hf}.o_proj.bias", f"{ours}.o.bias"))
-    if getattr(cfg.attention, "qk_norm", False):
+    if isinstance(cfg.attention, LogitAttention) and cfg.attention.qk_norm:
         links += [copy(f"{hf}.{p}_norm.weight", f"{ours}.{p}_norm.scale") for p in ("q", "k")]
     return links
 
