@@ -147,3 +147,8 @@ def test_gemma_like_model_is_the_same_through_chunked_attention():
     xla, _ = build_model(cfg)(tokens)
     chunked, _ = build_model(with_changes(cfg, attention_impl="chunked", attention_block_size=4))(tokens)
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(xla), atol=2e-5)
+
+
+def test_a_renamed_flat_field_names_its_new_place():
+    with pytest.raises(ConfigError, match=r"'qk_norm' was renamed: model.attention.qk_norm"):
+        get_preset("llama_tiny", qk_norm=True)

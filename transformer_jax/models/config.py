@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import Config, fail, setting
+from transformer_jax.core import migration
+from transformer_jax.core.configlib import Config, ConfigError, fail, setting
 from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
 from transformer_jax.models.mla_config import MLAConfig
@@ -268,7 +269,12 @@ _EXECUTION_NAMES = frozenset(f.name for f in dataclasses.fields(ExecutionConfig)
 
 def with_changes(cfg: ModelConfig, **changes) -> ModelConfig:
     """``dataclasses.replace(cfg, **changes)``, except that the names of ``ExecutionConfig``'s fields
-    (``dtype``, ``scan_layers``, ``attention_impl``...) replace those of ``cfg.execution``."""
+    (``dtype``, ``scan_layers``, ``attention_impl``...) replace those of ``cfg.execution``; a renamed
+    field (``qk_norm``, ``init_std``...) is an error naming where it went."""
+    for name in changes:
+        moved = migration.renamed_key(f"model.{name}")
+        if moved is not None and name not in _EXECUTION_NAMES:
+            raise ConfigError(f"model field {name!r} was renamed: {moved} (CHANGELOG lists every renamed key)")
     execution = {k: changes.pop(k) for k in list(changes) if k in _EXECUTION_NAMES}
     if execution:
         changes["execution"] = dataclasses.replace(changes.get("execution", cfg.execution), **execution)
