@@ -64,7 +64,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import build_model, with_changes
+from transformer_jax.models import InitConfig, SoftmaxAttention, build_model, with_changes
 from transformer_jax.ops.attention import attention
 
 NOTEBOOK = "attention_scaling"
@@ -189,8 +189,8 @@ plt.show()
 # ## Part 2: training with and without the factor
 # The character-level Shakespeare model (4 layers, d_model 128, Pre-LN) with the head count fixed
 # at 4 and the head size d_k varied through `model.head_dim` (16 and 64), so that only d_k changes;
-# the unscaled arm sets `model.attention_scale=1.0`. The claim's own setting: every weight starts
-# with std 1/sqrt(d_model) (`model.init_std`), so q and k have unit-variance entries at init
+# the unscaled arm sets `model.attention.scale=1.0`. The claim's own setting: every weight starts
+# with std 1/sqrt(d_model) (`model.init.std`), so q and k have unit-variance entries at init
 # (their input is normalised) and the unscaled logits q.k start with std ~sqrt(d_k), where the
 # softmax saturates; the probe below reads them from each model at init. Each arm's learning rate
 # is the best of 1/3, 1 and 3 x 1e-3 (AdamW with warmup; the grid grows by 3x past an edge that
@@ -213,9 +213,8 @@ for d_k in HEAD_DIMS:
         model = dataclasses.replace(
             base.model,
             head_dim=d_k,
-            init="normal",
-            init_std=base.model.d_model**-0.5,
-            attention_scale=None if scaled else 1.0,
+            init=InitConfig(scheme="normal", std=base.model.d_model**-0.5),
+            attention=SoftmaxAttention(scale=None if scaled else 1.0),
         )
         sweeps[name] = ablation.sweep_lr(dataclasses.replace(base, model=model), name, GRID, NOTEBOOK)
         configs[name] = ablation.with_lr(dataclasses.replace(base, model=model), sweeps[name]["lr"])

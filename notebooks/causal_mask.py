@@ -66,6 +66,7 @@ import numpy as np
 from transformer_jax import ablation
 from transformer_jax.cli.sample import sample_text
 from transformer_jax.data.shakespeare import shakespeare_text
+from transformer_jax.models import SoftmaxAttention
 
 NOTEBOOK = "causal_mask"
 STEPS = ablation.pick(smoke=30, full=2000)
@@ -132,7 +133,7 @@ def arm_name(masked: bool, lr: float) -> str:
 
 configs = {
     arm_name(masked, lr): ablation.with_lr(
-        dataclasses.replace(base, model=dataclasses.replace(base.model, causal=masked)), lr
+        dataclasses.replace(base, model=dataclasses.replace(base.model, attention=SoftmaxAttention(causal=masked))), lr
     )
     for lr in LRS
     for masked in (True, False)
@@ -146,7 +147,7 @@ def measure(seed: int):
 
     def read(c: ablation.Curves) -> dict:
         return {
-            "val loss with the mask": ablation.eval_loss(c.workdir, ["model.causal=true"]),
+            "val loss with the mask": ablation.eval_loss(c.workdir, ["model.attention.causal=true"]),
             "sample": sample_text(
                 c.workdir, prompt="ROMEO:", max_new_tokens=SAMPLE_TOKENS, strategy="top_k", top_k=10, seed=seed
             ),
@@ -190,7 +191,7 @@ plt.show()
 
 # %% [markdown]
 # ## Evaluating with the mask on, and generating
-# Same parameters, `model.causal=true` at evaluation: the unmasked model now has to predict a
+# Same parameters, `model.attention.causal=true` at evaluation: the unmasked model now has to predict a
 # character it cannot see. Each run generates one sample (sampling seed = the run's seed). Both
 # were read from each run's last checkpoint right after training (`measure` above) and kept in the
 # run's summary under `experiments/results/causal_mask/runs/`.

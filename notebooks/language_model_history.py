@@ -81,7 +81,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import BaselineConfig, baseline_model_config
+from transformer_jax.models import BaselineConfig, EmbeddingsConfig, InitConfig, baseline_model_config
 
 NOTEBOOK = "language_model_history"
 STEPS = ablation.pick(smoke=20, full=2000)
@@ -173,18 +173,18 @@ neural = {
         d_model=ablation.pick(smoke=8, full=48),
         d_ff=ablation.pick(smoke=32, full=960),
         n_layers=1,
-        tie_embeddings=False,
+        embeddings=EmbeddingsConfig(tie=False),
         dropout=0.0,
-        init_std=1.0,
+        init=InitConfig(std=1.0),
     ),
     LSTM: baseline(
         "rnn_lm",
         BaselineConfig(cell="lstm"),
         d_model=ablation.pick(smoke=16, full=222),
         n_layers=2,
-        tie_embeddings=True,
+        embeddings=EmbeddingsConfig(tie=True),
         dropout=0.0,
-        init_std=1.0,
+        init=InitConfig(std=1.0),
     ),
     TF: transformer,
 }

@@ -32,7 +32,7 @@
 #    falls with l): deep Pre-LN models act "wider rather than deeper".
 #
 # **The notes' regime.** Every model here uses Xavier init without any depth factor
-# (`model.init="xavier"`; DeepNorm adds DeepNet's beta on the value, output and FFN projections and
+# (`model.init.scheme="xavier"`; DeepNorm adds DeepNet's beta on the value, output and FFN projections and
 # alpha on the residual, nothing else) and token embeddings of unit variance (scaled by sqrt(d) as
 # in Vaswani et al.), so x_0 has the unit variance the notes assume; the output head is a separate
 # Xavier matrix (tied to unit-variance embeddings, the strong identity path of DeepNorm made every
@@ -92,7 +92,14 @@ import numpy as np
 
 from transformer_jax import ablation
 from transformer_jax.data import build_data
-from transformer_jax.models import BaselineConfig, baseline_model_config, build_model, with_changes
+from transformer_jax.models import (
+    BaselineConfig,
+    EmbeddingsConfig,
+    InitConfig,
+    baseline_model_config,
+    build_model,
+    with_changes,
+)
 from transformer_jax.train.optim import Adam, Sgd
 
 NOTEBOOK = "norm_placement"
@@ -221,9 +228,8 @@ base = dataclasses.replace(
         n_heads=ablation.pick(smoke=2, full=4),
         d_ff=ablation.pick(smoke=64, full=256),
         vocab_size=build_data(base.data, batch_size=1).vocab_size,  # training sets it so; ln V and the probes need it
-        init="xavier",
-        scale_embeddings=True,
-        tie_embeddings=False,
+        init=InitConfig(scheme="xavier"),
+        embeddings=EmbeddingsConfig(tie=False, scale=True),
         scan_layers=True,
     ),
 )

@@ -67,7 +67,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import build_model
+from transformer_jax.models import EmbeddingsConfig, InitConfig, SoftmaxAttention, build_model
 from transformer_jax.ops.rope import apply_rope
 
 NOTEBOOK = "positional_encoding"
@@ -78,7 +78,7 @@ ENCODINGS = ("none", "sinusoidal", "sinusoidal_scaled", "learned", "relative_bia
 # sinusoidal_scaled: Vaswani et al.'s setting, token embeddings of unit variance (init std d^-1/2, times
 # sqrt(d)) beside the unit-amplitude sinusoids; plain `sinusoidal` keeps this preset's std-0.02 embeddings,
 # which the sinusoids outweigh about 35:1
-ARM_MODEL = {"sinusoidal_scaled": {"position": "sinusoidal", "scale_embeddings": True}}
+ARM_MODEL = {"sinusoidal_scaled": {"position": "sinusoidal", "embeddings": EmbeddingsConfig(scale=True)}}
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
@@ -153,7 +153,7 @@ CLAIMS = ablation.register(
 # input against the permuted outputs, as a difference relative to the largest output (float32
 # rounding through the layers leaves about 1e-5; a position encoding changes outputs by O(1)).
 # With a position encoding the same test fails. One initialisation, input and permutation per seed.
-# (The first FULL run used an absolute bound of 1e-4 on logits of size ~10 with `init_std=0.5`,
+# (The first FULL run used an absolute bound of 1e-4 on logits of size ~10 with `init.std=0.5`,
 # read 1.6e-4 and so reported "does not hold".)
 
 # %%
@@ -161,7 +161,9 @@ base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
 base = dataclasses.replace(base, model=dataclasses.replace(base.model, max_len=max(EVAL_LENS)))
 equivariance = {}
 for position in ("none", "learned", "rope"):
-    cfg = dataclasses.replace(base.model, position=position, causal=False, init_std=0.5)
+    cfg = dataclasses.replace(
+        base.model, position=position, attention=SoftmaxAttention(causal=False), init=InitConfig(std=0.5)
+    )
     equivariance[position] = []
     for seed in SEEDS:
         model = build_model(cfg, seed=seed)

@@ -1,4 +1,4 @@
-"""``model.init="xavier"`` against the papers' formulas, from the empirical std of the kernels.
+"""``model.init.scheme="xavier"`` against the papers' formulas, from the empirical std of the kernels.
 
 DeepNet (Wang et al. 2022, Figure 2), decoder-only with M layers: alpha = (2M)^(1/4) on the
 residual, beta = (8M)^(-1/4) the Xavier gain of the value, output and FFN projections; q and k
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.models import ModelConfig, build_model
+from transformer_jax.nn.init import InitConfig
 
 D, H, F = 64, 4, 256
 
@@ -21,7 +22,14 @@ D, H, F = 64, 4, 256
 def kernels(placement: str, n_layers: int, init: str = "xavier") -> tuple[dict[str, np.ndarray], float, float]:
     """Every layer's kernels pooled by name, and the blocks' (alpha, beta)."""
     cfg = ModelConfig(
-        vocab_size=16, d_model=D, n_heads=H, d_ff=F, n_layers=n_layers, max_len=8, placement=placement, init=init
+        vocab_size=16,
+        d_model=D,
+        n_heads=H,
+        d_ff=F,
+        n_layers=n_layers,
+        max_len=8,
+        placement=placement,
+        init=InitConfig(scheme=init),
     )
     model: Any = build_model(cfg, seed=0)
     blocks = list(model.layers.layers)

@@ -11,13 +11,21 @@ import pytest
 
 from transformer_jax.ablation import probes
 from transformer_jax.models import ModelConfig, build_model, with_changes
+from transformer_jax.nn.init import InitConfig
 
 B, T, V = 2, 6, 11
 
 
 def tiny(placement="post", **fields):
     cfg = ModelConfig(
-        vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=T, placement=placement, init="xavier"
+        vocab_size=V,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_layers=2,
+        max_len=T,
+        placement=placement,
+        init=InitConfig(scheme="xavier"),
     )
     model: Any = build_model(with_changes(cfg, **fields), seed=0)
     return model
@@ -112,7 +120,7 @@ def test_relative_change_is_the_mean_ratio_of_norms():
 
 
 def test_attention_logits_of_the_first_layer():
-    model = tiny("pre", init="normal", init_std=0.25)
+    model = tiny("pre", init=InitConfig(std=0.25))
     got = probes.attention_logits(model, TOKENS)
     block = model.layers.layers[0]
     positions = jnp.broadcast_to(jnp.arange(T), (B, T))

@@ -248,7 +248,7 @@ def test_export_of_a_char_level_run_needs_no_tokenizer(tmp_path):
 
     workdir, out = tmp_path / "run", str(tmp_path / "export")
     sets = ["model.position=rope", "model.norm=rmsnorm", "model.ffn=swiglu", "model.use_bias=false"]
-    train(workdir, "train.steps=2", "model.tie_embeddings=false", *sets)
+    train(workdir, "train.steps=2", "model.embeddings.tie=false", *sets)
     proc = cli("export", "--workdir", str(workdir), "--out", out, check=False)
     assert proc.returncode == 2 and "char tokenizer has no Hugging Face form" in proc.stderr, proc.stderr
     summary = _summary(cli("export", "--workdir", str(workdir), "--out", out, "--no-tokenizer"))

@@ -11,7 +11,19 @@ import pytest
 from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.models import ExecutionConfig, ModelConfig, RelativeBiasPositions, RopePositions, YarnScaling
+from transformer_jax.models import (
+    EmbeddingsConfig,
+    ExecutionConfig,
+    InitConfig,
+    LinearAttention,
+    LocalGlobalAttention,
+    ModelConfig,
+    RelativeBiasPositions,
+    RopePositions,
+    SlidingWindowAttention,
+    SoftmaxAttention,
+    YarnScaling,
+)
 from transformer_jax.train.config import Config
 from transformer_jax.train.experiment import config_from_dict
 
@@ -129,3 +141,47 @@ def test_an_old_data_field_its_dataset_did_not_read_is_refused_by_name():
 def test_an_old_data_key_names_its_new_key(old, new):
     with pytest.raises(ConfigError, match=rf"'{old.split('=')[0]}' was renamed: {new} \(with "):
         apply_overrides(Config(), [old])
+
+
+@pytest.mark.parametrize(
+    "flat,attention",
+    [
+        ({"attention_kind": "softmax", "attention_scale": 1.0, "causal": False}, SoftmaxAttention(1.0, causal=False)),
+        ({"attention_kind": "sliding_window", "attention_window": 8}, SlidingWindowAttention(window=8)),
+        (
+            {"attention_pattern": "local_global", "attention_local_window": 4, "attn_softcap": 50.0, "qk_norm": True},
+            LocalGlobalAttention(local_window=4, softcap=50.0, qk_norm=True),
+        ),
+        ({"attention_kind": "linear", "qkv_bias": True}, LinearAttention(qkv_bias=True)),
+    ],
+)
+def test_old_attention_fields_become_the_kinds_settings_and_map_back(flat, attention):
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    assert cfg.attention == attention
+    back = migration.legacy(configlib.to_dict(cfg), whole=False)
+    assert {k: back[k] for k in flat} == flat
+    assert configlib.from_dict(ModelConfig, migration.upgrade(back, whole=False)) == cfg
+
+
+def test_an_old_attention_set_key_names_its_new_key():
+    with pytest.raises(ConfigError, match=r"'model.attention_window' was renamed: model.attention.window"):
+        apply_overrides(Config(), ["model.attention_window=16"])
+
+
+def test_old_init_fields_become_the_group_and_map_back():
+    flat = {"init": "xavier", "init_std": 0.5, "zero_init_out": True}
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    assert cfg.init == InitConfig(scheme="xavier", std=0.5, zero_out=True)
+    back = migration.legacy(configlib.to_dict(cfg), whole=False)
+    assert {k: back[k] for k in flat} == flat
+    with pytest.raises(ConfigError, match=r"'model.init_std' was renamed: model.init.std"):
+        apply_overrides(Config(), ["model.init_std=0.1"])
+
+
+def test_old_embedding_fields_become_the_group_and_map_back():
+    flat = {"tie_embeddings": False, "scale_embeddings": True, "share_embeddings": False}
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    assert cfg.embeddings == EmbeddingsConfig(tie=False, scale=True, share=False)
+    assert {k: v for k, v in migration.legacy(configlib.to_dict(cfg), whole=False).items() if k in flat} == flat
+    with pytest.raises(ConfigError, match=r"'model.tie_embeddings' was renamed: model.embeddings.tie"):
+        apply_overrides(Config(), ["model.tie_embeddings=false"])

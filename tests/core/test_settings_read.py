@@ -40,7 +40,6 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
 @pytest.mark.parametrize(
     "sets,field,variant",
     [
-        (["model.attention_window=16"], "model.attention_window=16", "model.attention_kind='softmax'"),
         (["model.execution.attention_block_size=128"], "model.execution.attention_block_size=128",
          "model.execution.attention_impl='xla'"),
         (["model.execution.attention_block_size=512"], "model.execution.attention_block_size=512",
@@ -77,11 +76,12 @@ def test_a_non_default_unread_field_in_an_experiment_file_is_an_error(tmp_path):
     path.write_text(
         "import dataclasses\n"
         "from transformer_jax.train.config import Config\n"
-        "from transformer_jax.models import ModelConfig\n"
+        "from transformer_jax.models import ExecutionConfig, ModelConfig\n"
         "def get_config():\n"
-        "    return Config(model=ModelConfig(attention_kind='softmax', attention_window=64))\n"
+        "    return Config(model=ModelConfig(execution=ExecutionConfig(attention_block_size=64)))\n"
     )
-    with pytest.raises(ConfigError, match=r"model.attention_window=64 is not read with model.attention_kind='softmax'"):
+    match = r"model.execution.attention_block_size=64 is not read with model.execution.attention_impl='xla'"
+    with pytest.raises(ConfigError, match=match):
         load_experiment(str(path))
 
 
@@ -134,7 +134,7 @@ def test_a_field_two_choices_leave_unread_is_reported_once():
     with pytest.raises(ConfigError) as err:
         load_experiment(
             TINY, ["model.execution.attention_block_size=64"]
-        )  # unread by attention_kind and attention_impl
+        )  # unread by attention_impl (and by the tiny experiment's settings)
     assert str(err.value).count("model.execution.attention_block_size=64") == 1, str(err.value)
 
 

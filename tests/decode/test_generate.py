@@ -10,6 +10,7 @@ import pytest
 
 from transformer_jax.decode import SamplingConfig, beam_search, generate, translate, translate_beam
 from transformer_jax.models import build_model, get_preset
+from transformer_jax.nn.attention_config import SlidingWindowAttention
 
 SAMPLE = SamplingConfig("sample", temperature=1.5)  # random paths, so the test does not see one greedy rut
 PROMPT = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0], [14, 15, 16, 17, 0, 0]])
@@ -19,7 +20,7 @@ LM_CASES = {
     "learned": dict(preset="gpt2_tiny"),
     "rope_gqa": dict(preset="llama_tiny"),  # 4 query heads, 2 key/value heads
     "rope_mqa_scan": dict(preset="llama_tiny", n_kv_heads=1, scan_layers=True),
-    "window": dict(preset="llama_tiny", attention_kind="sliding_window", attention_window=3),
+    "window": dict(preset="llama_tiny", attention=SlidingWindowAttention(window=3)),
 }
 
 

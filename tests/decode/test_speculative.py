@@ -16,12 +16,20 @@ from transformer_jax.decode import speculative as spec
 from transformer_jax.decode.cache import rewind
 from transformer_jax.models import DecoderLM, ModelConfig, build_model
 from transformer_jax.models.mtp_config import MTPConfig
+from transformer_jax.nn.init import InitConfig
 
 MAX_LEN = 24
-# init_std 0.5: a sharp random model whose greedy tokens depend on the context, so a stale cache slot
+# init.std 0.5: a sharp random model whose greedy tokens depend on the context, so a stale cache slot
 # (a rollback left out) changes them; at 0.02 the tokens barely depend on it and such a bug passes.
 CFG = ModelConfig(
-    vocab_size=16, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=MAX_LEN, mtp=MTPConfig(depth=2), init_std=0.5
+    vocab_size=16,
+    d_model=16,
+    n_heads=2,
+    d_ff=32,
+    n_layers=2,
+    max_len=MAX_LEN,
+    mtp=MTPConfig(depth=2),
+    init=InitConfig(std=0.5),
 )
 PROMPT = np.array([[5, 6, 7, 8], [9, 3, 4, 11]], np.int32)
 

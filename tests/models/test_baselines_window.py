@@ -10,6 +10,7 @@ import pytest
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import SamplingConfig, generate
 from transformer_jax.models import BaselineConfig, baseline_model_config, build_model
+from transformer_jax.nn.embed import EmbeddingsConfig
 
 from .test_baselines_rnn import _tokens, grad_matrix, greedy_by_recompute, jitted
 
@@ -94,7 +95,7 @@ def test_sampling_through_generate():
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="model.baseline.window"):
         baseline_model_config("window_lm", BaselineConfig(window=0))
-    with pytest.raises(ConfigError, match="model.tie_embeddings"):
-        baseline_model_config("window_lm", d_model=8, d_ff=16, tie_embeddings=True)
+    with pytest.raises(ConfigError, match="model.embeddings.tie"):
+        baseline_model_config("window_lm", d_model=8, d_ff=16, embeddings=EmbeddingsConfig(tie=True))
     tied = build_model(baseline_model_config("window_lm", vocab_size=11, d_model=8, d_ff=8))
     assert tied.head.proj is None and jitted(tied)(jnp.ones((1, 3), jnp.int32))[0].shape == (1, 3, 11)

@@ -12,7 +12,9 @@ import pytest
 from flax import nnx
 
 from transformer_jax.models import build_model, with_changes
+from transformer_jax.nn.attention_config import LinearAttention, SlidingWindowAttention
 from transformer_jax.nn.block import Block
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.positions import Learned, RelativeBias
 
 from .helpers import build_lm, build_seq2seq, per_layer_flat, random_tokens, scanned_copy, tiny
@@ -22,11 +24,9 @@ DECODER_VARIANTS = {
     "llama_gqa": dict(preset="llama_tiny"),
     "alibi_post": dict(preset="gpt2_tiny", position="alibi", placement="post"),
     "relative_deepnorm": dict(preset="gpt2_tiny", position="relative_bias", placement="deepnorm"),
-    "sinusoidal_window": dict(
-        preset="gpt2_tiny", position="sinusoidal", attention_kind="sliding_window", attention_window=3
-    ),
+    "sinusoidal_window": dict(preset="gpt2_tiny", position="sinusoidal", attention=SlidingWindowAttention(window=3)),
     "rope_chunked_scan": dict(preset="llama_tiny", attention_impl="chunked", attention_block_size=4, scan_layers=True),
-    "linear_attention": dict(preset="llama_tiny", attention_kind="linear"),
+    "linear_attention": dict(preset="llama_tiny", attention=LinearAttention()),
 }
 
 
@@ -51,7 +51,7 @@ def test_decoder_lm_is_causal_by_gradient(variant):
     for t in (0, 3, T - 1):
         rows = _input_grad_rows(fn, emb, t)
         assert np.all(rows[t + 1 :] == 0.0), (variant, t, rows)
-        assert np.all(rows[: t + 1] > 0.0) or model.cfg.attention_kind == "sliding_window", (variant, t, rows)
+        assert np.all(rows[: t + 1] > 0.0) or model.cfg.attention.kind == "sliding_window", (variant, t, rows)
 
 
 @pytest.mark.parametrize(
@@ -65,8 +65,7 @@ def test_sliding_window_gradient_stops_at_the_receptive_field(preset, n_layers, 
     cfg = tiny(
         preset,
         n_layers=n_layers,
-        attention_kind="sliding_window",
-        attention_window=W,
+        attention=SlidingWindowAttention(window=W),
         attention_impl=impl,
         attention_block_size=4,
     )
@@ -279,7 +278,7 @@ def test_bfloat16_compute_keeps_float32_params_and_close_logits():
 def test_deepnorm_scales_residual_branch_init_by_beta():
     from transformer_jax.ops.residual import deepnorm_constants
 
-    cfg = tiny("gpt2_tiny", n_layers=6, init="xavier")
+    cfg = tiny("gpt2_tiny", n_layers=6, init=InitConfig(scheme="xavier"))
     post = build_lm(dataclasses.replace(cfg, placement="post"))
     deep = build_lm(dataclasses.replace(cfg, placement="deepnorm"))
     _, beta = deepnorm_constants(architecture="decoder_only", n_encoder_layers=0, n_decoder_layers=6, side="decoder")

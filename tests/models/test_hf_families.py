@@ -24,6 +24,7 @@ from flax import nnx  # noqa: E402
 from transformer_jax.decode import generate  # noqa: E402
 from transformer_jax.models import build_model  # noqa: E402
 from transformer_jax.models.hf import from_pretrained, save_pretrained  # noqa: E402
+from transformer_jax.nn.init import InitConfig  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -169,7 +170,7 @@ def check_bfloat16_round_trip(tmp_path, **save_kw) -> None:
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_match_transformers(loaded, case):
     hf, _, cfg, model = loaded(case)
-    window = cfg.attention_window or cfg.attention_local_window
+    window = getattr(cfg.attention, "window", None) or getattr(cfg.attention, "local_window", None)
     if window is not None:
         assert 3 * window < SEQ
     x = tokens((2, SEQ))
@@ -218,7 +219,7 @@ def _params(model) -> dict:
 @pytest.mark.parametrize("case", list(CASES))
 def test_round_trip_ours_to_transformers_and_back(loaded, case, tmp_path):
     _, _, cfg, _ = loaded(case)
-    ours = build_model(dataclasses.replace(cfg, init_std=0.25), seed=3)
+    ours = build_model(dataclasses.replace(cfg, init=InitConfig(std=0.25)), seed=3)
     _randomise_norms_and_biases(ours)
     save_pretrained(ours, tmp_path)
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()

@@ -17,6 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from tests.models.test_hf_checkpoints import _params, _rewrite  # noqa: E402
 from tests.models.test_hf_families import check_bfloat16_round_trip, hf_model, torch_blocked  # noqa: E402
+from transformer_jax.models import SoftmaxAttention  # noqa: E402
 from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained  # noqa: E402
 from transformer_jax.nn.norm_config import RMSNormConfig  # noqa: E402
 
@@ -37,12 +38,12 @@ def saved(tmp_path_factory):
 
 def test_configs_map_qk_norm_head_dim_and_the_expert_layers(saved):
     dense = config_from_hf(saved["qwen3"][2])
-    assert (dense.qk_norm, dense.norm, dense.head_dim) == (True, RMSNormConfig(eps=1e-6), 24)
+    assert (dense.attention.qk_norm, dense.norm, dense.head_dim) == (True, RMSNormConfig(eps=1e-6), 24)
     assert not dense.use_bias and dense.moe is None and dense.position.kind == "rope"
     hf = saved["qwen3_moe"][2]
     assert hf["num_local_experts"] == 4 and "num_experts" not in hf  # how transformers 5 writes it
     cfg = config_from_hf(hf)
-    assert cfg.moe is not None and cfg.qk_norm and cfg.d_ff == 96
+    assert cfg.moe is not None and cfg.attention.qk_norm and cfg.d_ff == 96
     assert (cfg.moe.n_experts, cfg.moe.top_k, cfg.moe.every, cfg.moe.d_expert) == (4, 2, 2, 32)
     assert cfg.moe.renormalize and cfg.moe.capacity_factor is None and cfg.moe.n_shared == 0
     published = {k: v for k, v in hf.items() if k not in ("num_local_experts", "mlp_only_layers")}
@@ -105,4 +106,5 @@ def test_save_writes_what_qwen3_moe_expresses_and_refuses_the_rest(saved):
     with pytest.raises(ValueError, match=r"qwen3_moe: cannot express moe\.n_shared=1 \(becomes 0\)"):
         config_to_hf(shared, family="qwen3_moe")
     with pytest.raises(ValueError, match=r"qwen3: cannot express .*qk_norm=False \(becomes True\)"):
-        config_to_hf(dataclasses.replace(config_from_hf(saved["qwen3"][2]), qk_norm=False), family="qwen3")
+        without = dataclasses.replace(config_from_hf(saved["qwen3"][2]), attention=SoftmaxAttention())
+        config_to_hf(without, family="qwen3")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.models import RopePositions, build_model
+from transformer_jax.nn.attention_config import LocalGlobalAttention, SlidingWindowAttention
 
 from .helpers import random_tokens, tiny
 
@@ -16,21 +17,17 @@ CASES = {
     "rope_gqa": dict(preset="llama_tiny"),
     "rope_scan": dict(preset="llama_tiny", scan_layers=True),
     "alibi": dict(preset="gpt2_tiny", position="alibi"),
-    "window": dict(preset="llama_tiny", attention_kind="sliding_window", attention_window=3),
+    "window": dict(preset="llama_tiny", attention=SlidingWindowAttention(window=3)),
     # Gemma 2/3 pieces: alternating local (window 3, own RoPE base) and global layers, soft caps,
     # QK-norm, sandwich norms with (1 + w) RMSNorm, q/k/v-only biases.
     "gemma_like": dict(
         preset="llama_tiny",
-        attention_pattern="local_global",
-        attention_local_window=3,
+        attention=LocalGlobalAttention(local_window=3, softcap=2.0, qk_norm=True, qkv_bias=True),
         position=RopePositions(local_theta=100.0),
-        attn_softcap=2.0,
         final_softcap=5.0,
-        qk_norm=True,
         placement="sandwich",
         norm="rmsnorm_plus_one",
         ffn="geglu_tanh",
-        qkv_bias=True,
     ),
 }
 

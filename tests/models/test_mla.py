@@ -15,9 +15,17 @@ from flax import nnx
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import generate
-from transformer_jax.models import RopePositions, YarnScaling, build_model, get_preset
+from transformer_jax.models import (
+    ExecutionConfig,
+    RopePositions,
+    SlidingWindowAttention,
+    SoftmaxAttention,
+    YarnScaling,
+    build_model,
+    get_preset,
+)
 from transformer_jax.models.mla_config import MLAConfig
-from transformer_jax.nn.attention import AttentionSpec, RopeSpec
+from transformer_jax.nn.attention import RopeSpec
 from transformer_jax.nn.mla import MultiHeadLatentAttention
 from transformer_jax.ops.masks import AttentionMask
 
@@ -69,9 +77,15 @@ def _np_mla(p, x, dims: MLAConfig, pairing):
     return np.einsum("thv,hvd->td", out, p["o"]["kernel"]) + p["o"]["bias"]
 
 
-def _layer(dims, pairing, **spec):
+def _layer(dims, pairing, **execution):
     layer = MultiHeadLatentAttention(
-        16, 3, dims, use_bias=True, rope=RopeSpec(pairing=pairing), spec=AttentionSpec(**spec), rngs=nnx.Rngs(0)
+        16,
+        3,
+        dims,
+        use_bias=True,
+        rope=RopeSpec(pairing=pairing),
+        execution=ExecutionConfig(**execution),
+        rngs=nnx.Rngs(0),
     )
     state = nnx.state(layer, nnx.Param)
     leaves, treedef = jax.tree.flatten(state)
@@ -105,7 +119,7 @@ def test_chunked_equals_xla_and_causal_by_gradient():
     positions = jnp.arange(9)[None]
     mask = AttentionMask(causal=True)
     ys = {
-        impl: _apply(_layer(DIMS, "split", impl=impl, block_size=4), x_BTD, mask, positions)
+        impl: _apply(_layer(DIMS, "split", attention_impl=impl, attention_block_size=4), x_BTD, mask, positions)
         for impl in ("xla", "chunked")
     }
     np.testing.assert_allclose(np.asarray(ys["chunked"]), np.asarray(ys["xla"]), rtol=1e-5, atol=1e-5)
@@ -124,9 +138,7 @@ MODELS = {
         n_kv_heads=None,
         mla=PLAIN_Q,
         scan_layers=True,
-        attention_kind="sliding_window",
-        attention_window=3,
-        attn_softcap=2.0,
+        attention=SlidingWindowAttention(window=3, softcap=2.0),
     ),
 }
 PROMPT = np.array([[5, 6, 7, 8, 9], [11, 12, 13, 0, 0]])
@@ -171,12 +183,12 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
 @pytest.mark.parametrize(
     "change, field",
     [
-        (dict(attention_kind="linear"), "model.attention_kind"),
+        (dict(attention="linear"), "model.attention"),
         (dict(position="learned"), "model.position"),
         (dict(head_dim=16), "model.head_dim"),
         (dict(n_kv_heads=2), "model.n_kv_heads"),
-        (dict(qk_norm=True), "model.qk_norm"),
-        (dict(qkv_bias=True), "model.qkv_bias"),
+        (dict(attention=SoftmaxAttention(qk_norm=True)), "model.attention.qk_norm"),
+        (dict(attention=SoftmaxAttention(qkv_bias=True)), "model.attention.qkv_bias"),
         (dict(position=RopePositions(scaling=YarnScaling(factor=4.0))), "model.position.scaling"),
         (dict(decode_impl="pallas_gpu"), "model.execution.decode_impl"),
     ],

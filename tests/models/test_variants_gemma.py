@@ -11,8 +11,19 @@ from flax import nnx
 from transformer_jax.core import configlib
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.models import LinearScaling, Llama3Scaling, ModelConfig, RopePositions, build_model, get_preset
+from transformer_jax.models import (
+    LinearScaling,
+    Llama3Scaling,
+    LocalGlobalAttention,
+    ModelConfig,
+    RopePositions,
+    SoftmaxAttention,
+    build_model,
+    get_preset,
+)
 from transformer_jax.models.config import with_changes
+from transformer_jax.nn.embed import EmbeddingsConfig
+from transformer_jax.nn.init import InitConfig
 
 BASE = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, position="rope", norm="rmsnorm", use_bias=False)
 
@@ -27,12 +38,7 @@ def _input_grad_support(model, T=10, t=9):
 
 @pytest.mark.parametrize("every,local", [(2, True), (1, False)])
 def test_local_layers_see_only_their_window(every, local):
-    cfg = ModelConfig(
-        **{**BASE, "n_layers": 1},
-        attention_pattern="local_global",
-        attention_global_every=every,
-        attention_local_window=3,
-    )
+    cfg = ModelConfig(**{**BASE, "n_layers": 1}, attention=LocalGlobalAttention(global_every=every, local_window=3))
     support = _input_grad_support(build_model(cfg))
     if local:  # one local layer: position 9 sees 7, 8, 9 only
         assert np.all(support[:7] == 0) and np.all(support[7:] > 0)
@@ -43,11 +49,10 @@ def test_local_layers_see_only_their_window(every, local):
 def test_local_global_alternates_and_local_layers_take_their_rope_base():
     cfg = ModelConfig(
         **{**BASE, "n_layers": 4, "position": RopePositions(theta=1e6, scaling=LinearScaling(4.0), local_theta=100.0)},
-        attention_pattern="local_global",
-        attention_local_window=5,
+        attention=LocalGlobalAttention(local_window=5),
     )
     layers = build_model(cfg).layers.layers
-    windows = [blk.self_attn.spec.window for blk in layers]
+    windows = [blk.self_attn.layer.window for blk in layers]
     assert windows == [5, None, 5, None]
     ropes = [blk.self_attn.rope for blk in layers]
     assert [r.theta for r in ropes] == [100.0, 1e6, 100.0, 1e6]
@@ -55,7 +60,9 @@ def test_local_global_alternates_and_local_layers_take_their_rope_base():
 
 
 def test_parameters_of_qk_norm_sandwich_and_qkv_bias():
-    cfg = ModelConfig(**BASE, qk_norm=True, placement="sandwich", qkv_bias=True, ffn="swiglu")
+    cfg = ModelConfig(
+        **BASE, attention=SoftmaxAttention(qk_norm=True, qkv_bias=True), placement="sandwich", ffn="swiglu"
+    )
     model = build_model(cfg)
     blk = model.layers.layers[0]
     assert blk.self_attn.q_norm.scale.shape == (8,) and blk.self_attn.k_norm.scale.shape == (8,)
@@ -69,8 +76,8 @@ def test_parameters_of_qk_norm_sandwich_and_qkv_bias():
     assert np.abs(np.asarray(after - before)).max() > 1e-3
 
 
-def test_zero_init_out_makes_every_block_the_identity():
-    cfg = ModelConfig(**BASE, zero_init_out=True, tie_embeddings=True)
+def test_init_zero_out_makes_every_block_the_identity():
+    cfg = ModelConfig(**BASE, init=InitConfig(zero_out=True), embeddings=EmbeddingsConfig(tie=True))
     model = build_model(cfg)
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         if path[-2] in ("o", "w_out"):
@@ -85,8 +92,8 @@ def test_zero_init_out_makes_every_block_the_identity():
 
 def test_final_softcap_bounds_logits():
     tokens = jnp.arange(12).reshape(2, 6) % 50
-    uncapped, _ = build_model(ModelConfig(**BASE, init_std=1.0))(tokens)
-    capped, _ = build_model(ModelConfig(**BASE, final_softcap=0.5, init_std=1.0))(tokens)
+    uncapped, _ = build_model(ModelConfig(**BASE, init=InitConfig(std=1.0)))(tokens)
+    capped, _ = build_model(ModelConfig(**BASE, final_softcap=0.5, init=InitConfig(std=1.0)))(tokens)
     assert float(jnp.abs(uncapped).max()) > 2.0  # the same weights (same seed) give large logits
     np.testing.assert_allclose(np.asarray(capped), 0.5 * np.tanh(np.asarray(uncapped) / 0.5), atol=1e-6)
 
@@ -94,23 +101,9 @@ def test_final_softcap_bounds_logits():
 @pytest.mark.parametrize(
     "kw,field",
     [
-        (dict(attention_pattern="local_global"), "model.attention_local_window"),
-        (
-            dict(attention_pattern="local_global", attention_local_window=4, scan_layers=True),
-            "model.execution.scan_layers",
-        ),
-        (
-            dict(
-                attention_pattern="local_global",
-                attention_local_window=4,
-                attention_kind="sliding_window",
-                attention_window=2,
-            ),
-            "model.attention_kind",
-        ),
+        (dict(attention=LocalGlobalAttention(local_window=4), scan_layers=True), "model.execution.scan_layers"),
         (dict(position=RopePositions(local_theta=10.0)), "model.position.local_theta"),
-        (dict(attn_softcap=-1.0), "model.attn_softcap"),
-        (dict(attention_pattern="local_globl"), "model.attention_pattern"),
+        (dict(attention="local_globl"), "model.attention"),
     ],
 )
 def test_config_errors_name_the_field(kw, field):
@@ -118,14 +111,21 @@ def test_config_errors_name_the_field(kw, field):
         with_changes(ModelConfig(**BASE), **kw)
 
 
-def test_settings_read_by_the_pattern_are_not_unread_and_others_are():
-    configlib.check_reads(ModelConfig(**BASE, attention_pattern="local_global", attention_local_window=4))
-    with pytest.raises(ConfigError, match="attention_local_window=4 is not read"):
-        configlib.check_reads(ModelConfig(**BASE, attention_local_window=4))
-    with pytest.raises(ConfigError, match="attention_global_every=3 is not read"):
-        configlib.check_reads(ModelConfig(**BASE, attention_global_every=3))
-    with pytest.raises(ConfigError, match="attention_window=4 is not read"):
-        configlib.check_reads(ModelConfig(**BASE, attention_window=4))
+@pytest.mark.parametrize(
+    "sets,message",
+    [
+        (["attention.softcap=-1"], "model.attention.softcap"),
+        (["attention.local_window=4"], "the attention kind 'softmax' has no setting 'local_window'"),
+        (["attention=local_global", "attention.window=4"], "'window' is a setting of 'sliding_window'"),
+        (["attention=linear", "attention.qk_norm=true"], "the attention kind 'linear' has no setting 'qk_norm'"),
+    ],
+)
+def test_a_setting_the_attention_kind_lacks_or_breaks_names_the_field(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        apply_overrides(ModelConfig(**BASE), sets)
+
+
+def test_a_scaling_field_of_another_scaling_does_not_exist_and_its_own_are_read():
     with pytest.raises(ConfigError, match="has no setting 'low_freq_factor'"):  # linear scaling has no such field
         apply_overrides(ModelConfig(**BASE), ["position.scaling=linear", "position.scaling.low_freq_factor=2.0"])
     llama3 = Llama3Scaling(factor=8.0, low_freq_factor=2.0)
@@ -133,20 +133,22 @@ def test_settings_read_by_the_pattern_are_not_unread_and_others_are():
 
 
 def test_presets_still_build_unchanged():
-    assert get_preset("llama_tiny").attention_pattern == "uniform"
+    assert get_preset("llama_tiny").attention == SoftmaxAttention()
 
 
 def test_gemma_like_model_is_the_same_through_chunked_attention():
     cfg = ModelConfig(
         **{**BASE, "n_layers": 2},
-        attention_pattern="local_global",
-        attention_local_window=3,
-        attn_softcap=1.0,
-        qk_norm=True,
+        attention=LocalGlobalAttention(local_window=3, softcap=1.0, qk_norm=True),
         placement="sandwich",
-        init_std=0.5,
+        init=InitConfig(std=0.5),
     )
     tokens = jnp.arange(22).reshape(2, 11) % 50
     xla, _ = build_model(cfg)(tokens)
     chunked, _ = build_model(with_changes(cfg, attention_impl="chunked", attention_block_size=4))(tokens)
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(xla), atol=2e-5)
+
+
+def test_a_renamed_flat_field_names_its_new_place():
+    with pytest.raises(ConfigError, match=r"'qk_norm' was renamed: model.attention.qk_norm"):
+        get_preset("llama_tiny", qk_norm=True)

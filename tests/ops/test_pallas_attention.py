@@ -203,7 +203,7 @@ def test_cudnn_static_mask_arguments_express_the_mask(mask):
 
 def test_registry_reads_and_model_config_with_auto():
     from transformer_jax.models.config import ModelConfig
-    from transformer_jax.models.execution_config import ExecutionConfig
+    from transformer_jax.nn.execution_config import ExecutionConfig
 
     for name in ("auto", "splash", "pallas_gpu", "chunked"):
         assert ATTENTION_IMPLS.reads(name) == ("attention_block_size",), name

@@ -116,12 +116,12 @@ def _lm_batch():
 def test_llama_loss_and_parameter_gradients_equal_single_device(impl, window):
     from flax import nnx
 
-    from transformer_jax.models import build_model, get_preset
+    from transformer_jax.models import SlidingWindowAttention, build_model, get_preset
     from transformer_jax.ops.losses import cross_entropy
     from transformer_jax.parallel import batch_sharding
     from transformer_jax.parallel.context import lay_out
 
-    kind = {} if window is None else dict(attention_kind="sliding_window", attention_window=window)
+    kind = {} if window is None else dict(attention=SlidingWindowAttention(window=window))
     cfg = get_preset(
         "llama_tiny",
         vocab_size=64,

@@ -21,7 +21,7 @@ BAD = [  # (overrides, field the message must start with, a word of the fix)
     (["model.n_kv_heads=3"], "model.n_kv_heads", "divisor"),
     (["model.placement=postln"], "model.placement", "post"),
     (["model.position=rope", "model.head_dim=15"], "model.head_dim", "even"),
-    (["model.attention_kind=sliding_window"], "model.attention_window", "set model.attention_window"),
+    (["model.attention=sliding_window", "model.attention.window=0"], "model.attention.window", ">= 1"),
     (["model.dropout=1.0"], "model.dropout", "< 1"),
     (["model.max_len=16"], "data.seq_len", "raise model.max_len"),
     (["model.kind=encoder_decoder", "model.n_encoder_layers=1"], "model.kind", "decoder_lm"),

@@ -12,6 +12,7 @@ import optax
 import pytest
 from flax import nnx
 
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.train import optim
 from transformer_jax.train.optim import (
     Adam,
@@ -311,7 +312,7 @@ def test_weight_decay_mask_of_a_model_follows_param_roles():
     from transformer_jax.models import abstract_model, get_preset
     from transformer_jax.models.param_roles import param_roles
 
-    model = abstract_model(get_preset("gpt2_tiny", n_layers=1, tie_embeddings=False))
+    model = abstract_model(get_preset("gpt2_tiny", n_layers=1, embeddings=EmbeddingsConfig(tie=False)))
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     pairs = list(zip(jax.tree.leaves(param_roles(params)), jax.tree.leaves(weight_decay_mask(params))))
     assert {r for r, m in pairs if m} == {"hidden_matrix", "head", "position"}

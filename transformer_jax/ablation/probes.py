@@ -52,7 +52,7 @@ def _start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array, "B T 
     B, T = tokens_BT.shape
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
     x_BTD = model.positions.embed(model.embed(tokens_BT), positions_BT)
-    mask = AttentionMask(causal=model.cfg.causal)
+    mask = AttentionMask(causal=model.cfg.attention.causal)
     bias = model.positions.attention_bias(positions_BT, positions_BT)
     return x_BTD, BlockInputs(mask=mask, positions=positions_BT, bias=bias)
 
@@ -197,7 +197,7 @@ def attention_logits(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, floa
         q_BTHD, k_BTKD = attn.rope(q_BTHD, inputs.positions), attn.rope(k_BTKD, inputs.positions)
     k_BTHD = jnp.repeat(k_BTKD, q_BTHD.shape[2] // k_BTKD.shape[2], axis=2)
     logits_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BTHD)
-    scale = attn.spec.scale if attn.spec.scale is not None else q_BTHD.shape[-1] ** -0.5
+    scale = attn.layer.scale if attn.layer.scale is not None else q_BTHD.shape[-1] ** -0.5
     T = tokens_BT.shape[1]
     causal_TS = jnp.tril(jnp.ones((T, T), bool))
     weights = jax.nn.softmax(jnp.where(causal_TS, scale * logits_BHTS, -jnp.inf), axis=-1)

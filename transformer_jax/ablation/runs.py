@@ -170,7 +170,7 @@ def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | Non
 
 def eval_loss(workdir: str, overrides: Sequence[str] = (), split: str = "val", max_batches: int | None = None) -> float:
     """Validation loss (nats per token) of a run's latest checkpoint, evaluated with ``--set``
-    style ``overrides`` of its saved config (e.g. ``model.causal=true`` or a longer
+    style ``overrides`` of its saved config (e.g. ``model.attention.causal=true`` or a longer
     ``data.seq_len``); the parameters must still fit the changed model."""
     from transformer_jax.eval.perplexity import split_perplexity
     from transformer_jax.train.experiment import workdir_config

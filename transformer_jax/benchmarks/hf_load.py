@@ -33,6 +33,7 @@ from flax import nnx
 
 from transformer_jax.models import ModelConfig, RMSNormConfig, RopePositions, build_model, count_params
 from transformer_jax.models.hf import from_pretrained, save_pretrained
+from transformer_jax.nn.embed import EmbeddingsConfig
 
 _RSS_SCRIPT = """
 import json, sys
@@ -67,7 +68,7 @@ def llama_like(d_model: int = 1024, n_layers: int = 22, d_ff: int = 2816, vocab:
         position=RopePositions(),
         ffn="swiglu",
         use_bias=False,
-        tie_embeddings=False,
+        embeddings=EmbeddingsConfig(tie=False),
     )
 
 

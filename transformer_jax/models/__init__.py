@@ -12,10 +12,19 @@ from transformer_jax.models.baselines.window import WindowLM
 from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.decoder_lm import DecoderLM
 from transformer_jax.models.encoder_decoder import EncoderDecoder
-from transformer_jax.models.execution_config import ExecutionConfig
 from transformer_jax.models.kinds import MODELS
 from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
 from transformer_jax.models.util import abstract_model, build_model, count_active_params, count_params
+from transformer_jax.nn.attention_config import (
+    AttentionConfig,
+    LinearAttention,
+    LocalGlobalAttention,
+    SlidingWindowAttention,
+    SoftmaxAttention,
+)
+from transformer_jax.nn.embed import EmbeddingsConfig
+from transformer_jax.nn.execution_config import ExecutionConfig
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig, RMSNormConfig, RMSNormPlusOneConfig
 from transformer_jax.nn.position_config import (
     AlibiPositions,
@@ -36,14 +45,19 @@ __all__ = [
     "PRESETS",
     "RNNLM",
     "AlibiPositions",
+    "AttentionConfig",
     "BaselineConfig",
     "DecoderLM",
+    "EmbeddingsConfig",
     "EncoderDecoder",
     "ExecutionConfig",
+    "InitConfig",
     "LayerNormConfig",
     "LearnedPositions",
+    "LinearAttention",
     "LinearScaling",
     "Llama3Scaling",
+    "LocalGlobalAttention",
     "ModelConfig",
     "NGramLM",
     "NoPositions",
@@ -55,6 +69,8 @@ __all__ = [
     "RelativeBiasPositions",
     "RopePositions",
     "SinusoidalPositions",
+    "SlidingWindowAttention",
+    "SoftmaxAttention",
     "WindowLM",
     "YarnScaling",
     "abstract_model",

@@ -17,12 +17,12 @@ from transformer_jax.ops.softcap import softcap as softcap_logits
 
 
 def make_embed(cfg: ModelConfig, rngs: nnx.Rngs) -> Embed:
-    init = cfg.init_scheme().embedding(cfg.d_model, scaled=cfg.scale_embeddings)
+    init = cfg.init_scheme().embedding(cfg.d_model, scaled=cfg.embeddings.scale)
     return Embed(
         cfg.vocab_size,
         cfg.d_model,
         init=init,
-        scale=cfg.scale_embeddings,
+        scale=cfg.embeddings.scale,
         dtype=cfg.compute_dtype,
         param_dtype=cfg.params_dtype,
         rngs=rngs,
@@ -37,7 +37,7 @@ def make_final_norm(cfg: ModelConfig, rngs: nnx.Rngs) -> Norm | None:
 
 
 def make_lm_head(cfg: ModelConfig, rngs: nnx.Rngs) -> DenseGeneral | None:
-    if cfg.tie_embeddings:
+    if cfg.embeddings.tie:
         return None
     return DenseGeneral(
         cfg.d_model,

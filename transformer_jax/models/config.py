@@ -5,30 +5,31 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import Config, fail, setting
+from transformer_jax.core import migration
+from transformer_jax.core.configlib import Config, ConfigError, fail, setting
 from transformer_jax.models.baselines.config import BaselineConfig
-from transformer_jax.models.execution_config import ExecutionConfig
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
-from transformer_jax.models.layer_pattern import ATTENTION_PATTERNS, layer_types
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.models.mtp_config import MTPConfig
-from transformer_jax.nn.attention import AttentionSpec, RopeSpec
+from transformer_jax.nn.attention import RopeSpec
+from transformer_jax.nn.attention_config import AttentionConfig, LocalGlobalAttention, SoftmaxAttention
 from transformer_jax.nn.block import BlockConfig
-from transformer_jax.nn.init import INIT_SCHEMES, InitScheme
+from transformer_jax.nn.embed import EmbeddingsConfig
+from transformer_jax.nn.execution_config import ExecutionConfig
+from transformer_jax.nn.init import InitConfig, InitScheme
 from transformer_jax.nn.moe import MoESpec
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig
 from transformer_jax.nn.position_config import LearnedPositions, PositionConfig, RopePositions
 from transformer_jax.nn.positions import PositionDims
 from transformer_jax.ops import activations, residual
-from transformer_jax.ops import attention as attention_ops
 
 _BIAS_POSITIONS = ("relative_bias", "alibi")
 # Fields a checkpoint does not fix (``train --init-from`` may change them; Hugging Face configs do
 # not hold them): how the model runs (``execution``) and dropout.
 RUNTIME_FIELDS = ("execution", "dropout")
 # How fresh weights are drawn: loaded weights replace them.
-INIT_FIELDS = ("init", "init_std", "zero_init_out")
+INIT_FIELDS = ("init",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,13 +39,12 @@ class ModelConfig(Config):
     Variants are chosen by name from registries: ``placement`` (ops.residual.PLACEMENTS),
     ``norm`` (one settings class per kind, nn.norm_config; ``model.norm=rmsnorm``, ``model.norm.eps=...``),
     ``position`` (one settings class per encoding, nn.position_config; ``model.position=rope``,
-    ``model.position.theta=...``), ``ffn``
-    (ops.activations.FFN_ACTIVATIONS), ``attention_kind`` (ops.attention),
-    ``init`` (nn.init.INIT_SCHEMES), ``attention_pattern`` (models.layer_pattern.ATTENTION_PATTERNS).
+    ``model.position.theta=...``), ``attention`` (one settings class per kind, nn.attention_config:
+    softmax, sliding_window, local_global, linear; ``model.attention.qk_norm=true``), ``ffn``
+    (ops.activations.FFN_ACTIVATIONS), ``init`` (how fresh weights are drawn, nn.init.InitConfig:
+    ``model.init.scheme=xavier``, ``model.init.std``, ``model.init.zero_out``).
 
-    Speedrun / Gemma pieces: ``qk_norm`` (norm q and k over head_dim with ``norm``), ``attn_softcap``
-    and ``final_softcap`` (cap * tanh(x / cap) on attention / output logits), ``zero_init_out``
-    (residual output projections start at 0), ``qkv_bias`` (biases on q/k/v only; None: use_bias).
+    ``final_softcap``: cap * tanh(x / cap) on the output logits (Gemma 2).
     """
 
     kind: str = setting("decoder_lm", choice=MODELS)
@@ -63,23 +63,11 @@ class ModelConfig(Config):
     ffn: str = setting("gelu", choice=activations.FFN_ACTIVATIONS)
     use_bias: bool = True
     qkv_bias: bool | None = None
-    tie_embeddings: bool = True
-    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani et al.)
-    share_embeddings: bool = True  # EncoderDecoder: one table for source and target tokens
+    embeddings: EmbeddingsConfig = setting(factory=EmbeddingsConfig)  # nn.embed: tie, scale, share
     dropout: float = setting(0.0, ge=0, lt=1)
-    attention_kind: str = setting("softmax", choice=attention_ops.ATTENTION_KINDS)
-    attention_window: int | None = setting(None, ge=1)
-    attention_scale: float | None = setting(None, gt=0)  # None: 1/sqrt(head_dim)
-    attention_pattern: str = setting("uniform", choice=ATTENTION_PATTERNS)
-    attention_global_every: int = setting(2, ge=1)
-    attention_local_window: int | None = setting(None, ge=1)  # attention_pattern="local_global": local window
-    attn_softcap: float | None = setting(None, gt=0)
+    attention: AttentionConfig = setting(factory=SoftmaxAttention)  # nn.attention_config
     final_softcap: float | None = setting(None, gt=0)
-    qk_norm: bool = False
-    causal: bool = True  # decoder self-attention mask (False only for ablations)
-    init: str = setting("normal", choice=INIT_SCHEMES)
-    init_std: float = setting(0.02, gt=0)
-    zero_init_out: bool = False
+    init: InitConfig = setting(factory=InitConfig)  # nn.init: scheme, std, zero_out
     execution: ExecutionConfig = setting(factory=ExecutionConfig)  # dtypes, kernels, scan, remat
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
     mla: MLAConfig | None = None  # Multi-head Latent Attention in place of MHA/GQA (None: off)
@@ -87,11 +75,7 @@ class ModelConfig(Config):
     baseline: BaselineConfig | None = None  # settings of the classic LMs (n-gram, window, RNN)
 
     PATH: ClassVar[str] = "model"
-    SELECTORS: ClassVar = (
-        ("kind", MODELS),
-        ("attention_kind", attention_ops.ATTENTION_KINDS),
-        ("attention_pattern", ATTENTION_PATTERNS),
-    )
+    SELECTORS: ClassVar = (("kind", MODELS),)
 
     def check(self) -> None:
         if self.kind not in TRANSFORMER_KINDS:
@@ -136,7 +120,7 @@ class ModelConfig(Config):
             n_sublayers = 2 * self.n_encoder_layers + 3 * self.n_layers
         else:
             n_sublayers = 2 * self.n_layers
-        return InitScheme(name=self.init, std=self.init_std, n_residual_layers=n_sublayers, zero_out=self.zero_init_out)
+        return InitScheme(self.init, n_residual_layers=n_sublayers)
 
     def position_dims(self, *, bidirectional: bool) -> PositionDims:
         return PositionDims(
@@ -144,7 +128,7 @@ class ModelConfig(Config):
             n_heads=self.n_heads,
             max_len=self.max_len,
             bidirectional=bidirectional,
-            init_std=self.init_std,
+            init_std=self.init.std,
             dtype=self.compute_dtype,
             param_dtype=self.params_dtype,
         )
@@ -154,23 +138,27 @@ class ModelConfig(Config):
         return None if self.moe is None else self.moe.spec(self.resolved_d_ff, self.ffn)
 
     def block_configs(self, *, side: str, rope: RopeSpec | None) -> tuple[BlockConfig, ...]:
-        """One ``BlockConfig`` per layer of the ``side`` stack: ``attention_pattern`` makes local
-        layers sliding-window (with RoPE base ``position.local_theta``, unscaled, when set)."""
-        base = self.block_config(side=side, rope=rope)
+        """One ``BlockConfig`` per layer of the ``side`` stack: the local layers of
+        ``attention=local_global`` are sliding-window (with RoPE base ``position.local_theta``,
+        unscaled, when set)."""
         n = self.n_encoder_layers if side == "encoder" else self.n_layers
         local_rope = rope
-        if rope is not None and isinstance(self.position, RopePositions):
-            local_rope = self.position.spec(local=True) if self.position.local_theta is not None else rope
-        local = dataclasses.replace(
-            base,
-            attention=dataclasses.replace(base.attention, kind="sliding_window", window=self.attention_local_window),
-            rope=local_rope,
-        )
-        types = layer_types(self.attention_pattern, n, self.attention_global_every)
-        return tuple(local if t == "local" else base for t in types)
+        if rope is not None and isinstance(self.position, RopePositions) and self.position.local_theta is not None:
+            local_rope = self.position.spec(local=True)
+        made: dict[bool, BlockConfig] = {}
+        for i in range(n):
+            local = self.attention.is_local(i)
+            if local not in made:
+                made[local] = self.block_config(
+                    side=side, rope=local_rope if local else rope, attention=self.attention.layer(i)
+                )
+        return tuple(made[self.attention.is_local(i)] for i in range(n))
 
-    def block_config(self, *, side: str, rope: RopeSpec | None) -> BlockConfig:
-        """The layer hyperparameters of the ``side`` ("encoder" or "decoder") stack."""
+    def block_config(
+        self, *, side: str, rope: RopeSpec | None, attention: AttentionConfig | None = None
+    ) -> BlockConfig:
+        """The layer hyperparameters of the ``side`` ("encoder" or "decoder") stack; ``attention``:
+        the layer's attention settings (default: those of a global layer, ``self.attention.layer(-1)``)."""
         placement = residual.PLACEMENTS.get(self.placement)
         alpha, beta = placement.constants(
             architecture=self.architecture(),
@@ -178,7 +166,6 @@ class ModelConfig(Config):
             n_decoder_layers=self.n_layers,
             side=side,
         )
-        window = self.attention_window if self.attention_kind == "sliding_window" else None
         return BlockConfig(
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -187,31 +174,16 @@ class ModelConfig(Config):
             d_ff=self.resolved_d_ff,
             ffn=self.ffn,
             use_bias=self.use_bias,
-            qkv_bias=self.qkv_bias,
-            norm=self.norm.kind,
-            norm_eps=self.norm.eps,
-            norm_bias=getattr(self.norm, "bias", False),
+            norm=self.norm,
             placement=self.placement,
             alpha=alpha,
             beta=beta,
             dropout=self.dropout,
-            attention=AttentionSpec(
-                kind=self.attention_kind,
-                impl=self.execution.attention_impl,
-                window=window,
-                block_size=self.execution.attention_block_size,
-                scale=self.attention_scale,
-                decode_impl=self.execution.decode_impl,
-                decode_block_size=self.execution.decode_block_size,
-                softcap=self.attn_softcap,
-                qk_norm=self.norm.kind if self.qk_norm else None,
-                qk_norm_eps=self.norm.eps,
-            ),
+            attention=self.attention.layer(-1) if attention is None else attention,
+            execution=self.execution,
             rope=rope,
             cross=(side == "decoder" and self.kind == "encoder_decoder"),
             init=self.init_scheme(),
-            dtype=self.compute_dtype,
-            param_dtype=self.params_dtype,
             moe=self.moe_spec(),
             mla=self.mla,
             moe_every=1 if self.moe is None else self.moe.every,
@@ -262,55 +234,25 @@ def _position_fits(m: ModelConfig) -> None:
         )
     if kind == "sinusoidal" and m.d_model % 2:
         fail("model.d_model", m.d_model, "sinusoidal positions need an even d_model")
-    if m.attention_kind == "linear" and kind in _BIAS_POSITIONS:
+    if m.attention.kind == "linear" and kind in _BIAS_POSITIONS:
         fail(
             "model.position",
             kind,
             "linear attention cannot add a bias to attention logits",
-            "use rope, sinusoidal, learned or none with attention_kind='linear'",
+            "use rope, sinusoidal, learned or none with model.attention=linear",
         )
     local_theta = getattr(m.position, "local_theta", None)
-    if local_theta is not None and m.attention_pattern != "local_global":
+    if local_theta is not None and not isinstance(m.attention, LocalGlobalAttention):
         fail(
             "model.position.local_theta",
             local_theta,
-            "is the RoPE base of local layers, and attention_pattern='uniform' has none",
-            "set model.attention_pattern=local_global or unset it",
+            f"is the RoPE base of local layers, and model.attention={m.attention.kind!r} has none",
+            "set model.attention=local_global or unset it",
         )
 
 
-def _attention_window(m: ModelConfig) -> None:
-    if m.attention_kind == "sliding_window" and m.attention_window is None:
-        fail(
-            "model.attention_window",
-            None,
-            "attention_kind='sliding_window' needs a window",
-            "set model.attention_window to a positive number of tokens",
-        )
-    if m.attention_kind == "linear" and m.attention_window is not None:
-        fail("model.attention_window", m.attention_window, "linear attention has no window")
-    if m.attention_kind == "linear" and (m.attn_softcap is not None or m.qk_norm):
-        fail("model.attention_kind", "linear", "linear attention has no logits to soft-cap or QK-norm")
-
-
-def _local_global(m: ModelConfig) -> None:
-    if m.attention_pattern != "local_global":
-        return
-    if m.attention_kind != "softmax":
-        fail(
-            "model.attention_kind",
-            m.attention_kind,
-            "attention_pattern='local_global' sets each layer's kind itself",
-            "use attention_kind='softmax'",
-        )
-    if m.attention_local_window is None:
-        fail(
-            "model.attention_local_window",
-            None,
-            "attention_pattern='local_global' needs the local layers' window",
-            "set model.attention_local_window to a positive number of tokens",
-        )
-    if m.execution.scan_layers:
+def _local_global_unscanned(m: ModelConfig) -> None:
+    if isinstance(m.attention, LocalGlobalAttention) and m.execution.scan_layers:
         fail(
             "model.execution.scan_layers",
             True,
@@ -319,7 +261,7 @@ def _local_global(m: ModelConfig) -> None:
         )
 
 
-TRANSFORMER_RULES = (_head_sizes, _encoder_layers, _position_fits, _attention_window, _local_global)
+TRANSFORMER_RULES = (_head_sizes, _encoder_layers, _position_fits, _local_global_unscanned)
 
 
 _EXECUTION_NAMES = frozenset(f.name for f in dataclasses.fields(ExecutionConfig))
@@ -327,7 +269,12 @@ _EXECUTION_NAMES = frozenset(f.name for f in dataclasses.fields(ExecutionConfig)
 
 def with_changes(cfg: ModelConfig, **changes) -> ModelConfig:
     """``dataclasses.replace(cfg, **changes)``, except that the names of ``ExecutionConfig``'s fields
-    (``dtype``, ``scan_layers``, ``attention_impl``...) replace those of ``cfg.execution``."""
+    (``dtype``, ``scan_layers``, ``attention_impl``...) replace those of ``cfg.execution``; a renamed
+    field (``qk_norm``, ``init_std``...) is an error naming where it went."""
+    for name in changes:
+        moved = migration.renamed_key(f"model.{name}")
+        if moved is not None and name not in _EXECUTION_NAMES:
+            raise ConfigError(f"model field {name!r} was renamed: {moved} (CHANGELOG lists every renamed key)")
     execution = {k: changes.pop(k) for k in list(changes) if k in _EXECUTION_NAMES}
     if execution:
         changes["execution"] = dataclasses.replace(changes.get("execution", cfg.execution), **execution)

@@ -124,7 +124,7 @@ class DecoderLM(nnx.Module):
             kv_index_BS = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
         positions_BT = index_BT if positions_BT is None else positions_BT
         mask = AttentionMask(
-            causal=self.cfg.causal,
+            causal=self.cfg.attention.causal,
             q_segment_ids=segment_ids_BT,
             kv_segment_ids=segment_ids_BT,
             q_positions=None if cache is None else index_BT,

@@ -42,8 +42,8 @@ class EncoderDecoder(nnx.Module):
     """src -> encoder (bidirectional self-attention) -> memory;
     tgt -> decoder (causal self-attention, cross-attention to memory) -> logits.
 
-    Source/target embeddings are one table when ``share_embeddings`` (the paper's shared BPE
-    vocabulary), and the output projection is tied to the target embedding when ``tie_embeddings``.
+    Source/target embeddings are one table when ``embeddings.share`` (the paper's shared BPE
+    vocabulary), and the output projection is tied to the target embedding when ``embeddings.tie``.
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -51,7 +51,7 @@ class EncoderDecoder(nnx.Module):
             raise ValueError(f"EncoderDecoder needs model.kind='encoder_decoder', got {cfg.kind!r}")
         self.cfg = cfg
         self.tgt_embed = make_embed(cfg, rngs)
-        self.src_embed = None if cfg.share_embeddings else make_embed(cfg, rngs)
+        self.src_embed = None if cfg.embeddings.share else make_embed(cfg, rngs)
         self.src_positions = build_positions(cfg.position, cfg.position_dims(bidirectional=True), rngs=rngs)
         self.tgt_positions = build_positions(cfg.position, cfg.position_dims(bidirectional=False), rngs=rngs)
         self.encoder = Stack(
@@ -143,7 +143,7 @@ class EncoderDecoder(nnx.Module):
             kv_index = _index(B, S_max)
         positions_BT = index_BT if tgt_positions_BT is None else tgt_positions_BT
         self_mask = AttentionMask(
-            causal=cfg.causal,
+            causal=cfg.attention.causal,
             q_segment_ids=tgt_segment_ids_BT,
             kv_segment_ids=tgt_segment_ids_BT,
             q_positions=None if cache is None else index_BT,

@@ -3,26 +3,32 @@ the ``ModelConfig`` fields it reads, so a setting its kind ignores is an error, 
 
 from __future__ import annotations
 
+import dataclasses
+
 from transformer_jax.core.registry import Registry
+from transformer_jax.nn.execution_config import ExecutionConfig
+from transformer_jax.nn.init import InitConfig
 
 MODELS: Registry = Registry("model kind")
 TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder")
 
-ENCODER_DECODER_READS = (
-    "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "n_encoder_layers", "max_len",
-    "placement", "norm", "position", "ffn", "use_bias", "tie_embeddings", "scale_embeddings",
-    "share_embeddings", "dropout", "attention_kind", "execution.attention_impl", "attention_window",
-    "execution.attention_block_size", "attention_scale", "execution.decode_impl", "execution.decode_block_size",
-    "causal", "init", "init_std", "execution.scan_layers", "execution.remat", "execution.dtype",
-    "execution.param_dtype", "moe", "qkv_bias", "attention_pattern", "attention_global_every",
-    "attention_local_window", "attn_softcap", "final_softcap", "qk_norm", "zero_init_out", "mla",
+
+def _all_of(group: type, name: str) -> tuple[str, ...]:
+    """Every field of the settings group ``group`` at ``model.<name>``, as dotted names."""
+    return tuple(f"{name}.{f.name}" for f in dataclasses.fields(group))
+
+
+# What both Transformer kinds read: the settings groups whole (attention, norm, position, MoE, MLA),
+# or field by field where a baseline reads a part (execution, init, embeddings).
+_TRANSFORMER = (
+    "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "max_len", "placement",
+    "norm", "position", "attention", "ffn", "use_bias", "dropout", "final_softcap", "moe", "mla",
+    *_all_of(ExecutionConfig, "execution"), *_all_of(InitConfig, "init"), "embeddings.tie", "embeddings.scale",
 )  # fmt: skip
-DECODER_LM_READS = (
-    *(f for f in ENCODER_DECODER_READS if f not in ("n_encoder_layers", "share_embeddings")),
-    "mtp",  # multi-token prediction: decoder-only
-)
+ENCODER_DECODER_READS = (*_TRANSFORMER, "n_encoder_layers", "embeddings.share")
+DECODER_LM_READS = (*_TRANSFORMER, "mtp")  # multi-token prediction: decoder-only
 _NEURAL_BASELINE = (
-    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init_std", "tie_embeddings", "execution.dtype",
+    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init.std", "embeddings.tie", "execution.dtype",
     "execution.param_dtype",
     "position", "baseline",
 )  # fmt: skip

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from transformer_jax.core.configlib import Config, fail, setting
+from transformer_jax.nn.attention_config import LogitAttention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,7 @@ class MLAConfig(Config):
     None). Each head's query/key is ``qk_nope_head_dim`` dims without position plus
     ``qk_rope_head_dim`` RoPE dims, the RoPE key being one vector shared by every head (decoupled
     RoPE); values have ``v_head_dim`` dims. Logits are scaled by 1/sqrt(qk_nope + qk_rope) (or
-    ``model.attention_scale``). Decoding caches only c and the RoPE key, kv_lora_rank +
+    ``model.attention.scale``). Decoding caches only c and the RoPE key, kv_lora_rank +
     qk_rope_head_dim numbers per token and layer, and attends in the latent space (the key and
     value up-projections absorbed into the query and the output). ``norm_eps``: epsilon of the
     two latent RMSNorms (Hugging Face's ``DeepseekV3RMSNorm`` default, whatever
@@ -63,10 +64,8 @@ def _rope_pairs(mla: MLAConfig) -> None:
 
 
 def _needs_softmax(mla: MLAConfig, model: Any) -> None:
-    if model.attention_kind == "linear":
-        fail(
-            "model.attention_kind", "linear", "MLA is softmax attention over a latent", "use softmax or sliding_window"
-        )
+    if model.attention.kind == "linear":
+        fail("model.attention", "linear", "MLA is softmax attention over a latent", "use softmax or sliding_window")
 
 
 def _needs_rope(mla: MLAConfig, model: Any) -> None:
@@ -92,12 +91,13 @@ def _own_head_sizes(mla: MLAConfig, model: Any) -> None:
 
 
 def _own_norms(mla: MLAConfig, model: Any) -> None:
-    if model.qk_norm:
-        fail("model.qk_norm", True, "MLA normalises its latents (model.mla.norm_eps), not q and k", "set it False")
-    if model.qkv_bias is not None:
+    if isinstance(model.attention, LogitAttention) and model.attention.qk_norm:
+        why = "MLA normalises its latents (model.mla.norm_eps), not q and k"
+        fail("model.attention.qk_norm", True, why, "set it False")
+    if model.attention.qkv_bias is not None:
         fail(
-            "model.qkv_bias",
-            model.qkv_bias,
+            "model.attention.qkv_bias",
+            model.attention.qkv_bias,
             "MLA's down-projections take model.use_bias (Hugging Face's attention_bias)",
             "unset it",
         )

@@ -9,6 +9,8 @@ from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.nn.embed import EmbeddingsConfig
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import LayerNormConfig, RMSNormConfig
 from transformer_jax.nn.position_config import LearnedPositions, NoPositions, RopePositions, SinusoidalPositions
 
@@ -26,9 +28,9 @@ def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **m
     """A ``ModelConfig`` of a baseline ``kind`` with ``position="none"`` (and, for ``window_lm``,
     an untied output layer unless ``d_ff == d_model``); ``model_fields`` set the rest."""
     fields = {"position": NoPositions(), **model_fields}
-    if kind == "window_lm" and "tie_embeddings" not in fields:
+    if kind == "window_lm" and "embeddings" not in fields:
         d_model = fields.get("d_model", ModelConfig.d_model)
-        fields["tie_embeddings"] = fields.get("d_ff") == d_model
+        fields["embeddings"] = EmbeddingsConfig(tie=fields.get("d_ff") == d_model)
     return ModelConfig(kind=kind, baseline=baseline or BaselineConfig(), **fields)
 
 
@@ -51,11 +53,9 @@ PRESETS.register(
         position=SinusoidalPositions(),
         ffn="relu",
         use_bias=True,
-        tie_embeddings=True,
-        share_embeddings=True,
-        scale_embeddings=True,
+        embeddings=EmbeddingsConfig(tie=True, scale=True, share=True),
         dropout=0.1,
-        init="xavier",
+        init=InitConfig(scheme="xavier"),
     ),
 )
 PRESETS.register(
@@ -106,9 +106,8 @@ PRESETS.register(
         position=LearnedPositions(),
         ffn="gelu_tanh",
         use_bias=True,
-        tie_embeddings=True,
-        init="normal",
-        init_std=0.02,
+        embeddings=EmbeddingsConfig(tie=True),
+        init=InitConfig(scheme="normal", std=0.02),
     ),
 )
 PRESETS.register(
@@ -133,9 +132,8 @@ PRESETS.register(
         position=LearnedPositions(),
         ffn="gelu",
         use_bias=False,
-        tie_embeddings=True,
-        init="normal",
-        init_std=0.02,
+        embeddings=EmbeddingsConfig(tie=True),
+        init=InitConfig(scheme="normal", std=0.02),
     ),
 )
 
@@ -157,9 +155,8 @@ PRESETS.register(
         position=RopePositions(theta=10000.0),
         ffn="swiglu",
         use_bias=False,
-        tie_embeddings=False,
-        init="normal",
-        init_std=0.02,
+        embeddings=EmbeddingsConfig(tie=False),
+        init=InitConfig(scheme="normal", std=0.02),
     ),
 )
 PRESETS.register(

@@ -9,13 +9,22 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from transformer_jax.nn.attention_config import (
+    AttentionConfig,
+    LocalGlobalAttention,
+    LogitAttention,
+    SlidingWindowAttention,
+    SoftmaxAttention,
+)
+from transformer_jax.nn.execution_config import ExecutionConfig
 from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.norm import Norm
+from transformer_jax.nn.norm_config import NormConfig, RMSNormConfig
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops import rope as rope_ops
 from transformer_jax.ops.context_parallel import context_size
-from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, decode_attention
+from transformer_jax.ops.decode_attention import decode_attention
 from transformer_jax.ops.kv_cache import KVCache, kv_cache_of, update_kv_cache
 from transformer_jax.ops.masks import AttentionMask
 
@@ -33,31 +42,40 @@ class RopeSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionSpec:
-    """How attention is computed: ``ops.attention`` kind/impl names and their options; with a KV
-    cache, ``ops.decode_attention``'s ``decode_impl``. ``softcap``: cap * tanh(logits / cap) on the
-    scaled logits (Gemma 2). ``qk_norm``: a norm kind (``ops.norms.NORMS``) applied over head_dim
-    to q and k before RoPE (QK-norm: Dehghani et al. 2023; Gemma 3, OLMo 2), None: off."""
+class LayerAttention:
+    """What one layer's attention settings ask of ``ops.attention`` (a kind without a field reads it
+    as off): the ops ``kind``, ``window``, logit ``scale`` (None: 1/sqrt(head_dim)), ``softcap``,
+    ``qk_norm``."""
 
-    kind: str = "softmax"
-    impl: str = "xla"
-    window: int | None = None
-    block_size: int = 512
-    scale: float | None = None
-    decode_impl: str = "auto"
-    decode_block_size: int = DECODE_BLOCK_SIZE
-    softcap: float | None = None
-    qk_norm: str | None = None
-    qk_norm_eps: float = 1e-6
+    kind: str
+    window: int | None
+    scale: float | None
+    softcap: float | None
+    qk_norm: bool
+
+    @staticmethod
+    def of(settings: AttentionConfig) -> LayerAttention:
+        if isinstance(settings, LocalGlobalAttention):
+            raise ValueError("local_global sets each layer's attention: pass settings.layer(i) to the layer")
+        logits = settings if isinstance(settings, LogitAttention) else None
+        return LayerAttention(
+            kind=settings.kind,
+            window=settings.window if isinstance(settings, SlidingWindowAttention) else None,
+            scale=None if logits is None else logits.scale,
+            softcap=None if logits is None else logits.softcap,
+            qk_norm=logits is not None and logits.qk_norm,
+        )
 
 
 class Attention(nnx.Module):
     """softmax(Q K^T * scale + bias) V with H query heads and K <= H key/value heads.
 
     Kernels: q [D, H, Dh], k/v [D, K, Dh] (logical ``embed``, ``heads``/``kv_heads``, ``head_dim``),
-    o [H, Dh, D]. ``value_gain`` multiplies the init of v and o (DeepNorm's beta). ``qkv_bias``:
-    biases on q, k, v only (Qwen2); None follows ``use_bias``. With ``spec.qk_norm``: ``q_norm`` and
-    ``k_norm`` scales [Dh].
+    o [H, Dh, D]. ``settings``: the layer's attention (``nn.attention_config``; its ``qkv_bias``:
+    biases on q, k, v only, Qwen2; None follows ``use_bias``); ``execution``: the kernels and block
+    sizes (``attention_impl``, ``decode_impl``...). With ``settings.qk_norm``: ``q_norm`` and ``k_norm``
+    scales [Dh], normalised as ``norm`` says. ``value_gain`` multiplies the init of v and o
+    (DeepNorm's beta).
     """
 
     def __init__(
@@ -69,9 +87,10 @@ class Attention(nnx.Module):
         *,
         cross: bool = False,
         use_bias: bool = False,
-        qkv_bias: bool | None = None,
         rope: RopeSpec | None = None,
-        spec: AttentionSpec = AttentionSpec(),
+        settings: AttentionConfig = SoftmaxAttention(),
+        execution: ExecutionConfig = ExecutionConfig(),
+        norm: NormConfig = RMSNormConfig(),
         init: InitScheme = InitScheme(),
         value_gain: float = 1.0,
         dtype: jnp.dtype = jnp.float32,
@@ -83,7 +102,7 @@ class Attention(nnx.Module):
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         common: dict[str, Any] = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        in_bias = use_bias if qkv_bias is None else qkv_bias
+        in_bias = use_bias if settings.qkv_bias is None else settings.qkv_bias
         self.q = DenseGeneral(
             d_model,
             (n_heads, head_dim),
@@ -120,14 +139,15 @@ class Attention(nnx.Module):
             use_bias=use_bias,
             **common,
         )
-        if spec.qk_norm is not None:
-            qk: dict[str, Any] = dict(kind=spec.qk_norm, eps=spec.qk_norm_eps, use_bias=False, param_dtype=param_dtype)
+        self.layer = LayerAttention.of(settings)
+        if self.layer.qk_norm:
+            qk: dict[str, Any] = dict(kind=norm.kind, eps=norm.eps, use_bias=False, param_dtype=param_dtype)
             self.q_norm, self.k_norm = Norm(head_dim, **qk), Norm(head_dim, **qk)
         else:
             self.q_norm = self.k_norm = None
         self.cross = cross
         self.rope = rope
-        self.spec = spec
+        self.execution = execution
 
     def _keys(self, x_BSD: Float[Array, "B S D"]) -> Float[Array, "B S K D"]:
         k_BSKD = self.k(x_BSD)
@@ -177,19 +197,19 @@ class Attention(nnx.Module):
                 k_BSKD = self.rope(k_BSKD, positions_BT)
             if cache is not None:
                 cache = update_kv_cache(cache, k_BSKD, v_BSKD)
-        if cache is not None and self.spec.kind in ("softmax", "sliding_window"):
-            if self.spec.kind == "sliding_window":
-                assert self.spec.window is not None  # ModelConfig requires it
-                mask = (AttentionMask() if mask is None else mask).with_window(self.spec.window)
+        layer, execution = self.layer, self.execution
+        if cache is not None and layer.kind in ("softmax", "sliding_window"):
+            if layer.window is not None:
+                mask = (AttentionMask() if mask is None else mask).with_window(layer.window)
             y_BTHD = decode_attention(
                 q_BTHD,
                 cache,
                 mask=mask,
                 bias_BHTS=bias,
-                scale=self.spec.scale,
-                impl=self.spec.decode_impl,
-                block_size=self.spec.decode_block_size,
-                softcap=self.spec.softcap,
+                scale=layer.scale,
+                impl=execution.decode_impl,
+                block_size=execution.decode_block_size,
+                softcap=layer.softcap,
             )
             return self.o(y_BTHD), cache
         if cache is not None:
@@ -200,11 +220,11 @@ class Attention(nnx.Module):
             v_BSKD.astype(q_BTHD.dtype),
             mask=mask,
             bias=bias,
-            scale=self.spec.scale,
-            kind=self.spec.kind,
-            impl=self.spec.impl,
-            window=self.spec.window,
-            block_size=self.spec.block_size,
-            softcap=self.spec.softcap,
+            scale=layer.scale,
+            kind=layer.kind,
+            impl=execution.attention_impl,
+            window=layer.window,
+            block_size=execution.attention_block_size,
+            softcap=layer.softcap,
         )
         return self.o(y_BTHD), cache

@@ -7,17 +7,19 @@ import dataclasses
 from typing import Any, cast
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from transformer_jax.core.sharding import constrain
-from transformer_jax.nn.attention import Attention, AttentionSpec, RopeSpec
+from transformer_jax.nn.attention import Attention, RopeSpec
+from transformer_jax.nn.attention_config import AttentionConfig, SoftmaxAttention
+from transformer_jax.nn.execution_config import ExecutionConfig
 from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.mla import MLADims, MultiHeadLatentAttention
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.nn.moe import MoE, MoESpec
 from transformer_jax.nn.norm import Norm
+from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig
 from transformer_jax.ops import residual
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.masks import AttentionMask
@@ -35,7 +37,8 @@ class BlockConfig:
     ``moe``: Mixture-of-Experts in place of the FFN; in a ``Stack``, only in every
     ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0) from layer ``moe_first_dense``
     on, the others keep the FFN.
-    ``qkv_bias``: biases on q/k/v only (None: ``use_bias``). ``mla``: the sizes of Multi-head
+    ``attention``: this layer's attention settings (a pattern's ``layer(i)``), ``execution``: its
+    kernels, block sizes and dtypes, ``norm``: every norm's (and QK-norm's). ``mla``: the sizes of Multi-head
     Latent Attention (``nn.mla.MLADims``, e.g. a ``models.mla_config.MLAConfig``) in place of
     ``Attention`` for self-attention (``n_kv_heads``/``head_dim`` then size cross-attention only).
     """
@@ -47,20 +50,16 @@ class BlockConfig:
     d_ff: int
     ffn: str = "relu"
     use_bias: bool = True
-    qkv_bias: bool | None = None
-    norm: str = "layernorm"
-    norm_eps: float = 1e-5
-    norm_bias: bool = True
+    norm: NormConfig = LayerNormConfig()
     placement: str = "pre"
     alpha: float = 1.0
     beta: float = 1.0
     dropout: float = 0.0
-    attention: AttentionSpec = AttentionSpec()
+    attention: AttentionConfig = SoftmaxAttention()
+    execution: ExecutionConfig = ExecutionConfig()
     rope: RopeSpec | None = None
     cross: bool = False
     init: InitScheme = InitScheme()
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
     moe: MoESpec | None = None
     moe_every: int = 1
     moe_first_dense: int = 0
@@ -89,38 +88,37 @@ class Block(nnx.Module):
     def __init__(self, cfg: BlockConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.placement = residual.PLACEMENTS.get(cfg.placement)
+        dtypes: dict[str, Any] = dict(dtype=cfg.execution.compute_dtype, param_dtype=cfg.execution.params_dtype)
         attn: dict[str, Any] = dict(
             use_bias=cfg.use_bias,
-            qkv_bias=cfg.qkv_bias,
-            spec=cfg.attention,
+            settings=cfg.attention,
+            execution=cfg.execution,
             init=cfg.init,
             value_gain=cfg.beta,
-            dtype=cfg.dtype,
-            param_dtype=cfg.param_dtype,
+            **dtypes,
             rngs=rngs,
         )
-        norm: dict[str, Any] = dict(
-            kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, param_dtype=cfg.param_dtype
-        )
+        norm: dict[str, Any] = dict(**cfg.norm.module_kwargs(), param_dtype=dtypes["param_dtype"])
         if cfg.mla is None:
-            self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, **attn)
+            self.self_attn = Attention(
+                cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, norm=cfg.norm, **attn
+            )
         else:
             if cfg.rope is None:
                 raise ValueError("MLA needs a RoPE spec (its decoupled key is rotated)")
-            mla = {k: v for k, v in attn.items() if k != "qkv_bias"}
-            self.self_attn = MultiHeadLatentAttention(cfg.d_model, cfg.n_heads, cfg.mla, rope=cfg.rope, **mla)
+            self.self_attn = MultiHeadLatentAttention(cfg.d_model, cfg.n_heads, cfg.mla, rope=cfg.rope, **attn)
         self.self_attn_norm = Norm(cfg.d_model, **norm)
         post = self.placement.sublayer_norm
         self.self_attn_post_norm = Norm(cfg.d_model, **norm) if post else None
         if cfg.cross:
-            self.cross_attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cross=True, **attn)
+            self.cross_attn = Attention(
+                cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cross=True, norm=cfg.norm, **attn
+            )
             self.cross_attn_norm = Norm(cfg.d_model, **norm)
             self.cross_attn_post_norm = Norm(cfg.d_model, **norm) if post else None
         else:
             self.cross_attn = self.cross_attn_norm = self.cross_attn_post_norm = None
-        ffn: dict[str, Any] = dict(
-            use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
-        )
+        ffn: dict[str, Any] = dict(use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, **dtypes, rngs=rngs)
         if cfg.moe is None:
             self.ffn = FeedForward(cfg.d_model, cfg.d_ff, kind=cfg.ffn, **ffn)
         else:

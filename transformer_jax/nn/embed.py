@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from transformer_jax.core.configlib import Config
+
 Initializer = jax.nn.initializers.Initializer
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingsConfig(Config):
+    """The token embeddings (``model.embeddings``): ``tie``: the output projection is the table
+    transposed (`Embed.attend`); ``scale``: lookups times sqrt(d_model) (Vaswani et al. 2017; the
+    table then starts at std 1/sqrt(d_model)); ``share``: an encoder-decoder's source and target
+    tokens share one table (read by ``encoder_decoder`` only)."""
+
+    PATH: typing.ClassVar[str] = "model.embeddings"
+    tie: bool = True
+    scale: bool = False
+    share: bool = True
 
 
 class Embed(nnx.Module):

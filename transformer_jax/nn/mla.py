@@ -8,7 +8,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.nn.attention import AttentionSpec, RopeSpec
+from transformer_jax.nn.attention import LayerAttention, RopeSpec
+from transformer_jax.nn.attention_config import AttentionConfig, SoftmaxAttention
+from transformer_jax.nn.execution_config import ExecutionConfig
 from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.norm import Norm
@@ -62,7 +64,8 @@ class MultiHeadLatentAttention(nnx.Module):
         *,
         use_bias: bool = False,
         rope: RopeSpec,
-        spec: AttentionSpec = AttentionSpec(),
+        settings: AttentionConfig = SoftmaxAttention(),
+        execution: ExecutionConfig = ExecutionConfig(),
         init: InitScheme = InitScheme(),
         value_gain: float = 1.0,
         dtype: jnp.dtype = jnp.float32,
@@ -128,8 +131,9 @@ class MultiHeadLatentAttention(nnx.Module):
         )
         self.dims = (N, R, V, C)
         self.rope = rope
-        self.spec = spec
-        self.scale = mla_ops.softmax_scale(N, R) if spec.scale is None else spec.scale
+        self.layer = LayerAttention.of(settings)
+        self.execution = execution
+        self.scale = mla_ops.softmax_scale(N, R) if self.layer.scale is None else self.layer.scale
 
     def _queries(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T H E"]:
         if self.q is not None:
@@ -162,15 +166,14 @@ class MultiHeadLatentAttention(nnx.Module):
                 "cache is not split over the sequence; generate on a mesh with mesh.context=1"
             )
         N, R, V, C = self.dims
-        spec = self.spec
+        layer, execution = self.layer, self.execution
         q_nope_BTHN, q_pe_BTHR = mla_ops.split_heads(self._queries(x_BTD), N)
         ckr_BTE = self.kv_a(x_BTD)
         c_BTC, k_pe_BTR = self.kv_a_norm(ckr_BTE[..., :C]), ckr_BTE[..., C:]
         q_pe_BTHR = self.rope(q_pe_BTHR, positions_BT)
         k_pe_BTR = self.rope(k_pe_BTR[:, :, None], positions_BT)[:, :, 0]
-        if spec.kind == "sliding_window" and cache is not None:
-            assert spec.window is not None  # ModelConfig requires it
-            mask = (AttentionMask() if mask is None else mask).with_window(spec.window)
+        if layer.window is not None and cache is not None:
+            mask = (AttentionMask() if mask is None else mask).with_window(layer.window)
         if cache is None:
             k_nope_BTHN, v_BTHV = mla_ops.split_heads(self.kv_b(c_BTC), N)
             y_BTHV = mla_ops.mla_attention(
@@ -182,11 +185,11 @@ class MultiHeadLatentAttention(nnx.Module):
                 scale=self.scale,
                 mask=mask,
                 bias=bias,
-                kind=spec.kind,
-                impl=spec.impl,
-                window=spec.window,
-                block_size=spec.block_size,
-                softcap=spec.softcap,
+                kind=layer.kind,
+                impl=execution.attention_impl,
+                window=layer.window,
+                block_size=execution.attention_block_size,
+                softcap=layer.softcap,
             )
             return self.o(y_BTHV), None
         cache = update_kv_cache(cache, k_pe_BTR[:, :, None], c_BTC[:, :, None])
@@ -197,9 +200,9 @@ class MultiHeadLatentAttention(nnx.Module):
             mask=mask,
             bias_BHTS=bias,
             scale=self.scale,
-            impl=spec.decode_impl,
-            block_size=spec.decode_block_size,
-            softcap=spec.softcap,
+            impl=execution.decode_impl,
+            block_size=execution.decode_block_size,
+            softcap=layer.softcap,
             qv_BTHE=mla_ops.absorb_queries(q_nope_BTHN, w_uk_CHN),
         )
         return self.o(mla_ops.expand_values(o_lat_BTHC, w_uv_CHV)), cache

@@ -100,7 +100,7 @@ class LearnedPositions(PositionConfig):
 class RopePositions(PositionConfig):
     """Rotary embeddings (Su et al. 2021): base ``theta``, dimension ``pairing`` (split halves or
     adjacent pairs), optional ``scaling``; ``local_theta``: the base of the local layers of
-    ``attention_pattern="local_global"`` (None: ``theta``)."""
+    ``model.attention=local_global`` (None: ``theta``)."""
 
     theta: float = setting(10000.0, gt=0)
     pairing: str = setting("split", choice=rope_ops.ROPE_PAIRINGS)

@@ -17,13 +17,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from transformer_jax.core.registry import Registry
 from transformer_jax.nn.block import Block, BlockConfig, BlockInputs
-
-REMAT_POLICIES: Registry = Registry("remat policy")
-REMAT_POLICIES.register("none", None)
-REMAT_POLICIES.register("full", jax.checkpoint_policies.nothing_saveable)
-REMAT_POLICIES.register("save_dots", jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+from transformer_jax.nn.remat import REMAT_POLICIES
 
 
 def is_moe_layer(cfg: BlockConfig, i: int) -> bool:

@@ -306,7 +306,7 @@ def auto_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512,
     return ATTENTION_IMPLS.get(name)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap)
 
 
-@ATTENTION_KINDS.register("softmax", reads=("execution.attention_impl", "attention_scale"))
+@ATTENTION_KINDS.register("softmax")
 def softmax_attention(
     q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512, softcap=None
 ):
@@ -318,7 +318,7 @@ def softmax_attention(
     return ATTENTION_IMPLS.get(impl)(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap)
 
 
-@ATTENTION_KINDS.register("sliding_window", reads=("attention_window", "execution.attention_impl", "attention_scale"))
+@ATTENTION_KINDS.register("sliding_window")
 def sliding_window_attention(
     q, k, v, *, mask=None, bias=None, scale=None, impl="xla", window=None, block_size=512, softcap=None
 ):

@@ -4,6 +4,7 @@ chosen so the parameter count matches the GELU model), no biases."""
 import dataclasses
 
 from transformer_jax.models import get_preset
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.recipes.shakespeare_char import get_config as base_config
 
 
@@ -18,6 +19,6 @@ def get_config():
         d_ff=344,
         n_layers=4,
         max_len=64,
-        tie_embeddings=True,
+        embeddings=EmbeddingsConfig(tie=True),
     )
     return dataclasses.replace(cfg, name="shakespeare_char_llama", model=model)

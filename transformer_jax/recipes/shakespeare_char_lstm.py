@@ -7,7 +7,8 @@ trains a GRU instead."""
 
 import dataclasses
 
-from transformer_jax.models import BaselineConfig, baseline_model_config
+from transformer_jax.models import BaselineConfig, InitConfig, baseline_model_config
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.recipes.shakespeare_char import get_config as transformer_config
 from transformer_jax.train.config import Config
 
@@ -20,9 +21,9 @@ def get_config() -> Config:
         vocab_size=65,
         d_model=222,
         n_layers=2,
-        tie_embeddings=True,
+        embeddings=EmbeddingsConfig(tie=True),
         dropout=0.0,
-        init_std=1.0,
+        init=InitConfig(std=1.0),
     )
     train = dataclasses.replace(base.train, optim=dataclasses.replace(base.train.optim, lr=3e-3))
     return Config(name="shakespeare_char_lstm", model=model, data=base.data, train=train, mesh=base.mesh)

@@ -6,7 +6,8 @@ position of a 64-token row is a training example; its window never reaches befor
 
 import dataclasses
 
-from transformer_jax.models import BaselineConfig, baseline_model_config
+from transformer_jax.models import BaselineConfig, InitConfig, baseline_model_config
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.recipes.shakespeare_char import get_config as transformer_config
 from transformer_jax.train.config import Config
 
@@ -20,9 +21,9 @@ def get_config() -> Config:
         d_model=48,
         d_ff=960,
         n_layers=1,
-        tie_embeddings=False,
+        embeddings=EmbeddingsConfig(tie=False),
         dropout=0.0,
-        init_std=1.0,
+        init=InitConfig(std=1.0),
     )
     train = dataclasses.replace(base.train, optim=dataclasses.replace(base.train.optim, lr=3e-3))
     return Config(name="shakespeare_char_window", model=model, data=base.data, train=train, mesh=base.mesh)

@@ -13,6 +13,9 @@ slower machine earlier. Measured by ``experiments/speedrun_sweep.py``: see
 import dataclasses
 
 from transformer_jax.models import ModelConfig
+from transformer_jax.nn.attention_config import SoftmaxAttention
+from transformer_jax.nn.embed import EmbeddingsConfig
+from transformer_jax.nn.init import InitConfig
 from transformer_jax.nn.norm_config import RMSNormConfig
 from transformer_jax.nn.position_config import RopePositions
 from transformer_jax.recipes.shakespeare_char import get_config as base_config
@@ -36,9 +39,9 @@ def model_config(vocab_size: int) -> ModelConfig:
         position=RopePositions(),
         ffn="relu2",
         use_bias=False,
-        tie_embeddings=False,
-        qk_norm=True,
-        zero_init_out=True,
+        embeddings=EmbeddingsConfig(tie=False),
+        attention=SoftmaxAttention(qk_norm=True),
+        init=InitConfig(zero_out=True),
         final_softcap=15.0,
         dropout=0.0,
     )

@@ -28,6 +28,7 @@ from transformer_jax.decode.generate import lower_generate
 from transformer_jax.models import count_params
 from transformer_jax.models.config import with_changes
 from transformer_jax.models.forward import FORWARDS
+from transformer_jax.nn.attention_config import LocalGlobalAttention
 from transformer_jax.parallel import batch_sharding, make_mesh, replicated, sharding_context
 from transformer_jax.parallel.context import context_devices
 from transformer_jax.parallel.topology import target_devices
@@ -105,7 +106,7 @@ def _cost(compiled) -> dict:
 
 def _scan_period(cfg: Config) -> int:
     m = cfg.model
-    period = m.attention_global_every if m.attention_pattern == "local_global" else 1
+    period = m.attention.global_every if isinstance(m.attention, LocalGlobalAttention) else 1
     return int(np.lcm(period, m.moe.every if m.moe is not None else 1))
 
 

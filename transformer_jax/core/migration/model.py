@@ -1,4 +1,5 @@
-"""The model section's renamed keys: norm, position and execution became nested groups.
+"""The model section's renamed keys: norm, position, execution, attention, init and embeddings became
+nested groups.
 
 Each step is an (upgrade, legacy) pair acting in place on the section's dict (see the package doc)."""
 
@@ -113,11 +114,103 @@ def _legacy_norm(model: dict[str, Any]) -> None:
     model.update(norm=new["kind"], norm_eps=new["eps"], norm_bias=new.get("bias", True))
 
 
+# model.attention: one settings class per kind (was: attention_kind, attention_pattern and their fields).
+_OLD_ATTENTION_DEFAULTS: dict[str, Any] = {
+    "attention_kind": "softmax",
+    "attention_window": None,
+    "attention_scale": None,
+    "attention_pattern": "uniform",
+    "attention_global_every": 2,
+    "attention_local_window": None,
+    "attn_softcap": None,
+    "qk_norm": False,
+    "causal": True,
+    "qkv_bias": None,
+}
+_LOGITS = {"attention_scale": "scale", "attn_softcap": "softcap", "qk_norm": "qk_norm"}
+_ATTENTION_KEEP = {"causal": "causal", "qkv_bias": "qkv_bias"}
+_ATTENTION_OWN = {
+    "softmax": {},
+    "sliding_window": {"attention_window": "window"},
+    "local_global": {"attention_local_window": "local_window", "attention_global_every": "global_every"},
+    "linear": {},
+}
+
+
+def _old_attention_names(kind: str) -> dict[str, str]:
+    logits = {} if kind == "linear" else _LOGITS
+    return {**_ATTENTION_OWN[kind], **logits, **_ATTENTION_KEEP}
+
+
+def _upgrade_attention(model: dict[str, Any]) -> None:
+    if isinstance(model.get("attention"), dict) or not any(name in model for name in _OLD_ATTENTION_DEFAULTS):
+        return
+    old = {name: model.pop(name, default) for name, default in _OLD_ATTENTION_DEFAULTS.items()}
+    kind = "local_global" if old["attention_pattern"] == "local_global" else old["attention_kind"]
+    new = {ours: old[theirs] for theirs, ours in _old_attention_names(kind).items()}
+    model["attention"] = {"kind": kind, **new}
+
+
+def _legacy_attention(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("attention"), dict):
+        return
+    new = dict(model.pop("attention"))
+    kind = new.pop("kind")
+    old = dict(_OLD_ATTENTION_DEFAULTS)
+    if kind == "local_global":
+        old["attention_pattern"] = "local_global"
+    else:
+        old["attention_kind"] = kind
+    old.update({theirs: new[ours] for theirs, ours in _old_attention_names(kind).items() if ours in new})
+    model.update(old)
+
+
+# model.init: how fresh weights are drawn (was: init, init_std, zero_init_out).
+_INIT = {"init": ("scheme", "normal"), "init_std": ("std", 0.02), "zero_init_out": ("zero_out", False)}
+
+
+def _upgrade_init(model: dict[str, Any]) -> None:
+    if isinstance(model.get("init"), dict) or not any(name in model for name in _INIT):
+        return
+    model["init"] = {ours: model.pop(theirs, default) for theirs, (ours, default) in _INIT.items()}
+
+
+def _legacy_init(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("init"), dict):
+        return
+    new = model.pop("init")
+    model.update({theirs: new.get(ours, default) for theirs, (ours, default) in _INIT.items()})
+
+
+# model.embeddings: the token embeddings (was: tie_embeddings, scale_embeddings, share_embeddings).
+_EMBEDDINGS = {
+    "tie_embeddings": ("tie", True),
+    "scale_embeddings": ("scale", False),
+    "share_embeddings": ("share", True),
+}
+
+
+def _upgrade_embeddings(model: dict[str, Any]) -> None:
+    if "embeddings" in model or not any(name in model for name in _EMBEDDINGS):
+        return
+    model["embeddings"] = {ours: model.pop(theirs, default) for theirs, (ours, default) in _EMBEDDINGS.items()}
+
+
+def _legacy_embeddings(model: dict[str, Any]) -> None:
+    if not isinstance(model.get("embeddings"), dict):
+        return
+    new = model.pop("embeddings")
+    model.update({theirs: new.get(ours, default) for theirs, (ours, default) in _EMBEDDINGS.items()})
+
+
 PATH = ("model",)
 STEPS = (
     (_upgrade_norm, _legacy_norm),
     (_upgrade_position, _legacy_position),
     (_upgrade_execution, _legacy_execution),
+    (_upgrade_attention, _legacy_attention),
+    (_upgrade_init, _legacy_init),
+    (_upgrade_embeddings, _legacy_embeddings),
 )
 
 RENAMED: dict[str, str] = {
@@ -128,4 +221,17 @@ RENAMED: dict[str, str] = {
     **{f"model.{old}": f"model.position.{new} (with model.position=relative_bias)" for old, new in _RELATIVE.items()},
     "model.rope_scaling": "model.position.scaling (with model.position=rope; none, linear, ntk, yarn or llama3)",
     **{f"model.{old}": f"model.position.scaling.{new}" for old, new in _SCALING.items()},
+    "model.attention_kind": "model.attention (softmax, sliding_window, local_global or linear)",
+    "model.attention_pattern": "model.attention (local_global)",
+    "model.attention_window": "model.attention.window (with model.attention=sliding_window)",
+    "model.attention_local_window": "model.attention.local_window (with model.attention=local_global)",
+    "model.attention_global_every": "model.attention.global_every (with model.attention=local_global)",
+    "model.attention_scale": "model.attention.scale",
+    "model.attn_softcap": "model.attention.softcap",
+    "model.qk_norm": "model.attention.qk_norm",
+    "model.causal": "model.attention.causal",
+    "model.qkv_bias": "model.attention.qkv_bias",
+    "model.init_std": "model.init.std",
+    "model.zero_init_out": "model.init.zero_out",
+    **{f"model.{old}": f"model.embeddings.{new}" for old, (new, _) in _EMBEDDINGS.items()},
 }

@@ -12,11 +12,11 @@ from transformer_jax.nn.linear import DenseGeneral
 
 
 def make_embed(cfg, rngs: nnx.Rngs) -> Embed:
-    """Embedding table [V, d_model] drawn from N(0, init_std^2)."""
+    """Embedding table [V, d_model] drawn from N(0, init.std^2)."""
     return Embed(
         cfg.vocab_size,
         cfg.d_model,
-        init=initializers.normal(cfg.init_std),
+        init=initializers.normal(cfg.init.std),
         dtype=cfg.compute_dtype,
         param_dtype=cfg.params_dtype,
         rngs=rngs,

@@ -4,7 +4,7 @@ is one of the baseline kinds: ``ngram`` (counts), ``window_lm`` (Bengio et al. 2
 The neural baselines also read these ``ModelConfig`` fields: ``vocab_size``, ``d_model``
 (embedding width; the RNN hidden size), ``d_ff`` (the window MLP's hidden width, default
 4 * d_model), ``n_layers`` (tanh layers of the window MLP / stacked RNN layers), ``dropout``,
-``init_std``, ``tie_embeddings``, ``dtype``, ``param_dtype``. They have no position encoding:
+``init.std``, ``embeddings.tie``, ``dtype``, ``param_dtype``. They have no position encoding:
 ``model.position`` must be ``"none"`` (``models.presets.baseline_model_config`` sets it).
 """
 
@@ -78,10 +78,10 @@ class BaselineConfig(Config):
             )
         if m.kind == "window_lm":
             width = m.d_ff if m.d_ff is not None else 4 * m.d_model
-            if m.tie_embeddings and width != m.d_model:
+            if m.embeddings.tie and width != m.d_model:
                 fail(
-                    "model.tie_embeddings",
+                    "model.embeddings.tie",
                     True,
                     f"the window MLP's output width d_ff={width} differs from d_model={m.d_model}",
-                    "set model.tie_embeddings=false or model.d_ff=model.d_model",
+                    "set model.embeddings.tie=false or model.d_ff=model.d_model",
                 )

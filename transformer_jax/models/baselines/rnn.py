@@ -173,7 +173,7 @@ class RNNLM(nnx.Module):
                 for _ in range(cfg.n_layers)
             ]
         )
-        self.head = OutputLayer(cfg, D, self.embed, tie=cfg.tie_embeddings, rngs=rngs)
+        self.head = OutputLayer(cfg, D, self.embed, tie=cfg.embeddings.tie, rngs=rngs)
 
     def init_cache(self, batch: int, max_len: int | None = None, dtype=None) -> list[dict]:
         """Zero state of every layer (``max_len`` is ignored: the state has a fixed size)."""

@@ -60,7 +60,7 @@ class WindowLM(nnx.Module):
         D, F = cfg.d_model, cfg.resolved_d_ff
         self.embed = make_embed(cfg, rngs)
         self.boundary_embed = nnx.Param(
-            initializers.normal(cfg.init_std)(rngs.params(), (D,), cfg.params_dtype),
+            initializers.normal(cfg.init.std)(rngs.params(), (D,), cfg.params_dtype),
             logical_axes=("embed",),
             role="embedding",
         )
@@ -83,7 +83,7 @@ class WindowLM(nnx.Module):
             if cfg.baseline.direct
             else None
         )
-        self.head = OutputLayer(cfg, F, self.embed, tie=cfg.tie_embeddings, rngs=rngs)
+        self.head = OutputLayer(cfg, F, self.embed, tie=cfg.embeddings.tie, rngs=rngs)
 
     def init_cache(self, batch: int, max_len: int | None = None, dtype=None) -> dict:
         """Empty window (``max_len`` is ignored: the cache holds N - 1 tokens whatever the length)."""

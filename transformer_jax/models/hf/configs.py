@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from transformer_jax.core import configlib
 from transformer_jax.models.config import INIT_FIELDS, RUNTIME_FIELDS, ModelConfig, with_changes
 from transformer_jax.models.hf.spec import FAMILIES, ConfigReader, Family
 
@@ -50,9 +51,12 @@ def _canonical(cfg: ModelConfig) -> dict[str, Any]:
         n_kv_heads=cfg.resolved_kv_heads,
         head_dim=cfg.resolved_head_dim,
         d_ff=cfg.resolved_d_ff,
-        qkv_bias=cfg.use_bias if cfg.qkv_bias is None else cfg.qkv_bias,
-        attention_scale=cfg.attention_scale or cfg.resolved_head_dim**-0.5,
     )
+    attention = configlib.to_dict(cfg.attention)
+    attention["qkv_bias"] = cfg.use_bias if cfg.attention.qkv_bias is None else cfg.attention.qkv_bias
+    if "scale" in attention:
+        attention["scale"] = attention["scale"] or cfg.resolved_head_dim**-0.5
+    d["attention"] = attention
     if cfg.moe is not None:
         d["moe"] = {f.name: getattr(cfg.moe, f.name) for f in dataclasses.fields(cfg.moe)}
         d["moe"].update(d_expert=cfg.moe.d_expert or cfg.resolved_d_ff, ffn=cfg.moe.ffn or cfg.ffn)
@@ -72,9 +76,11 @@ def differences(cfg: ModelConfig, other: ModelConfig) -> list[str]:
     a, b = _canonical(cfg), _canonical(other)
     out = []
     for name in a:
-        if isinstance(a[name], dict) and isinstance(b[name], dict):
+        if isinstance(a[name], dict) and isinstance(b[name], dict) and a[name].keys() == b[name].keys():
             out += [
-                f"moe.{k}={a[name][k]!r} (becomes {b[name][k]!r})" for k in a[name] if not _same(a[name][k], b[name][k])
+                f"{name}.{k}={a[name][k]!r} (becomes {b[name][k]!r})"
+                for k in a[name]
+                if not _same(a[name][k], b[name][k])
             ]
         elif not _same(a[name], b[name]):
             out.append(f"{name}={a[name]!r} (becomes {b[name]!r})")

@@ -2,12 +2,13 @@
 (``placement="sandwich"``), RMSNorm with (1 + w) (``norm="rmsnorm_plus_one"``), GeGLU with the
 tanh GELU, embeddings scaled by sqrt(d_model), attention scaled by ``query_pre_attn_scalar ** -0.5``,
 soft-capped attention and output logits, local (sliding-window) and global layers alternating
-(``attention_pattern="local_global"``). ``hidden_act`` is superseded by ``hidden_activation`` in
+(``attention=local_global``). ``hidden_act`` is superseded by ``hidden_activation`` in
 Hugging Face's Gemma code, so only the latter is read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -23,11 +24,12 @@ from transformer_jax.models.hf.llama import (
     rotary_buffer,
 )
 from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, register
+from transformer_jax.nn.attention_config import LocalGlobalAttention
 from transformer_jax.nn.norm_config import RMSNormPlusOneConfig
 
 
 def local_global_every(r: ConfigReader, n_layers: int, default: int) -> int:
-    """``attention_global_every`` of ``layer_types``: (every-1) sliding layers, then a full one."""
+    """``model.attention.global_every`` of ``layer_types``: (every-1) sliding layers, then a full one."""
     r.ignore("sliding_window_pattern", "_sliding_window_pattern")
     every = r.d.get("sliding_window_pattern") or r.d.get("_sliding_window_pattern") or default
     types = r.get("layer_types")
@@ -43,7 +45,9 @@ def local_global_every(r: ConfigReader, n_layers: int, default: int) -> int:
     return int(every)
 
 
-def gemma_fields(r: ConfigReader, *, every: int, rope_layer: str | None = None) -> dict[str, Any]:
+def gemma_fields(
+    r: ConfigReader, *, every: int, rope_layer: str | None = None, qk_norm: bool = False
+) -> dict[str, Any]:
     r.ignore("hidden_act", "sliding_window_size")
     r.expect("attention_bias", (False,), "Gemma has no attention biases")
     r.expect("use_bidirectional_attention", (None, False), "only causal language models")
@@ -53,30 +57,39 @@ def gemma_fields(r: ConfigReader, *, every: int, rope_layer: str | None = None) 
         "use_bias": False,
         "placement": "sandwich",
         "norm": RMSNormPlusOneConfig(eps=kw["norm"].eps),
-        "scale_embeddings": True,
-        "attention_scale": float(r.need("query_pre_attn_scalar")) ** -0.5,
-        "attn_softcap": r.get("attn_logit_softcapping"),
+        "embeddings": dataclasses.replace(kw["embeddings"], scale=True),
         "final_softcap": r.get("final_logit_softcapping"),
-        "attention_pattern": "local_global",
-        "attention_global_every": local_global_every(r, kw["n_layers"], every),
-        "attention_local_window": int(r.need("sliding_window")),
+        "attention": LocalGlobalAttention(
+            local_window=int(r.need("sliding_window")),
+            global_every=local_global_every(r, kw["n_layers"], every),
+            scale=float(r.need("query_pre_attn_scalar")) ** -0.5,
+            softcap=r.get("attn_logit_softcapping"),
+            qk_norm=qk_norm,
+        ),
     }
 
 
+def _local_global(cfg: ModelConfig) -> LocalGlobalAttention:
+    if not isinstance(cfg.attention, LocalGlobalAttention):
+        raise ValueError(f"model.attention={cfg.attention.kind!r}: Gemma alternates local and global layers")
+    return cfg.attention
+
+
 def _pre_attn_scalar(cfg: ModelConfig) -> float | int:
-    q = (cfg.attention_scale or cfg.resolved_head_dim**-0.5) ** -2
+    q = (_local_global(cfg).scale or cfg.resolved_head_dim**-0.5) ** -2
     return round(q) if math.isclose(q, round(q), rel_tol=1e-9) else q
 
 
 def gemma_hf(cfg: ModelConfig) -> dict[str, Any]:
-    every = cfg.attention_global_every
+    attention = _local_global(cfg)
+    every = attention.global_every
     return {
         **decoder_hf(cfg, act_key="hidden_activation"),
         "attention_bias": False,
         "query_pre_attn_scalar": _pre_attn_scalar(cfg),
-        "attn_logit_softcapping": cfg.attn_softcap,
+        "attn_logit_softcapping": attention.softcap,
         "final_logit_softcapping": cfg.final_softcap,
-        "sliding_window": cfg.attention_local_window,
+        "sliding_window": attention.local_window,
         "layer_types": ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(cfg.n_layers)],
     }
 

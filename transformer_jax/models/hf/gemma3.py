@@ -29,10 +29,9 @@ def _local_theta(r: ConfigReader) -> float:
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:
-    kw = gemma_fields(r, every=6, rope_layer="full_attention")
+    kw = gemma_fields(r, every=6, rope_layer="full_attention", qk_norm=True)
     return {
         **kw,
-        "qk_norm": True,
         "position": dataclasses.replace(kw["position"], local_theta=_local_theta(r)),
     }
 

@@ -25,6 +25,7 @@ from transformer_jax.models.hf.spec import (
     register,
     split_last,
 )
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.norm_config import LayerNormConfig
 from transformer_jax.nn.position_config import LearnedPositions
 
@@ -55,7 +56,7 @@ def _config(r: ConfigReader) -> dict[str, Any]:
         position=LearnedPositions(),
         ffn=_ACTS[act],
         use_bias=True,
-        tie_embeddings=bool(r.get("tie_word_embeddings", True)),
+        embeddings=EmbeddingsConfig(tie=bool(r.get("tie_word_embeddings", True))),
     )
 
 
@@ -71,7 +72,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         "n_positions": cfg.max_len,
         "layer_norm_epsilon": cfg.norm.eps,
         "activation_function": _ACT_NAMES[cfg.ffn],
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "attn_pdrop": 0.0,
         "resid_pdrop": cfg.dropout,
         "embd_pdrop": cfg.dropout,
@@ -89,7 +90,7 @@ def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
         copy(f"{p}ln_f.weight", "final_norm.scale"),
         copy(f"{p}ln_f.bias", "final_norm.bias"),
     ]
-    if not cfg.tie_embeddings:
+    if not cfg.embeddings.tie:
         links.append(linear("lm_head.weight", "lm_head.kernel", (D,), (cfg.vocab_size,)))
     elif names is not None and "lm_head.weight" in names:
         links.append(equal_to("lm_head.weight", f"{p}wte.weight", "tie_word_embeddings is true"))

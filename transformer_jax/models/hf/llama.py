@@ -22,6 +22,8 @@ from transformer_jax.models.hf.spec import (
     rope_parameters,
     rope_position,
 )
+from transformer_jax.nn.attention_config import LogitAttention
+from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.norm_config import RMSNormConfig
 
 # HF activation of a gated MLP -> our gated FFN kind
@@ -60,7 +62,7 @@ def decoder_fields(
         placement="pre",
         norm=RMSNormConfig(eps=float(r.need("rms_norm_eps"))),
         ffn=GATED_ACTS[name],
-        tie_embeddings=bool(r.get("tie_word_embeddings", tied)),
+        embeddings=EmbeddingsConfig(tie=bool(r.get("tie_word_embeddings", tied))),
         position=rope_position(r, rope_parameters(r, rope_layer), pairing="split"),
     )
 
@@ -80,7 +82,7 @@ def decoder_hf(cfg: ModelConfig, *, act_key: str = "hidden_act") -> dict[str, An
         "max_position_embeddings": cfg.max_len,
         "rms_norm_eps": cfg.norm.eps,
         act_key: _GATED_NAMES[cfg.ffn],
-        "tie_word_embeddings": cfg.tie_embeddings,
+        "tie_word_embeddings": cfg.embeddings.tie,
         "rope_parameters": rope_hf(cfg),
         "attention_dropout": 0.0,
     }
@@ -101,13 +103,13 @@ def attention_links(cfg: ModelConfig, i: int, hf: str) -> list[Link]:
         linear(f"{hf}.v_proj.weight", f"{ours}.v.kernel", (D,), (K, Dh)),
         linear(f"{hf}.o_proj.weight", f"{ours}.o.kernel", (H, Dh), (D,)),
     ]
-    if cfg.use_bias if cfg.qkv_bias is None else cfg.qkv_bias:
+    if cfg.use_bias if cfg.attention.qkv_bias is None else cfg.attention.qkv_bias:
         links += [
             reshaped(f"{hf}.{p}_proj.bias", f"{ours}.{p}.bias", (n, Dh)) for p, n in (("q", H), ("k", K), ("v", K))
         ]
     if cfg.use_bias:
         links.append(copy(f"{hf}.o_proj.bias", f"{ours}.o.bias"))
-    if cfg.qk_norm:
+    if isinstance(cfg.attention, LogitAttention) and cfg.attention.qk_norm:
         links += [copy(f"{hf}.{p}_norm.weight", f"{ours}.{p}_norm.scale") for p in ("q", "k")]
     return links
 
@@ -127,7 +129,7 @@ def ends_links(cfg: ModelConfig, names: AbstractSet[str] | None, prefix: str = "
     """Token embedding, final norm and output head (a tied head stored anyway is checked equal)."""
     embed = f"{prefix}.embed_tokens.weight"
     links = [copy(embed, "embed.embedding"), copy(f"{prefix}.norm.weight", "final_norm.scale")]
-    if not cfg.tie_embeddings:
+    if not cfg.embeddings.tie:
         links.append(linear("lm_head.weight", "lm_head.kernel", (cfg.d_model,), (cfg.vocab_size,)))
     elif names is not None and "lm_head.weight" in names:
         links.append(equal_to("lm_head.weight", embed, "tie_word_embeddings is true"))

@@ -8,6 +8,7 @@ from typing import Any
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.llama import block_links, decoder_fields, decoder_hf, rotary_buffer
 from transformer_jax.models.hf.spec import ConfigReader, Family, register
+from transformer_jax.nn.attention_config import SlidingWindowAttention
 
 
 def window_fields(r: ConfigReader) -> dict[str, Any]:
@@ -15,11 +16,12 @@ def window_fields(r: ConfigReader) -> dict[str, Any]:
     window = r.get("sliding_window")
     if window is None:
         return {}
-    return {"attention_kind": "sliding_window", "attention_window": int(window)}
+    return {"attention": SlidingWindowAttention(window=int(window))}
 
 
 def window_hf(cfg: ModelConfig) -> dict[str, Any]:
-    return {"sliding_window": cfg.attention_window if cfg.attention_kind == "sliding_window" else None}
+    window = cfg.attention.window if isinstance(cfg.attention, SlidingWindowAttention) else None
+    return {"sliding_window": window}
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.llama import block_links, decoder_fields, decoder_hf, rotary_buffer
 from transformer_jax.models.hf.spec import ConfigReader, Family, register
+from transformer_jax.nn.attention_config import SoftmaxAttention
 
 
 def full_attention_only(r: ConfigReader) -> None:
@@ -25,7 +26,7 @@ def full_attention_only(r: ConfigReader) -> None:
 
 def _config(r: ConfigReader) -> dict[str, Any]:
     full_attention_only(r)
-    return {**decoder_fields(r), "use_bias": False, "qkv_bias": True}
+    return {**decoder_fields(r), "use_bias": False, "attention": SoftmaxAttention(qkv_bias=True)}
 
 
 def _hf(cfg: ModelConfig) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Qwen3 (``model_type="qwen3"``): LLaMA's layout without biases, plus QK-norm: an RMSNorm with a
 learned weight over head_dim on each query and key head, after the projections and before RoPE,
-with the model's ``rms_norm_eps`` (our ``qk_norm`` with ``norm="rmsnorm"`` is exactly that). The
+with the model's ``rms_norm_eps`` (our ``model.attention.qk_norm`` with ``norm="rmsnorm"`` is exactly that). The
 head width is explicit (``head_dim``, not always hidden_size / heads). ``attention_bias`` (biases on
 q, k, v and o but not the MLP) and the sliding window of the upper layers have no mapping and are
 refused, as for Qwen2."""
@@ -13,6 +13,7 @@ from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.llama import block_links, decoder_fields, decoder_hf, rotary_buffer
 from transformer_jax.models.hf.qwen2 import full_attention_only
 from transformer_jax.models.hf.spec import ConfigReader, Family, register
+from transformer_jax.nn.attention_config import SoftmaxAttention
 
 
 def qwen3_fields(r: ConfigReader) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def qwen3_fields(r: ConfigReader) -> dict[str, Any]:
         (False,),
         "it puts biases on q, k, v and o but not the MLP; ours go on q/k/v only or on every linear layer",
     )
-    return {**decoder_fields(r), "use_bias": False, "qk_norm": True}
+    return {**decoder_fields(r), "use_bias": False, "attention": SoftmaxAttention(qk_norm=True)}
 
 
 def qwen3_hf(cfg: ModelConfig) -> dict[str, Any]:

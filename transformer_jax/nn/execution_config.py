@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from transformer_jax.core.configlib import Config, setting
 from transformer_jax.core.dtypes import DTYPES
-from transformer_jax.nn.stack import REMAT_POLICIES
+from transformer_jax.nn.remat import REMAT_POLICIES
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, DECODE_IMPLS
 
@@ -21,7 +21,7 @@ class ExecutionConfig(Config):
     ``dtype``: compute dtype; ``param_dtype``: stored parameters; ``attention_impl`` (ops.attention
     ATTENTION_IMPLS) with its ``attention_block_size``; ``decode_impl`` (attention over the KV cache,
     ops.decode_attention.DECODE_IMPLS) with its ``decode_block_size``; ``scan_layers``: one scanned
-    layer instead of a Python loop (faster compiles); ``remat`` (nn.stack.REMAT_POLICIES).
+    layer instead of a Python loop (faster compiles); ``remat`` (nn.remat.REMAT_POLICIES).
     """
 
     dtype: str = setting("float32", choice=DTYPES)
