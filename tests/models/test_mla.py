@@ -114,12 +114,15 @@ def test_layer_equals_numpy_reference(dims, pairing):
         np.testing.assert_allclose(np.asarray(y[b]), want, rtol=2e-5, atol=2e-5)
 
 
+_TILES = {"xla": {}, "chunked": {"attention_block_size": 4}}  # a block size only where it is read
+
+
 def test_chunked_equals_xla_and_causal_by_gradient():
     x_BTD = jax.random.normal(jax.random.key(3), (1, 9, 16))
     positions = jnp.arange(9)[None]
     mask = AttentionMask(causal=True)
     ys = {
-        impl: _apply(_layer(DIMS, "split", attention_impl=impl, attention_block_size=4), x_BTD, mask, positions)
+        impl: _apply(_layer(DIMS, "split", attention_impl=impl, **_TILES[impl]), x_BTD, mask, positions)
         for impl in ("xla", "chunked")
     }
     np.testing.assert_allclose(np.asarray(ys["chunked"]), np.asarray(ys["xla"]), rtol=1e-5, atol=1e-5)
@@ -145,10 +148,13 @@ PROMPT = np.array([[5, 6, 7, 8, 9], [11, 12, 13, 0, 0]])
 LENGTHS = np.array([5, 3])
 
 
+_DECODE_TILES = {"dense": {}, "blocked": {"decode_block_size": 3}}
+
+
 @functools.cache
 def _lm(case, decode_impl):
     kw = dict(MODELS[case])
-    return build_model(get_preset(kw.pop("preset"), decode_impl=decode_impl, decode_block_size=3, **kw))
+    return build_model(get_preset(kw.pop("preset"), decode_impl=decode_impl, **_DECODE_TILES[decode_impl], **kw))
 
 
 @pytest.mark.parametrize(("case", "decode_impl"), [("deepseek_v3_tiny", "dense"), ("plain_q_scan_window", "blocked")])

@@ -206,6 +206,6 @@ def test_registry_reads_and_model_config_with_auto():
     from transformer_jax.nn.execution_config import ExecutionConfig
 
     for name in ("auto", "splash", "pallas_gpu", "chunked"):
-        assert ATTENTION_IMPLS.reads(name) == ("attention_block_size",), name
+        assert ATTENTION_IMPLS.reads(name) == ("block_size",), name
     cfg = ModelConfig(execution=ExecutionConfig(attention_impl="auto", attention_block_size=256))
     assert not configlib.unread_fields(cfg)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from transformer_jax.core.configlib import Config, setting
+from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.core.dtypes import DTYPES
+from transformer_jax.core.registry import Registry
 from transformer_jax.nn.remat import REMAT_POLICIES
 from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops.decode_attention import DECODE_BLOCK_SIZE, DECODE_IMPLS
@@ -34,10 +35,10 @@ class ExecutionConfig(Config):
     remat: str = setting("none", choice=REMAT_POLICIES)
 
     PATH: ClassVar[str] = "model.execution"
-    SELECTORS: ClassVar = (
-        ("attention_impl", attention_ops.ATTENTION_IMPLS),
-        ("decode_impl", DECODE_IMPLS),
-    )
+
+    def check(self) -> None:
+        _block_size_read(self, "attention", attention_ops.ATTENTION_IMPLS, 512)
+        _block_size_read(self, "decode", DECODE_IMPLS, DECODE_BLOCK_SIZE)
 
     @property
     def compute_dtype(self):
@@ -46,3 +47,18 @@ class ExecutionConfig(Config):
     @property
     def params_dtype(self):
         return DTYPES.get(self.param_dtype)
+
+
+def _block_size_read(cfg: ExecutionConfig, what: str, impls: Registry, default: int) -> None:
+    """A ``{what}_block_size`` other than its default needs an impl that tiles (``reads=("block_size",)``
+    in its registry): with any other it would be ignored."""
+    impl, size = getattr(cfg, f"{what}_impl"), getattr(cfg, f"{what}_block_size")
+    if size == default or "block_size" in impls.reads(impl):
+        return
+    tiled = ", ".join(name for name in impls.names() if "block_size" in impls.reads(name))
+    fail(
+        f"{cfg.PATH}.{what}_block_size",
+        size,
+        f"is not read by {what}_impl={impl!r} (only by the tiled impls: {tiled})",
+        f"remove the setting (default {default}) or choose one of those impls",
+    )

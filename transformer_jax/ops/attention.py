@@ -218,7 +218,7 @@ def cudnn_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512
     return _jax_dpa(q, k, v, mask=mask, bias=bias, scale=scale, implementation="cudnn")
 
 
-@ATTENTION_IMPLS.register("chunked", reads=("attention_block_size",))
+@ATTENTION_IMPLS.register("chunked", reads=("block_size",))
 def _chunked_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     return chunked_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size, softcap=softcap)
 
@@ -231,7 +231,7 @@ def _need_backend(impl: str, backend: str) -> None:
         )
 
 
-@ATTENTION_IMPLS.register("splash", reads=("attention_block_size",))
+@ATTENTION_IMPLS.register("splash", reads=("block_size",))
 def _splash_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     """TPU splash attention (ops.pallas_attention.splash_attention); static masks only."""
     _refuse_softcap("splash", softcap)
@@ -240,7 +240,7 @@ def _splash_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, s
     return splash_attention(q, k, v, mask=mask, bias=bias, scale=scale, block_size=block_size)
 
 
-@ATTENTION_IMPLS.register("pallas_gpu", reads=("attention_block_size",))
+@ATTENTION_IMPLS.register("pallas_gpu", reads=("block_size",))
 def _pallas_gpu_impl(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     """Pallas/Triton GPU flash attention (ops.pallas_attention.pallas_gpu_attention)."""
     _refuse_softcap("pallas_gpu", softcap)
@@ -290,7 +290,7 @@ def resolve_impl(
     return fallback
 
 
-@ATTENTION_IMPLS.register("auto", reads=("attention_block_size",))
+@ATTENTION_IMPLS.register("auto", reads=("block_size",))
 def auto_attention(q, k, v, *, mask=None, bias=None, scale=None, block_size=512, softcap=None):
     """ATTENTION_IMPLS[resolve_impl(core.targets.platform(), ...)]."""
     name = resolve_impl(

@@ -93,7 +93,7 @@ def _first_slot(mask: AttentionMask | None, S: int) -> Array:
     return jnp.clip(lowest, 0, S).astype(jnp.int32)
 
 
-@DECODE_IMPLS.register("blocked", reads=("decode_block_size",))
+@DECODE_IMPLS.register("blocked", reads=("block_size",))
 def blocked_decode(
     q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None, qv_BTHE=None
 ):
@@ -200,7 +200,7 @@ def resolve_decode_impl(
     return "blocked" if backend == "cpu" else "dense"
 
 
-@DECODE_IMPLS.register("auto", reads=("decode_block_size",))
+@DECODE_IMPLS.register("auto", reads=("block_size",))
 def auto_decode(
     q_BTHD, cache: KVCache, *, mask=None, bias_BHTS=None, scale=None, block_size=_BS, softcap=None, qv_BTHE=None
 ):
