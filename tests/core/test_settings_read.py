@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from transformer_jax.core import configlib
+from transformer_jax.core import configlib, unread
 from transformer_jax.core.configlib import ConfigError, ConfigWarning
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.registry import Registry
@@ -79,10 +79,10 @@ def test_a_non_default_unread_field_in_an_experiment_file_is_an_error(tmp_path):
 
 def test_baseline_kinds_refuse_transformer_fields():
     model = baseline_model_config("ngram", vocab_size=10, n_heads=8)
-    problems = configlib.unread_fields(Config(model=model), explicit=())
+    problems = unread.unread_fields(Config(model=model), explicit=())
     assert any("model.n_heads=8 is not read with model.kind='ngram'" in p for p in problems), problems
     add_k = baseline_model_config("ngram", BaselineConfig(smoothing="add_k", discount=0.5), vocab_size=10)
-    problems = configlib.unread_fields(Config(model=add_k))
+    problems = unread.unread_fields(Config(model=add_k))
     assert any("model.baseline.discount=0.5 is not read with model.baseline.smoothing='add_k'" in p for p in problems)
 
 
@@ -105,7 +105,7 @@ def test_registry_reads_and_governed_fields():
 
 
 def test_default_model_config_has_nothing_unread():
-    assert configlib.unread_fields(ModelConfig()) == [] and configlib.unread_fields(Config()) == []
+    assert unread.unread_fields(ModelConfig()) == [] and unread.unread_fields(Config()) == []
 
 
 EXPERIMENTS = sorted(p for p in glob.glob(os.path.join(ROOT, "experiments", "*.py")))
@@ -119,7 +119,7 @@ def test_every_experiment_file_loads_cleanly(path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigWarning)
         cfg = load_experiment(path)
-    assert configlib.unread_fields(cfg) == []
+    assert unread.unread_fields(cfg) == []
 
 
 def test_a_field_two_choices_leave_unread_is_reported_once():

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.core.configlib import ConfigError, check_reads
+from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
+from transformer_jax.core.unread import check_reads
 from transformer_jax.models import ModelConfig, abstract_model, build_model
 from transformer_jax.models.config import with_changes
 from transformer_jax.models.model_roles import is_param_info, model_param_infos

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from transformer_jax.core import configlib
+from transformer_jax.core import unread
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import (
@@ -129,7 +129,7 @@ def test_a_scaling_field_of_another_scaling_does_not_exist_and_its_own_are_read(
     with pytest.raises(ConfigError, match="has no setting 'low_freq_factor'"):  # linear scaling has no such field
         apply_overrides(ModelConfig(**BASE), ["position.scaling=linear", "position.scaling.low_freq_factor=2.0"])
     llama3 = Llama3Scaling(factor=8.0, low_freq_factor=2.0)
-    configlib.check_reads(ModelConfig(**{**BASE, "position": RopePositions(scaling=llama3)}))
+    unread.check_reads(ModelConfig(**{**BASE, "position": RopePositions(scaling=llama3)}))
 
 
 def test_presets_still_build_unchanged():

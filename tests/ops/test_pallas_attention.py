@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.core import configlib
+from transformer_jax.core import unread
 from transformer_jax.ops import attention as attention_mod
 from transformer_jax.ops.attention import ATTENTION_IMPLS, attention, resolve_impl
 from transformer_jax.ops.kv_cache import cached_attention, init_kv_cache, update_kv_cache
@@ -208,4 +208,4 @@ def test_registry_reads_and_model_config_with_auto():
     for name in ("auto", "splash", "pallas_gpu", "chunked"):
         assert ATTENTION_IMPLS.reads(name) == ("block_size",), name
     cfg = ModelConfig(execution=ExecutionConfig(attention_impl="auto", attention_block_size=256))
-    assert not configlib.unread_fields(cfg)
+    assert not unread.unread_fields(cfg)

@@ -7,7 +7,7 @@ import pkgutil
 import pytest
 
 import transformer_jax.recipes as recipes_pkg
-from transformer_jax.core import configlib
+from transformer_jax.core import configlib, unread
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.recipes import RECIPES, base_config, load_config, recipe
 from transformer_jax.train.experiment import load_experiment
@@ -23,7 +23,7 @@ def test_every_recipe_module_is_registered_by_its_name():
 @pytest.mark.parametrize("name", RECIPES.names())
 def test_the_experiment_file_is_the_packaged_recipe(name):
     cfg = recipe(name)
-    assert cfg.name == name and configlib.unread_fields(cfg) == []
+    assert cfg.name == name and unread.unread_fields(cfg) == []
     from_file = load_experiment(os.path.join(ROOT, "experiments", f"{name}.py"))
     assert configlib.to_dict(from_file) == configlib.to_dict(cfg)
 

@@ -4,7 +4,7 @@ Adding a variant is one function plus one ``@REGISTRY.register("name")`` line; l
 unknown name raise an error that lists the valid names and the closest match. An entry may declare
 the config fields it reads (``reads=("rope_theta", ...)``): a field that another entry of the same
 registry reads and this one does not is "unread" when this entry is chosen, and setting it is an
-error (``configlib.check_reads``).
+error (``core.unread.check_reads``).
 """
 
 from __future__ import annotations

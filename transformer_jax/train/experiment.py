@@ -10,7 +10,7 @@ import sys
 import traceback
 from typing import Any, cast
 
-from transformer_jax.core import configlib, migration
+from transformer_jax.core import configlib, migration, unread
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.paths import absolute, is_url, user_path
@@ -57,7 +57,7 @@ def configure(cfg: Config, overrides: list[str] | None = None) -> Config:
     read is an error when it is set, in ``cfg`` (a value other than the default) or in ``overrides``."""
     sets = parse_overrides(overrides or [])  # warns once about a repeated key
     cfg = apply_overrides(cfg, [f"{k}={v}" for k, v in sets.items()])
-    configlib.check_reads(cfg, explicit=sets)
+    unread.check_reads(cfg, explicit=sets)
     return cfg
 
 
@@ -91,7 +91,7 @@ def workdir_config(workdir: str, overrides: list[str] | None = None) -> Config:
         raise ConfigError(f"{path} cannot be read as a run's config ({e}); is {workdir} a training run?") from e
     explicit = parse_overrides(overrides or [])
     cfg = apply_overrides(config_from_dict(saved), [f"{k}={v}" for k, v in explicit.items()])
-    configlib.check_reads(cfg, explicit=explicit, only_explicit=True)
+    unread.check_reads(cfg, explicit=explicit, only_explicit=True)
     return cfg
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax.core import compiler, configlib, migration, targets
+from transformer_jax.core import compiler, configlib, migration, targets, unread
 from transformer_jax.core.paths import user_path
 from transformer_jax.decode import SamplingConfig
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
@@ -42,7 +42,7 @@ def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None =
     """Trains ``cfg`` in ``workdir`` (resuming from its latest checkpoint that restores, or from
     ``restore_step``) and returns the final summary (the command line prints it as its last line).
     A config field that the chosen variants do not read, set to a non-default value, is an error."""
-    configlib.check_reads(cfg)
+    unread.check_reads(cfg)
     check_installed(cfg.train.log.logger_names())  # a missing logger package stops the run before it starts
     cfg = absolute_paths(cfg)  # the stored config.json works from any directory
     with WorkdirLock(workdir, enabled=jax.process_index() == 0):

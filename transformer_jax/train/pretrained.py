@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from transformer_jax.core import configlib
+from transformer_jax.core import unread
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.paths import require_local
@@ -144,13 +144,13 @@ def check_model(model: ModelConfig, path: str) -> None:
 def init_from_experiment(config: Config | None, path: str, overrides: list[str] | None = None) -> Config:
     """The config of ``train --init-from path [--config SPEC] [--set ...]``, in one pass: ``config``
     (the recipe's or experiment file's; default: ``Config()``) starting from the base (`with_init_from`),
-    then the ``overrides``, then one validation (`configlib.check_reads`, `check_init_from`)."""
+    then the ``overrides``, then one validation (`unread.check_reads`, `check_init_from`)."""
     sets = parse_overrides(overrides or [])
     if sets.get("train.init_from", path) != path:
         raise ConfigError(f"--set train.init_from={sets['train.init_from']} contradicts --init-from {path}")
     sets.pop("train.init_from", None)
     cfg = with_init_from(Config() if config is None else config, path, [f"{k}={v}" for k, v in sets.items()])
-    configlib.check_reads(cfg, explicit=sets)
+    unread.check_reads(cfg, explicit=sets)
     check_init_from(cfg, cfg.train.init_from or path, sets)
     return cfg
 
