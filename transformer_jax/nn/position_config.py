@@ -23,7 +23,7 @@ class RopeScalingConfig(Variant):
     VARIANTS: typing.ClassVar[Registry[type[RopeScalingConfig]]] = Registry("RoPE scaling")
 
     def to_ops(self) -> rope_ops.RopeScaling:
-        return rope_ops.RopeScaling(kind=self.kind, **vars(self))
+        return rope_ops.RopeScaling(kind=self.kind, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 @variant("linear")

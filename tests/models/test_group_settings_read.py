@@ -1,0 +1,94 @@
+"""The model's other settings classes have no field the model does not read (issue 43): every
+position encoding, RoPE scaling and norm (enumerated from their families, so a new one is covered by
+registering it), the execution settings, MLA and MTP. A tiny model is built with each, run forward,
+trained for a loss where the field is a training one, and decoded a step with its KV cache."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+from tests.variant_reads import recorded_reads
+from transformer_jax.models import (
+    ExecutionConfig,
+    ModelConfig,
+    NormConfig,
+    PositionConfig,
+    RopePositions,
+    build_model,
+)
+from transformer_jax.models.mla_config import MLAConfig
+from transformer_jax.models.mtp_config import MTPConfig
+from transformer_jax.nn.position_config import RopeScalingConfig
+
+TINY = dict(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16)
+
+
+def _use(cfg: ModelConfig, *, decode: bool = True) -> None:
+    """Forward, the gradient of a loss (what remat and scan change), and a prefill plus one cached step."""
+    model = build_model(cfg)
+    tokens_BT = jnp.arange(12).reshape(2, 6) % cfg.vocab_size
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params):
+        logits = nnx.merge(graphdef, params, rest)(tokens_BT)
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        return jnp.mean(logits.astype(jnp.float32) ** 2)
+
+    jax.grad(loss)(params)
+    if decode:
+        _, aux = model(tokens_BT[:, :3], cache=model.init_cache(2, 8))
+        model(tokens_BT[:, 3:4], cache=aux["cache"])
+
+
+def _unread(cfg: ModelConfig, settings: object, **kw) -> list[str]:
+    cls = type(settings)
+    with recorded_reads([cls]) as reads:
+        _use(cfg, **kw)
+    return sorted(name for name in vars(settings) if (cls, name) not in reads)
+
+
+@pytest.mark.parametrize("kind", PositionConfig.VARIANTS.names())
+def test_every_position_setting_is_read(kind):
+    position = PositionConfig.VARIANTS.get(kind)()
+    cfg = ModelConfig(**TINY, position=position)
+    assert _unread(cfg, position) == []
+
+
+@pytest.mark.parametrize("kind", RopeScalingConfig.VARIANTS.names())
+def test_every_rope_scaling_setting_is_read(kind):
+    scaling = RopeScalingConfig.VARIANTS.get(kind)()
+    cfg = ModelConfig(**TINY, position=RopePositions(scaling=scaling))
+    assert _unread(cfg, scaling) == []
+
+
+@pytest.mark.parametrize("kind", NormConfig.VARIANTS.names())
+def test_every_norm_setting_is_read(kind):
+    norm = NormConfig.VARIANTS.get(kind)()
+    cfg = ModelConfig(**TINY, norm=norm)
+    assert _unread(cfg, norm) == []
+
+
+@pytest.mark.parametrize(
+    "execution",
+    [
+        ExecutionConfig(attention_impl="chunked", attention_block_size=4, decode_impl="blocked", decode_block_size=4),
+        ExecutionConfig(dtype="bfloat16", param_dtype="bfloat16", scan_layers=True, remat="full"),
+    ],
+    ids=["tiled", "scanned"],
+)
+def test_every_execution_setting_is_read(execution):
+    cfg = ModelConfig(**TINY, position=RopePositions(), execution=execution)
+    changed = [name for name in vars(execution) if getattr(execution, name) != getattr(ExecutionConfig(), name)]
+    unread = _unread(cfg, execution)
+    assert not set(changed) & set(unread), unread
+
+
+def test_every_mla_and_mtp_setting_is_read():
+    mla = MLAConfig(q_lora_rank=8, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4)
+    mtp = MTPConfig()
+    cfg = ModelConfig(**TINY, position=RopePositions(), norm="rmsnorm", mla=mla, mtp=mtp)
+    assert _unread(cfg, mla) == []
+    assert _unread(cfg, mtp) == []
