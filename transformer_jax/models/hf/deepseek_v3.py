@@ -17,8 +17,8 @@ Keys that change nothing in the forward pass: ``num_nextn_predict_layers`` (the 
 prediction layers, stored as layers ``num_hidden_layers``...: transformers' DeepseekV3ForCausalLM
 ignores them, and loading skips their tensors with a warning naming them), ``ep_size`` (training
 parallelism), ``auto_map`` (remote code), ``output_router_logits``. ``aux_loss_alpha`` /
-``seq_aux`` (DeepSeek's own keys) map to ``balance_coef`` / ``balance_loss`` (training only). The
-bias's update rate has no key: a loaded model gets ``bias_update_rate=1e-3`` (V3's gamma), which
+``seq_aux`` (DeepSeek's own keys) map to ``moe.balance`` (training only; alpha 0: None). The
+bias's update rate has no key: a loaded model gets ``router.bias_update_rate=1e-3`` (V3's gamma), which
 only a training call reads. Refused by name: YaRN (``rope_scaling`` / ``rope_parameters`` of type
 yarn: DeepSeek's mscale / mscale_all_dim also rescale the softmax, not implemented for MLA),
 ``attention_bias`` (biases on attention only), ``moe_layer_freq`` other than 1,

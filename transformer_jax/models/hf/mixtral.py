@@ -5,7 +5,7 @@ their weights renormalised to sum to 1, no capacity limit (dropless). Checkpoint
 ``block_sparse_moe.experts.{e}.w1/w2/w3`` (gate, down, up; the layout of published checkpoints and
 of transformers' own ``save_pretrained``); transformers >= 5 holds them fused in memory as
 ``mlp.experts.gate_up_proj`` [E, 2F, D] / ``down_proj`` [E, D, F], which we read as well.
-``router_aux_loss_coef`` maps to our balance-loss coefficient (training only);
+``router_aux_loss_coef`` maps to our balance-loss coefficient (``moe.balance``, training only; 0: None);
 ``output_router_logits`` only asks for extra outputs.
 """
 
