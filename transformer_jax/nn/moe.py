@@ -162,7 +162,7 @@ class MoE(nnx.Module):
             activation=spec.ffn,
             capacity_factor=None if capacity is None else capacity.factor,
             valid_T=valid_T,
-            **({} if capacity is None else {"drop_order": capacity.drop_order}),
+            drop_order="rank" if capacity is None else capacity.drop_order,
         )
         if self.shared is not None:
             y_TD = y_TD + self.shared(x_TD)
@@ -188,24 +188,18 @@ class MoE(nnx.Module):
 
 
 def _route(router: RouterConfig, logits_TE: Array, k: int, bias_E: Array | None) -> routing.Routing:
+    """`routing.top_k_route` with ``router``'s settings (over all experts when it has no groups)."""
     groups = router.groups
-    grouping = (
-        {}
-        if groups is None
-        else {
-            "n_groups": groups.n_groups,
-            "topk_groups": groups.topk_groups,
-            "group_score": groups.score,
-        }
-    )
     return routing.top_k_route(
         logits_TE,
         k,
         router=router.kind,
         renormalize=router.renormalize,
         bias_E=bias_E,
+        n_groups=1 if groups is None else groups.n_groups,
+        topk_groups=1 if groups is None else groups.topk_groups,
+        group_score="max" if groups is None else groups.score,
         scaling_factor=router.scaling_factor,
-        **grouping,
     )
 
 
