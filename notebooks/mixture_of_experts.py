@@ -71,6 +71,7 @@ import numpy as np
 
 from transformer_jax import ablation
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.nn.moe_config import BalanceLossConfig, SoftmaxRouter
 from transformer_jax.train.metrics import read_metrics
 
 NOTEBOOK = "mixture_of_experts"
@@ -148,18 +149,21 @@ def moe(**kw) -> object:
     return dataclasses.replace(dense, model=dataclasses.replace(dense.model, moe=MoEConfig(**kw)))
 
 
+switch = BalanceLossConfig(loss="switch", coef=0.01)  # the one balance loss of every balanced arm
 configs = {
     "dense": dense,
-    "switch top-1": moe(n_experts=8, top_k=1, d_expert=F, balance_loss="switch", balance_coef=0.01),
-    "gshard top-2": moe(
-        n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_loss="switch", balance_coef=0.01
+    "switch top-1": moe(n_experts=8, top_k=1, d_expert=F, balance=switch),
+    "gshard top-2": moe(n_experts=8, top_k=2, d_expert=F // 2, router=SoftmaxRouter(renormalize=True), balance=switch),
+    "deepseekmoe": moe(n_experts=8, top_k=2, d_expert=F // 2, segments=4, n_shared=1, balance=switch),
+    "gshard, no balancing": moe(
+        n_experts=8, top_k=2, d_expert=F // 2, router=SoftmaxRouter(renormalize=True), balance=None
     ),
-    "deepseekmoe": moe(
-        n_experts=8, top_k=2, d_expert=F // 2, segments=4, n_shared=1, balance_loss="switch", balance_coef=0.01
-    ),
-    "gshard, no balancing": moe(n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_coef=0.0),
     "gshard, loss-free bias": moe(
-        n_experts=8, top_k=2, d_expert=F // 2, renormalize=True, balance_coef=0.0, bias_update_rate=1e-3
+        n_experts=8,
+        top_k=2,
+        d_expert=F // 2,
+        router=SoftmaxRouter(renormalize=True, bias_update_rate=1e-3),
+        balance=None,
     ),
 }
 TUNED = ("dense", "switch top-1", "gshard top-2", "deepseekmoe")

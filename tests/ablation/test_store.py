@@ -309,11 +309,13 @@ def test_a_model_group_added_later_and_left_off_keeps_the_hash_of_older_runs():
 
 def test_moe_fields_added_later_at_their_defaults_keep_the_hash_of_older_runs():
     from transformer_jax.models.moe_config import MoEConfig
+    from transformer_jax.nn.moe_config import SoftmaxRouter
 
     base = cfg()
     moe = dataclasses.replace(base, model=dataclasses.replace(base.model, moe=MoEConfig()))
     hashed = store.hashed_config(moe)["model"]["moe"]
     assert not {"first_dense", "routed_scaling_factor"} & set(hashed)  # as in runs committed before them
-    scaled = dataclasses.replace(moe, model=dataclasses.replace(moe.model, moe=MoEConfig(routed_scaling_factor=2.5)))
+    scaled_moe = MoEConfig(router=SoftmaxRouter(scaling_factor=2.5))
+    scaled = dataclasses.replace(moe, model=dataclasses.replace(moe.model, moe=scaled_moe))
     assert store.hashed_config(scaled)["model"]["moe"]["routed_scaling_factor"] == 2.5
     assert store.config_hash(scaled) != store.config_hash(moe)

@@ -16,6 +16,7 @@ from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.attention_config import LocalGlobalAttention
 from transformer_jax.nn.init import InitConfig
+from transformer_jax.nn.moe_config import BalanceLossConfig
 from transformer_jax.nn.norm_config import LayerNormConfig
 from transformer_jax.parallel import MeshConfig
 from transformer_jax.train.config import TrainConfig
@@ -66,7 +67,7 @@ def test_the_three_values_the_issue_found_are_refused():
         ModelConfig(init=InitConfig(std=math.nan))
     with pytest.raises(ConfigError, match=r"model\.norm\.eps=nan: must be a finite number"):
         LayerNormConfig(eps=math.nan)  # model.norm_eps before the norm settings were a class per kind
-    with pytest.raises(ConfigError, match=r"model\.moe\.balance_coef=nan"):
-        MoEConfig(balance_coef=math.nan)
+    with pytest.raises(ConfigError, match=r"model\.moe\.balance\.coef=nan"):
+        MoEConfig(balance=BalanceLossConfig(coef=math.nan))  # model.moe.balance_coef before the balance group
     with pytest.raises(ConfigError, match=r"model\.d_model=128\.5: must be an integer"):
         ModelConfig(d_model=128.5, n_heads=1)

@@ -22,6 +22,7 @@ from tests.models.test_hf_families import check_bfloat16_round_trip, hf_model, t
 from transformer_jax.models import RopePositions  # noqa: E402
 from transformer_jax.models.config import with_changes  # noqa: E402
 from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained  # noqa: E402
+from transformer_jax.nn.moe_config import BalanceLossConfig, ExpertGroupsConfig, SoftmaxRouter  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -46,16 +47,17 @@ def test_config_maps_mla_dense_first_layers_and_routing(saved):
     moe = cfg.moe
     assert (moe.n_experts, moe.top_k, moe.n_shared, moe.n_routed, moe.routed_k) == (9, 3, 1, 8, 2)
     assert (moe.first_dense, moe.every, moe.d_expert, moe.segments) == (1, 1, 32, 1)
-    assert (moe.router, moe.renormalize, moe.capacity_factor) == ("sigmoid_topk", True, None)
-    assert (moe.n_groups, moe.topk_groups, moe.group_score, moe.routed_scaling_factor) == (4, 2, "top2_sum", 2.5)
-    assert moe.bias_update_rate > 0  # the bias exists (it holds e_score_correction_bias)
+    router = moe.router
+    assert (router.kind, router.renormalize, router.scaling_factor, moe.capacity) == ("sigmoid_topk", True, 2.5, None)
+    assert router.groups == ExpertGroupsConfig(n_groups=4, topk_groups=2, score="top2_sum")
+    assert router.bias_update_rate > 0  # the bias exists (it holds e_score_correction_bias)
     assert config_from_hf({**hf, "rope_interleave": False}).position == RopePositions(pairing="split")
     published: dict[str, Any] = dict(
         hf, topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1, ep_size=1, seq_aux=True
     )
     published.update(aux_loss_alpha=0.001, num_nextn_predict_layers=1, auto_map={"AutoConfig": "x.Config"})
     got = config_from_hf(published).moe
-    assert got is not None and (got.balance_coef, got.balance_loss) == (0.001, "sequence")
+    assert got is not None and got.balance == BalanceLossConfig(loss="sequence", coef=0.001)
 
 
 @pytest.mark.parametrize(
@@ -74,8 +76,8 @@ def test_config_maps_mla_dense_first_layers_and_routing(saved):
         (dict(n_shared_experts=0), "'n_shared_experts'=0 is not supported"),
         (dict(quantization_config={"quant_method": "fp8"}), "'quantization_config'="),
         (dict(first_k_dense_replace=2), "model.moe.first_dense=2: leaves a stack without MoE layers"),
-        (dict(routed_scaling_factor=0.0), "model.moe.routed_scaling_factor"),
-        (dict(n_group=3), "model.moe.n_groups=3: does not divide the 8 routed experts"),
+        (dict(routed_scaling_factor=0.0), "model.moe.router.scaling_factor"),
+        (dict(n_group=3), "model.moe.router.groups.n_groups=3: does not divide the 8 routed experts"),
         (dict(n_routed_experts=None), "'n_routed_experts' is missing"),
         (dict(first_k_dense_replace=None), "'first_k_dense_replace' is missing"),
     ],
@@ -121,7 +123,7 @@ def test_save_writes_what_deepseek_v3_expresses_and_refuses_the_rest(saved):
     every = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, first_dense=0, every=2))
     with pytest.raises(ValueError, match=r"deepseek_v3: cannot express moe\.every=2 \(becomes 1\)"):
         config_to_hf(every, family="deepseek_v3")
-    softmax = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, router="softmax_topk"))
+    softmax = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, router=SoftmaxRouter(**vars(cfg.moe.router))))
     with pytest.raises(ValueError, match=r"deepseek_v3: cannot express moe\.router='softmax_topk'"):
         config_to_hf(softmax, family="deepseek_v3")
     with pytest.raises(ValueError, match=r"model\.moe\.first_dense=1: .*scan_layers=True"):

@@ -45,10 +45,10 @@ def test_configs_map_qk_norm_head_dim_and_the_expert_layers(saved):
     cfg = config_from_hf(hf)
     assert cfg.moe is not None and cfg.attention.qk_norm and cfg.d_ff == 96
     assert (cfg.moe.n_experts, cfg.moe.top_k, cfg.moe.every, cfg.moe.d_expert) == (4, 2, 2, 32)
-    assert cfg.moe.renormalize and cfg.moe.capacity_factor is None and cfg.moe.n_shared == 0
+    assert cfg.moe.router.renormalize and cfg.moe.capacity is None and cfg.moe.n_shared == 0
     published = {k: v for k, v in hf.items() if k not in ("num_local_experts", "mlp_only_layers")}
     assert config_from_hf({**published, "num_experts": 4, "decoder_sparse_step": 2}) == cfg
-    assert config_from_hf({**hf, "norm_topk_prob": False}).moe.renormalize is False  # type: ignore[union-attr]
+    assert config_from_hf({**hf, "norm_topk_prob": False}).moe.router.renormalize is False  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

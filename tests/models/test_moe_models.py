@@ -16,6 +16,13 @@ from transformer_jax.models.config import with_changes
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.nn.moe import MoE
+from transformer_jax.nn.moe_config import (
+    BalanceLossConfig,
+    CapacityConfig,
+    ExpertGroupsConfig,
+    SigmoidRouter,
+    SoftmaxRouter,
+)
 from transformer_jax.train.metrics import MetricsWriter, read_metrics
 
 from .helpers import random_tokens
@@ -130,6 +137,15 @@ def test_encoder_decoder_aggregates_both_stacks():
     assert "moe" not in aux.get("encoder", {}) and "moe" not in aux.get("decoder", {})
 
 
+def _lazy(cls, **kw):
+    """A settings group built inside the test (its construction is what fails)."""
+    return lambda: cls(**kw)
+
+
+def _groups(**kw):
+    return lambda: SigmoidRouter(groups=ExpertGroupsConfig(**kw))
+
+
 INVALID = [
     (dict(n_experts=0), "model.moe.n_experts", ">= 1"),
     (dict(top_k=9), "model.moe.top_k", "n_experts=8"),
@@ -137,12 +153,16 @@ INVALID = [
     (dict(d_expert=100, segments=8), "model.moe.d_expert", "segments"),
     (dict(router="softmax"), "model.moe.router", "softmax_topk"),
     (dict(dispatch="paded"), "model.moe.dispatch", "padded"),
-    (dict(balance_loss="gshard"), "model.moe.balance_loss", "switch"),
-    (dict(drop_order="random"), "model.moe.drop_order", "rank"),
-    (dict(n_groups=3), "model.moe.n_groups", "divide"),
-    (dict(n_groups=4, topk_groups=1, top_k=4), "model.moe.topk_groups", "fewer"),
-    (dict(capacity_factor=0.0), "model.moe.capacity_factor", "> 0"),
-    (dict(bias_update_rate=-1.0), "model.moe.bias_update_rate", ">= 0"),
+    (dict(balance=_lazy(BalanceLossConfig, loss="gshard")), "model.moe.balance.loss", "switch"),
+    (dict(balance=_lazy(BalanceLossConfig, coef=0.0)), "model.moe.balance.coef", "> 0"),
+    (dict(capacity=_lazy(CapacityConfig, drop_order="random")), "model.moe.capacity.drop_order", "rank"),
+    (dict(capacity=_lazy(CapacityConfig, factor=0.0)), "model.moe.capacity.factor", "> 0"),
+    (dict(router=_groups(n_groups=3)), "model.moe.router.groups.n_groups", "divide"),
+    (dict(router=_groups(n_groups=4, topk_groups=1), top_k=4), "model.moe.router.groups.topk_groups", "fewer"),
+    (dict(router=_groups(n_groups=2, topk_groups=3)), "model.moe.router.groups.topk_groups", "exceeds"),
+    (dict(router=_groups(n_groups=1)), "model.moe.router.groups.n_groups", ">= 2"),
+    (dict(router=_lazy(SoftmaxRouter, bias_update_rate=-1.0)), "model.moe.router.bias_update_rate", ">= 0"),
+    (dict(router=_lazy(SigmoidRouter, scaling_factor=0.0)), "model.moe.router.scaling_factor", "> 0"),
     (dict(ffn="swish"), "model.moe.ffn", "swiglu"),
 ]
 
@@ -150,7 +170,7 @@ INVALID = [
 @pytest.mark.parametrize("kwargs,field,hint", INVALID, ids=[f"{f[1]}:{i}" for i, f in enumerate(INVALID)])
 def test_invalid_moe_config_names_field(kwargs, field, hint):
     with pytest.raises(ConfigError) as err:
-        MoEConfig(**kwargs)
+        MoEConfig(**{k: v() if callable(v) else v for k, v in kwargs.items()})
     assert str(err.value).startswith(field + "=") and hint in str(err.value), str(err.value)
 
 
@@ -175,9 +195,9 @@ def test_invalid_model_moe_combinations(kwargs, hint):
 def test_moe_settings_from_the_command_line():
     cfg = apply_overrides(
         get_preset("gpt2_tiny"),
-        ["moe=on", "moe.n_experts=4", "moe.dispatch=expert_parallel", "moe.capacity_factor=1.5"],
+        ["moe=on", "moe.n_experts=4", "moe.dispatch=expert_parallel", "moe.capacity=on", "moe.capacity.factor=1.5"],
     )
-    assert cfg.moe == MoEConfig(n_experts=4, dispatch="expert_parallel", capacity_factor=1.5)
+    assert cfg.moe == MoEConfig(n_experts=4, dispatch="expert_parallel", capacity=CapacityConfig(factor=1.5))
     with pytest.raises(ConfigError, match=r"moe is None \(off\).*--set moe=on"):
         apply_overrides(get_preset("gpt2_tiny"), ["moe.n_experts=4"])  # never turns MoE on by the way
     assert apply_overrides(cfg, ["moe=on"]).moe == cfg.moe and apply_overrides(cfg, ["moe=none"]).moe is None
@@ -196,7 +216,9 @@ def test_fine_grained_preset_has_the_flops_of_its_coarse_counterpart():
     forward pass). The expert FLOPs are equal; the difference is the bigger router (15 vs 4
     centroids) and the routing bookkeeping over 7 instead of 2 choices: 3.3% at this tiny width."""
     fine = get_preset("deepseek_moe_tiny")
-    fine = dataclasses.replace(fine, moe=dataclasses.replace(fine.moe, capacity_factor=1.0, dispatch="padded"))
+    fine = dataclasses.replace(
+        fine, moe=dataclasses.replace(fine.moe, capacity=CapacityConfig(factor=1.0), dispatch="padded")
+    )
     coarse = dataclasses.replace(fine, moe=dataclasses.replace(fine.moe, segments=1, n_shared=0))
     assert count_params(fine) - count_params(coarse) == fine.n_layers * 64 * (15 - 4)  # router centroids
     tokens = random_tokens(jax.random.key(0), (4, 30), 200)
@@ -221,7 +243,7 @@ def test_train_step_logs_moe_metrics_and_updates_the_bias(tmp_path):
         d_ff=64,
         n_layers=2,
         max_len=16,
-        moe=MoEConfig(n_experts=4, bias_update_rate=0.01, z_loss_coef=1e-3),
+        moe=MoEConfig(n_experts=4, router=SoftmaxRouter(bias_update_rate=0.01), z_loss_coef=1e-3),
     )
     train = TrainConfig(steps=2, batch_size=2, optim=OptimConfig(lr=1e-3, warmup_steps=0))
     tx, schedule = make_optimizer(train.optim, train.steps)
@@ -251,7 +273,9 @@ def test_train_step_logs_moe_metrics_and_updates_the_bias(tmp_path):
 def test_cached_decoding_ignores_capacity_so_rows_stay_independent():
     """A capacity of 1/4 token per expert would drop most of a batch's assignments; decoding with a
     KV cache is dropless, so each row decodes as it would alone (no other row takes its slot)."""
-    cfg = get_preset("gpt2_tiny", moe=MoEConfig(n_experts=4, top_k=1, capacity_factor=0.25, dispatch="dense"))
+    cfg = get_preset(
+        "gpt2_tiny", moe=MoEConfig(n_experts=4, top_k=1, capacity=CapacityConfig(factor=0.25), dispatch="dense")
+    )
     model = build_model(cfg)
     graphdef, state = nnx.split(model)
     tokens = random_tokens(jax.random.key(0), (3, 4), 200)

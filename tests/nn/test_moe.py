@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from transformer_jax.nn.moe import MoE, MoESpec
+from transformer_jax.nn.moe_config import BalanceLossConfig, CapacityConfig, SigmoidRouter
 from transformer_jax.ops import activations
 
 D, B, T = 8, 2, 6
@@ -20,7 +21,7 @@ SPEC = MoESpec(
     n_shared=1,
     d_shared=6,
     ffn="swiglu",
-    balance_coef=0.01,
+    balance=BalanceLossConfig(coef=0.01),
     z_loss_coef=1e-3,
     dispatch="padded",
 )
@@ -113,7 +114,7 @@ def test_matches_per_token_reference(dispatch):
 def test_gradients_reach_the_router():
     """Through the combine weights (not only through the aux losses): with both coefficients 0
     the router still gets a gradient, equal for the padded and naive dispatches."""
-    spec = dataclasses.replace(SPEC, balance_coef=0.0, z_loss_coef=0.0)
+    spec = dataclasses.replace(SPEC, balance=None, z_loss_coef=0.0)
     x = _x()
 
     probe = jax.random.normal(jax.random.key(2), x.shape)
@@ -138,7 +139,7 @@ def test_gradients_reach_the_router():
 
 def test_shared_experts_receive_every_token():
     """Zero routed experts and drop nearly every assignment: each token still gets the shared FFN."""
-    layer = _randomise_biases(_layer(dataclasses.replace(SPEC, capacity_factor=0.01)))
+    layer = _randomise_biases(_layer(dataclasses.replace(SPEC, capacity=CapacityConfig(factor=0.01))))
     layer.w_out[...] = jnp.zeros_like(layer.w_out[...])
     layer.b_out[...] = jnp.zeros_like(layer.b_out[...])
     x = _x()
@@ -156,7 +157,7 @@ def test_shared_experts_receive_every_token():
 
 
 def test_aux_statistics():
-    layer = _layer(dataclasses.replace(SPEC, capacity_factor=0.5))
+    layer = _layer(dataclasses.replace(SPEC, capacity=CapacityConfig(factor=0.5)))
     valid = jnp.arange(T)[None, :].repeat(B, 0) < 4  # 2 padding tokens per row
     y, aux = _call(layer, _x(), valid_BT=valid)
     m = aux["metrics"]
@@ -169,7 +170,7 @@ def test_aux_statistics():
 
 
 def test_balancing_bias_is_state_updated_only_by_training_calls():
-    spec = dataclasses.replace(SPEC, bias_update_rate=0.1, router="sigmoid_topk", renormalize=True)
+    spec = dataclasses.replace(SPEC, router=SigmoidRouter(renormalize=True, bias_update_rate=0.1))
     layer = _layer(spec)
     assert "bias" not in nnx.state(layer, nnx.Param)
     assert next(iter(nnx.to_flat_state(nnx.state(layer, nnx.Not(nnx.Param)))))[0] == ("bias",)

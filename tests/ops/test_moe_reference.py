@@ -15,6 +15,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from transformer_jax.nn.moe import MoE, MoESpec
+from transformer_jax.nn.moe_config import CapacityConfig, SoftmaxRouter
 from transformer_jax.ops import moe_dispatch
 from transformer_jax.parallel import MeshConfig, make_mesh
 
@@ -269,8 +270,8 @@ def test_moe_layer_matches_numpy(renormalize):
         d_expert=F,
         n_shared=1,
         ffn="swiglu",
-        renormalize=renormalize,
-        capacity_factor=1.0,
+        router=SoftmaxRouter(renormalize=renormalize),
+        capacity=CapacityConfig(factor=1.0),
         dispatch="dense",  # the dispatches are checked above; dense compiles fastest
     )
     layer = nnx.eval_shape(lambda: MoE(D, spec, use_bias=True, rngs=nnx.Rngs(0)))

@@ -51,7 +51,7 @@ def test_auto_picks_splash_for_a_tpu_target():
     "dispatch, mesh", [("megablox", DATA2_FSDP2), ("expert_parallel", MeshConfig(data=1, fsdp=2, expert=2))]
 )
 def test_moe_compiles_for_a_tpu_target(dispatch, mesh):
-    moe = MoEConfig(n_experts=4, top_k=2, dispatch=dispatch, balance_coef=0.01)
+    moe = MoEConfig(n_experts=4, top_k=2, dispatch=dispatch)  # the default balance loss, coefficient 0.01
     report = aot.compile_train(tiny_config(mesh=mesh, moe=moe, attention_impl="xla"), get_target("v5e-4"))
     assert report["fits"]
     if dispatch == "expert_parallel":

@@ -25,6 +25,7 @@ import optax
 from transformer_jax.core import compiler
 from transformer_jax.models import count_params
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.nn.moe_config import BalanceLossConfig, SoftmaxRouter
 from transformer_jax.train.config import Config
 from transformer_jax.train.timing import alternating_rounds, prepare_step
 
@@ -36,9 +37,8 @@ def moe_variants(cfg: Config, dispatches=("auto",)) -> dict[str, Config]:
         n_experts=8,
         top_k=2,
         d_expert=(cfg.model.d_ff or 4 * cfg.model.d_model) // 2,
-        renormalize=True,
-        balance_loss="switch",
-        balance_coef=0.01,
+        router=SoftmaxRouter(renormalize=True),
+        balance=BalanceLossConfig(loss="switch", coef=0.01),
     )
     out = {"dense": dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, moe=None))}
     for d in dispatches:

@@ -28,6 +28,7 @@ from flax import nnx
 from transformer_jax.core import compiler
 from transformer_jax.nn.mlp import FeedForward
 from transformer_jax.nn.moe import MoE, MoESpec
+from transformer_jax.nn.moe_config import BalanceLossConfig, SoftmaxRouter
 from transformer_jax.train.timing import alternating_rounds
 
 
@@ -100,14 +101,12 @@ def main():
             n_experts=E,
             top_k=K,
             d_expert=F,
-            renormalize=True,
-            balance_loss="switch",
-            balance_coef=0.01,
-            bias_update_rate=1e-3,
+            router=SoftmaxRouter(renormalize=True, bias_update_rate=1e-3),
+            balance=BalanceLossConfig(loss="switch", coef=0.01),
             dispatch=dispatch,
         )
         moe = MoE(D, spec, rngs=nnx.Rngs(1))
-        assert moe.bias is not None  # bias_update_rate > 0
+        assert moe.bias is not None  # router.bias_update_rate > 0
         moe.bias[...] = jnp.asarray(skew * np.linspace(-1.0, 1.0, E), jnp.float32)
         name = f"moe skew {skew:g}" + ("" if a.dispatch == ["auto"] else f" {dispatch}")
         load[name] = float(moe(x)[1]["metrics"]["moe_load_max_over_mean"])

@@ -13,6 +13,7 @@ from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.decoder_lm import DecoderLM
 from transformer_jax.models.encoder_decoder import EncoderDecoder
 from transformer_jax.models.kinds import MODELS
+from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.models.presets import PRESETS, baseline_model_config, get_preset
 from transformer_jax.models.util import abstract_model, build_model, count_active_params, count_params
 from transformer_jax.nn.attention_config import (
@@ -25,6 +26,14 @@ from transformer_jax.nn.attention_config import (
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.execution_config import ExecutionConfig
 from transformer_jax.nn.init import InitConfig
+from transformer_jax.nn.moe_config import (
+    BalanceLossConfig,
+    CapacityConfig,
+    ExpertGroupsConfig,
+    RouterConfig,
+    SigmoidRouter,
+    SoftmaxRouter,
+)
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig, RMSNormConfig, RMSNormPlusOneConfig
 from transformer_jax.nn.position_config import (
     AlibiPositions,
@@ -46,11 +55,14 @@ __all__ = [
     "RNNLM",
     "AlibiPositions",
     "AttentionConfig",
+    "BalanceLossConfig",
     "BaselineConfig",
+    "CapacityConfig",
     "DecoderLM",
     "EmbeddingsConfig",
     "EncoderDecoder",
     "ExecutionConfig",
+    "ExpertGroupsConfig",
     "InitConfig",
     "LayerNormConfig",
     "LearnedPositions",
@@ -58,6 +70,7 @@ __all__ = [
     "LinearScaling",
     "Llama3Scaling",
     "LocalGlobalAttention",
+    "MoEConfig",
     "ModelConfig",
     "NGramLM",
     "NoPositions",
@@ -68,9 +81,12 @@ __all__ = [
     "RMSNormPlusOneConfig",
     "RelativeBiasPositions",
     "RopePositions",
+    "RouterConfig",
+    "SigmoidRouter",
     "SinusoidalPositions",
     "SlidingWindowAttention",
     "SoftmaxAttention",
+    "SoftmaxRouter",
     "WindowLM",
     "YarnScaling",
     "abstract_model",

@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 
 from transformer_jax.core.configlib import Config, fail, setting
 from transformer_jax.nn.moe import MoESpec
-from transformer_jax.ops import moe_dispatch, routing
+from transformer_jax.nn.moe_config import BalanceLossConfig, CapacityConfig, RouterConfig, SoftmaxRouter
+from transformer_jax.ops import moe_dispatch
 from transformer_jax.ops.activations import FFN_ACTIVATIONS
 
 
@@ -23,19 +24,13 @@ class MoEConfig(Config):
     token uses ``top_k * m - n_shared``, plus ``n_shared`` shared ones: parameters and FLOPs per
     token stay those of (n_experts, top_k) whatever m and n_shared.
 
-    Routing: ``router`` (``softmax_topk`` | ``sigmoid_topk``), ``renormalize`` the selected
-    weights, group-limited routing over ``n_groups`` groups keeping ``topk_groups``
-    (``group_score`` max | top2_sum). ``capacity_factor``: each expert takes at most
-    ceil(factor * tokens * k / experts) assignments, dropped in ``drop_order`` (rank: all first
-    choices in token order, then second choices...; position; score); None: dropless.
-    ``dispatch``: ``auto`` (fastest for the backend), naive, dense, ragged, padded, megablox (TPU),
-    expert_parallel. Balancing: ``balance_coef * balance_loss`` (switch | expert | sequence),
-    ``z_loss_coef * router z-loss``, ``bias_update_rate`` (gamma of auxiliary-loss-free
-    balancing; 0 = off). ``routed_scaling_factor``: the routed experts' combine weights are
-    multiplied by it (DeepSeek-V3: 2.5), the shared experts' output is not. ``every``: MoE in every
-    n-th layer (layers i with (i+1) % every == 0); ``first_dense``: the first k layers keep the
-    dense FFN whatever ``every`` says (DeepSeek-V3's ``first_k_dense_replace``; not with
-    ``scan_layers``).
+    ``router``: the routing variant (nn.moe_config: ``softmax_topk`` | ``sigmoid_topk``, with
+    renormalisation, scaling, group-limited routing and auxiliary-loss-free balancing);
+    ``capacity``: token dropping (None: dropless); ``balance``: the balance loss (None: none);
+    ``z_loss_coef * router z-loss``. ``dispatch``: ``auto`` (fastest for the backend), naive, dense,
+    ragged, padded, megablox (TPU), expert_parallel. ``every``: MoE in every n-th layer (layers i
+    with (i+1) % every == 0); ``first_dense``: the first k layers keep the dense FFN whatever
+    ``every`` says (DeepSeek-V3's ``first_k_dense_replace``; not with ``scan_layers``).
     """
 
     n_experts: int = setting(8, ge=1)
@@ -46,19 +41,11 @@ class MoEConfig(Config):
     segments: int = setting(1, ge=1)
     n_shared: int = setting(0, ge=0)
     ffn: str | None = setting(None, choice=FFN_ACTIVATIONS)  # None: model.ffn
-    router: str = setting("softmax_topk", choice=routing.ROUTERS)
-    renormalize: bool = False
-    n_groups: int = setting(1, ge=1)
-    topk_groups: int = setting(1, ge=1)
-    group_score: str = setting("max", choice=routing.GROUP_SCORES)
-    routed_scaling_factor: float = setting(1.0, gt=0.0)
-    capacity_factor: float | None = setting(None, gt=0.0)  # None: dropless routing
-    drop_order: str = setting("rank", choice=routing.DROP_ORDERS)
+    router: RouterConfig = setting(factory=SoftmaxRouter)  # nn.moe_config; model.moe.router=sigmoid_topk
+    capacity: CapacityConfig | None = None  # None: dropless routing
     dispatch: str = setting("auto", choice=moe_dispatch.dispatch_names())
-    balance_loss: str = setting("switch", choice=routing.BALANCE_LOSSES)
-    balance_coef: float = setting(0.01, ge=0.0)
+    balance: BalanceLossConfig | None = setting(factory=BalanceLossConfig)  # None: no balance loss
     z_loss_coef: float = setting(0.0, ge=0.0)
-    bias_update_rate: float = setting(0.0, ge=0.0)
 
     PATH: ClassVar[str] = "model.moe"
 
@@ -117,9 +104,6 @@ class MoEConfig(Config):
         """The layer-level settings (``nn.moe.MoESpec``), fine-grained sizes resolved against the
         model's ``d_ff`` and ``ffn``."""
         width = (self.d_expert or d_ff) // self.segments
-        fields = ("router", "renormalize", "n_groups", "topk_groups", "group_score", "routed_scaling_factor")
-        fields += ("capacity_factor",)
-        fields += ("drop_order", "dispatch", "balance_loss", "balance_coef", "z_loss_coef", "bias_update_rate")
         return MoESpec(
             n_experts=self.n_routed,
             top_k=self.routed_k,
@@ -127,7 +111,11 @@ class MoEConfig(Config):
             n_shared=self.n_shared,
             d_shared=width,
             ffn=self.ffn or ffn,
-            **{name: getattr(self, name) for name in fields},
+            router=self.router,
+            capacity=self.capacity,
+            dispatch=self.dispatch,
+            balance=self.balance,
+            z_loss_coef=self.z_loss_coef,
         )
 
 
@@ -172,15 +160,27 @@ def _segments_split_d_expert(moe: MoEConfig) -> None:
 
 def _groups_hold_top_k(moe: MoEConfig) -> None:
     """Group-limited routing: the groups split the routed experts and the kept ones hold top_k."""
-    if moe.n_routed % moe.n_groups:
-        fail("model.moe.n_groups", moe.n_groups, f"does not divide the {moe.n_routed} routed experts")
-    if moe.topk_groups > moe.n_groups:
-        fail("model.moe.topk_groups", moe.topk_groups, f"exceeds n_groups={moe.n_groups}")
-    held = moe.topk_groups * (moe.n_routed // moe.n_groups)
+    groups = moe.router.groups
+    if groups is None:
+        return
+    where = "model.moe.router.groups"
+    if moe.n_routed % groups.n_groups:
+        fail(f"{where}.n_groups", groups.n_groups, f"does not divide the {moe.n_routed} routed experts")
+    held = groups.topk_groups * (moe.n_routed // groups.n_groups)
     if held < moe.routed_k:
         fail(
-            "model.moe.topk_groups",
-            moe.topk_groups,
+            f"{where}.topk_groups",
+            groups.topk_groups,
             f"the chosen groups hold {held} experts, fewer than the {moe.routed_k} each token needs",
             "raise topk_groups or lower n_groups",
         )
+
+
+def balance_loss(loss: str, coef: float) -> BalanceLossConfig | None:
+    """The balance loss of a checkpoint's config that states it as a coefficient (0: none)."""
+    return None if coef == 0 else BalanceLossConfig(loss=loss, coef=coef)
+
+
+def balance_coef(moe: MoEConfig) -> float:
+    """The balance loss's coefficient, 0 when there is none."""
+    return 0.0 if moe.balance is None else moe.balance.coef

@@ -11,6 +11,13 @@ from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.init import InitConfig
+from transformer_jax.nn.moe_config import (
+    BalanceLossConfig,
+    CapacityConfig,
+    ExpertGroupsConfig,
+    SigmoidRouter,
+    SoftmaxRouter,
+)
 from transformer_jax.nn.norm_config import LayerNormConfig, RMSNormConfig
 from transformer_jax.nn.position_config import LearnedPositions, NoPositions, RopePositions, SinusoidalPositions
 
@@ -180,7 +187,7 @@ PRESETS.register(
     "switch_tiny",
     dataclasses.replace(
         PRESETS.get("gpt2_tiny"),
-        moe=MoEConfig(n_experts=8, top_k=1, every=2, capacity_factor=1.25, balance_loss="switch", balance_coef=0.01),
+        moe=MoEConfig(n_experts=8, top_k=1, every=2, capacity=CapacityConfig(factor=1.25), balance=BalanceLossConfig()),
     ),
 )
 # GShard (Lepikhin et al. 2020): top-2 with normalised gates, capacity 2 T / E, every other layer.
@@ -192,10 +199,9 @@ PRESETS.register(
             n_experts=8,
             top_k=2,
             every=2,
-            renormalize=True,
-            capacity_factor=2.0,
-            balance_loss="switch",
-            balance_coef=0.01,
+            router=SoftmaxRouter(renormalize=True),
+            capacity=CapacityConfig(factor=2.0),
+            balance=BalanceLossConfig(loss="switch", coef=0.01),
         ),
     ),
 )
@@ -206,7 +212,12 @@ PRESETS.register(
     dataclasses.replace(
         PRESETS.get("llama_tiny"),
         moe=MoEConfig(
-            n_experts=4, top_k=2, segments=4, n_shared=1, d_expert=128, balance_loss="expert", balance_coef=0.01
+            n_experts=4,
+            top_k=2,
+            segments=4,
+            n_shared=1,
+            d_expert=128,
+            balance=BalanceLossConfig(loss="expert", coef=0.01),
         ),
     ),
 )
@@ -226,14 +237,12 @@ PRESETS.register(
             top_k=3,
             n_shared=1,
             d_expert=64,
-            router="sigmoid_topk",
-            renormalize=True,
-            n_groups=4,
-            topk_groups=2,
-            group_score="top2_sum",
-            bias_update_rate=1e-3,
-            balance_loss="sequence",
-            balance_coef=1e-4,
+            router=SigmoidRouter(
+                renormalize=True,
+                groups=ExpertGroupsConfig(n_groups=4, topk_groups=2, score="top2_sum"),
+                bias_update_rate=1e-3,
+            ),
+            balance=BalanceLossConfig(loss="sequence", coef=1e-4),
         ),
     ),
 )
@@ -242,7 +251,12 @@ PRESETS.register(
     "mixtral_like",
     dataclasses.replace(
         PRESETS.get("llama_like"),
-        moe=MoEConfig(n_experts=8, top_k=2, renormalize=True, balance_loss="expert", balance_coef=0.002),
+        moe=MoEConfig(
+            n_experts=8,
+            top_k=2,
+            router=SoftmaxRouter(renormalize=True),
+            balance=BalanceLossConfig(loss="expert", coef=0.002),
+        ),
     ),
 )
 PRESETS.register("mixtral_tiny", dataclasses.replace(PRESETS.get("llama_tiny"), moe=PRESETS.get("mixtral_like").moe))

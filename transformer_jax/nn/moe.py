@@ -18,23 +18,21 @@ from jaxtyping import Array, Bool, Float
 from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.mlp import FeedForward
+from transformer_jax.nn.moe_config import BalanceLossConfig, CapacityConfig, RouterConfig, SoftmaxRouter
 from transformer_jax.ops import moe_dispatch, routing
 from transformer_jax.ops.activations import FFN_ACTIVATIONS
 
 
 @dataclasses.dataclass(frozen=True)
 class MoESpec:
-    """Resolved settings of one MoE layer (models build it from ``MoEConfig``).
+    """One MoE layer: its sizes resolved (models build it from ``MoEConfig``) and the settings groups
+    of ``nn.moe_config`` as they are.
 
     ``n_experts``/``top_k``: routed experts and how many each token uses; ``d_expert``: width of
     one routed expert; ``n_shared`` shared experts of width ``d_shared`` (default ``d_expert``).
-    ``router`` (``routing.ROUTERS``), ``renormalize``, ``n_groups``/``topk_groups``/``group_score``:
-    `routing.top_k_route`, as does ``routed_scaling_factor`` (the routed experts' combine weights
-    are multiplied by it, the shared experts' output is not). ``capacity_factor`` (None: dropless) and ``drop_order``
-    (``routing.DROP_ORDERS``): which assignments are dropped. ``dispatch``: a name of
-    ``moe_dispatch.dispatch_names()``. Losses: ``balance_coef * BALANCE_LOSSES[balance_loss]``,
-    ``z_loss_coef * router_z_loss``. ``bias_update_rate`` > 0 turns on auxiliary-loss-free
-    balancing (gamma of DeepSeek-V3).
+    ``router``: how tokens choose experts; ``capacity`` (None: dropless): which assignments are
+    dropped; ``dispatch``: a name of ``moe_dispatch.dispatch_names()``. Losses: ``balance`` (None:
+    none) and ``z_loss_coef * router_z_loss``.
     """
 
     n_experts: int
@@ -43,19 +41,11 @@ class MoESpec:
     n_shared: int = 0
     d_shared: int | None = None
     ffn: str = "gelu"
-    router: str = "softmax_topk"
-    renormalize: bool = False
-    n_groups: int = 1
-    topk_groups: int = 1
-    group_score: str = "max"
-    routed_scaling_factor: float = 1.0
-    capacity_factor: float | None = None
-    drop_order: str = "rank"
+    router: RouterConfig = dataclasses.field(default_factory=SoftmaxRouter)
+    capacity: CapacityConfig | None = None
     dispatch: str = "auto"
-    balance_loss: str = "switch"
-    balance_coef: float = 0.0
+    balance: BalanceLossConfig | None = None
     z_loss_coef: float = 0.0
-    bias_update_rate: float = 0.0
 
 
 class ExpertBias(nnx.Variable):
@@ -74,7 +64,7 @@ class MoE(nnx.Module):
     [E, D, F] (``experts``, ``embed``, ``mlp``) and ``w_out`` [E, F, D] (``experts``, ``mlp``,
     ``embed``), biases [E, F] / [E, D] when ``use_bias``; ``shared``: one FFN of width
     ``n_shared * d_shared`` (the sum of the shared experts). ``bias``: an `ExpertBias` [E] when
-    ``bias_update_rate > 0``. The router runs in float32.
+    ``router.bias_update_rate > 0``. The router runs in float32.
     """
 
     def __init__(
@@ -128,7 +118,7 @@ class MoE(nnx.Module):
             if spec.n_shared
             else None
         )
-        self.bias = ExpertBias(jnp.zeros((E,), jnp.float32)) if spec.bias_update_rate > 0 else None
+        self.bias = ExpertBias(jnp.zeros((E,), jnp.float32)) if spec.router.bias_update_rate > 0 else None
 
     def expert_weights(self) -> moe_dispatch.ExpertWeights:
         get = lambda p: None if p is None else p[...].astype(self.dtype)
@@ -161,18 +151,8 @@ class MoE(nnx.Module):
         x_TD = x_BTD.reshape(B * T, D).astype(self.dtype)
         valid_T = None if valid_BT is None else valid_BT.reshape(B * T)
         logits_TE = self.router(x_TD.astype(jnp.float32))
-        bias_E = None if self.bias is None else self.bias[...]
-        r = routing.top_k_route(
-            logits_TE,
-            K,
-            router=spec.router,
-            renormalize=spec.renormalize,
-            bias_E=bias_E,
-            n_groups=spec.n_groups,
-            topk_groups=spec.topk_groups,
-            group_score=spec.group_score,
-            scaling_factor=spec.routed_scaling_factor,
-        )
+        r = _route(spec.router, logits_TE, K, None if self.bias is None else self.bias[...])
+        capacity = None if dropless else spec.capacity
         dispatch = moe_dispatch.get_dispatch(spec.dispatch)
         y_TD, keep_TK = dispatch(
             x_TD,
@@ -180,9 +160,9 @@ class MoE(nnx.Module):
             r.weights_TK.astype(self.dtype),
             self.expert_weights(),
             activation=spec.ffn,
-            capacity_factor=None if dropless else spec.capacity_factor,
+            capacity_factor=None if capacity is None else capacity.factor,
             valid_T=valid_T,
-            drop_order=spec.drop_order,
+            drop_order="rank" if capacity is None else capacity.drop_order,
         )
         if self.shared is not None:
             y_TD = y_TD + self.shared(x_TD)
@@ -190,9 +170,9 @@ class MoE(nnx.Module):
         load_E = routing.expert_load(r.experts_TK, E, valid_T)
         n_assigned = jnp.maximum(jnp.sum(load_E), 1.0)
         losses = {}
-        if spec.balance_coef > 0:
-            balance = routing.BALANCE_LOSSES.get(spec.balance_loss)
-            losses["moe_balance"] = spec.balance_coef * balance(
+        if spec.balance is not None:
+            balance = routing.BALANCE_LOSSES.get(spec.balance.loss)
+            losses["moe_balance"] = spec.balance.coef * balance(
                 r.probs_TE.reshape(B, T, E), r.experts_TK.reshape(B, T, K), valid_BT
             )
         if spec.z_loss_coef > 0:
@@ -203,8 +183,24 @@ class MoE(nnx.Module):
             "moe_dropped_fraction": 1.0 - jnp.sum(keep_TK.astype(jnp.float32)) / n_assigned,
         }
         if train and self.bias is not None:
-            self.bias[...] = routing.update_balance_bias(self.bias[...], load_E, spec.bias_update_rate)
+            self.bias[...] = routing.update_balance_bias(self.bias[...], load_E, spec.router.bias_update_rate)
         return y_TD.reshape(B, T, D).astype(x_BTD.dtype), {"losses": losses, "metrics": metrics}
+
+
+def _route(router: RouterConfig, logits_TE: Array, k: int, bias_E: Array | None) -> routing.Routing:
+    """`routing.top_k_route` with ``router``'s settings (over all experts when it has no groups)."""
+    groups = router.groups
+    return routing.top_k_route(
+        logits_TE,
+        k,
+        router=router.kind,
+        renormalize=router.renormalize,
+        bias_E=bias_E,
+        n_groups=1 if groups is None else groups.n_groups,
+        topk_groups=1 if groups is None else groups.topk_groups,
+        group_score="max" if groups is None else groups.score,
+        scaling_factor=router.scaling_factor,
+    )
 
 
 def collect_moe_aux(stack_aux: dict, prefix: str = "") -> dict:

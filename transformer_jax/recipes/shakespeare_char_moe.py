@@ -8,21 +8,29 @@ DeepSeekMoE-style at the same active parameters (each expert split in 4, one of 
 1 shared + top-7 of 31 routed experts of width 64, expert-level balance loss)::
 
     python -m transformer_jax train --config shakespeare_char_moe --workdir /tmp/moe_ds \\
-        --set model.moe.segments=4 model.moe.n_shared=1 model.moe.renormalize=false \\
-              model.moe.balance_loss=expert
+        --set model.moe.segments=4 model.moe.n_shared=1 model.moe.router.renormalize=false \\
+              model.moe.balance.loss=expert
 
-Other knobs: ``model.moe.capacity_factor=1.25`` (token dropping), ``model.moe.dispatch=ragged``,
-``model.moe.bias_update_rate=1e-3`` (auxiliary-loss-free balancing), ``model.moe.every=2``, and
+Other knobs: ``model.moe.capacity=on`` (token dropping, ``model.moe.capacity.factor=1.25``),
+``model.moe.dispatch=ragged``, ``model.moe.router.bias_update_rate=1e-3`` (auxiliary-loss-free
+balancing), ``model.moe.every=2``, and
 ``mesh.expert=N model.moe.dispatch=expert_parallel`` (experts sharded over N devices).
 """
 
 import dataclasses
 
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.nn.moe_config import BalanceLossConfig, SoftmaxRouter
 from transformer_jax.recipes.shakespeare_char import get_config as base_config
 
 
 def get_config():
     cfg = base_config()
-    moe = MoEConfig(n_experts=8, top_k=2, d_expert=256, renormalize=True, balance_loss="switch", balance_coef=0.01)
+    moe = MoEConfig(
+        n_experts=8,
+        top_k=2,
+        d_expert=256,
+        router=SoftmaxRouter(renormalize=True),
+        balance=BalanceLossConfig(loss="switch", coef=0.01),
+    )
     return dataclasses.replace(cfg, name="shakespeare_char_moe", model=dataclasses.replace(cfg.model, moe=moe))

@@ -1,5 +1,5 @@
-"""The model section's renamed keys: norm, position, execution, attention, init and embeddings became
-nested groups.
+"""The model section's renamed keys: norm, position, execution, attention, init, embeddings and the
+MoE's router, capacity and balance loss became nested groups.
 
 Each step is an (upgrade, legacy) pair acting in place on the section's dict (see the package doc)."""
 
@@ -203,6 +203,59 @@ def _legacy_embeddings(model: dict[str, Any]) -> None:
     model.update({theirs: new.get(ours, default) for theirs, (ours, default) in _EMBEDDINGS.items()})
 
 
+# model.moe.router, .capacity, .balance: groups with the fields their choice reads (were flat in model.moe).
+_OLD_MOE_DEFAULTS: dict[str, Any] = {
+    "router": "softmax_topk",
+    "renormalize": False,
+    "n_groups": 1,
+    "topk_groups": 1,
+    "group_score": "max",
+    "routed_scaling_factor": 1.0,
+    "bias_update_rate": 0.0,
+    "capacity_factor": None,
+    "drop_order": "rank",
+    "balance_loss": "switch",
+    "balance_coef": 0.01,
+}
+_ROUTER = {
+    "renormalize": "renormalize",
+    "routed_scaling_factor": "scaling_factor",
+    "bias_update_rate": "bias_update_rate",
+}
+_GROUPS = {"n_groups": "n_groups", "topk_groups": "topk_groups", "group_score": "score"}
+_CAPACITY = {"capacity_factor": "factor", "drop_order": "drop_order"}
+_BALANCE = {"balance_loss": "loss", "balance_coef": "coef"}
+
+
+def _upgrade_moe(model: dict[str, Any]) -> None:
+    moe = model.get("moe")
+    if not isinstance(moe, dict) or isinstance(moe.get("router"), dict):
+        return
+    if not any(name in moe for name in _OLD_MOE_DEFAULTS):
+        return
+    old = {name: moe.pop(name, default) for name, default in _OLD_MOE_DEFAULTS.items()}
+    groups = None if old["n_groups"] == 1 else {ours: old[theirs] for theirs, ours in _GROUPS.items()}
+    moe["router"] = {"kind": old["router"], **{ours: old[theirs] for theirs, ours in _ROUTER.items()}, "groups": groups}
+    capped = old["capacity_factor"] is not None
+    moe["capacity"] = {ours: old[theirs] for theirs, ours in _CAPACITY.items()} if capped else None
+    balanced = old["balance_coef"] != 0
+    moe["balance"] = {ours: old[theirs] for theirs, ours in _BALANCE.items()} if balanced else None
+
+
+def _legacy_moe(model: dict[str, Any]) -> None:
+    moe = model.get("moe")
+    if not isinstance(moe, dict) or not isinstance(moe.get("router"), dict):
+        return
+    router = dict(moe.pop("router"))
+    capacity, balance = moe.pop("capacity", None), moe.pop("balance", None)
+    old = dict(_OLD_MOE_DEFAULTS, router=router["kind"], balance_coef=0.0)
+    old.update({theirs: router[ours] for theirs, ours in _ROUTER.items() if ours in router})
+    for group, names in ((router.get("groups"), _GROUPS), (capacity, _CAPACITY), (balance, _BALANCE)):
+        if group is not None:
+            old.update({theirs: group[ours] for theirs, ours in names.items() if ours in group})
+    moe.update(old)
+
+
 PATH = ("model",)
 STEPS = (
     (_upgrade_norm, _legacy_norm),
@@ -211,6 +264,7 @@ STEPS = (
     (_upgrade_attention, _legacy_attention),
     (_upgrade_init, _legacy_init),
     (_upgrade_embeddings, _legacy_embeddings),
+    (_upgrade_moe, _legacy_moe),
 )
 
 RENAMED: dict[str, str] = {
@@ -234,4 +288,15 @@ RENAMED: dict[str, str] = {
     "model.init_std": "model.init.std",
     "model.zero_init_out": "model.init.zero_out",
     **{f"model.{old}": f"model.embeddings.{new}" for old, (new, _) in _EMBEDDINGS.items()},
+    "model.moe.renormalize": "model.moe.router.renormalize",
+    "model.moe.routed_scaling_factor": "model.moe.router.scaling_factor",
+    "model.moe.bias_update_rate": "model.moe.router.bias_update_rate",
+    **{
+        f"model.moe.{old}": f"model.moe.router.groups.{new} (with model.moe.router.groups=on)"
+        for old, new in _GROUPS.items()
+    },
+    "model.moe.capacity_factor": "model.moe.capacity.factor (with model.moe.capacity=on; none: dropless)",
+    "model.moe.drop_order": "model.moe.capacity.drop_order (with model.moe.capacity=on)",
+    "model.moe.balance_loss": "model.moe.balance.loss (model.moe.balance=none: no balance loss)",
+    "model.moe.balance_coef": "model.moe.balance.coef (model.moe.balance=none: no balance loss)",
 }

@@ -13,7 +13,7 @@ from transformer_jax.models.hf.spec import FAMILIES, ConfigReader, Family
 
 # How a model runs, trains or is initialised, not what it computes: never part of a checkpoint's config.
 EXECUTION_FIELDS = (*RUNTIME_FIELDS, *INIT_FIELDS)
-_MOE_EXECUTION_FIELDS = ("dispatch", "balance_loss", "z_loss_coef")
+_MOE_EXECUTION_FIELDS = ("dispatch", "balance.loss", "z_loss_coef")
 
 
 def family_of(hf: Mapping[str, Any]) -> Family:
@@ -58,11 +58,22 @@ def _canonical(cfg: ModelConfig) -> dict[str, Any]:
         attention["scale"] = attention["scale"] or cfg.resolved_head_dim**-0.5
     d["attention"] = attention
     if cfg.moe is not None:
-        d["moe"] = {f.name: getattr(cfg.moe, f.name) for f in dataclasses.fields(cfg.moe)}
-        d["moe"].update(d_expert=cfg.moe.d_expert or cfg.resolved_d_ff, ffn=cfg.moe.ffn or cfg.ffn)
-        for name in _MOE_EXECUTION_FIELDS:
-            d["moe"].pop(name)
+        moe = _flat(configlib.to_dict(cfg.moe))
+        moe.update(d_expert=cfg.moe.d_expert or cfg.resolved_d_ff, ffn=cfg.moe.ffn or cfg.ffn)
+        d["moe"] = {k: v for k, v in moe.items() if k not in _MOE_EXECUTION_FIELDS}
     return d
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as one level of dotted keys; a variant's kind under the group's own name."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = prefix.rstrip(".") if key == "kind" else prefix + key
+        if isinstance(value, dict):
+            out.update(_flat(value, name + "."))
+        else:
+            out[name] = value
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -17,8 +17,8 @@ Keys that change nothing in the forward pass: ``num_nextn_predict_layers`` (the 
 prediction layers, stored as layers ``num_hidden_layers``...: transformers' DeepseekV3ForCausalLM
 ignores them, and loading skips their tensors with a warning naming them), ``ep_size`` (training
 parallelism), ``auto_map`` (remote code), ``output_router_logits``. ``aux_loss_alpha`` /
-``seq_aux`` (DeepSeek's own keys) map to ``balance_coef`` / ``balance_loss`` (training only). The
-bias's update rate has no key: a loaded model gets ``bias_update_rate=1e-3`` (V3's gamma), which
+``seq_aux`` (DeepSeek's own keys) map to ``moe.balance`` (training only; alpha 0: None). The
+bias's update rate has no key: a loaded model gets ``router.bias_update_rate=1e-3`` (V3's gamma), which
 only a training call reads. Refused by name: YaRN (``rope_scaling`` / ``rope_parameters`` of type
 yarn: DeepSeek's mscale / mscale_all_dim also rescale the softmax, not implemented for MLA),
 ``attention_bias`` (biases on attention only), ``moe_layer_freq`` other than 1,
@@ -38,7 +38,8 @@ from transformer_jax.models.hf.llama import decoder_fields, decoder_hf, ends_lin
 from transformer_jax.models.hf.mixtral import expert_links
 from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, linear, register, rope_parameters
 from transformer_jax.models.mla_config import MLAConfig
-from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.models.moe_config import MoEConfig, balance_loss
+from transformer_jax.nn.moe_config import ExpertGroupsConfig, SigmoidRouter
 
 BIAS_UPDATE_RATE = 1e-3  # DeepSeek-V3's gamma (sec. 4.2); config.json has no key for it
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -80,17 +81,22 @@ def _moe(r: ConfigReader) -> MoEConfig:
         n_shared=shared,
         first_dense=r.need("first_k_dense_replace"),
         d_expert=r.need("moe_intermediate_size"),
-        router="sigmoid_topk",
-        renormalize=bool(r.need("norm_topk_prob")),
-        n_groups=r.need("n_group"),
-        topk_groups=r.need("topk_group"),
-        group_score="top2_sum",
-        routed_scaling_factor=float(r.need("routed_scaling_factor")),
-        capacity_factor=None,
-        balance_loss="sequence" if r.get("seq_aux", True) else "expert",
-        balance_coef=float(r.get("aux_loss_alpha", 0.0)),
-        bias_update_rate=BIAS_UPDATE_RATE,
+        router=SigmoidRouter(
+            renormalize=bool(r.need("norm_topk_prob")),
+            groups=_groups(r),
+            scaling_factor=float(r.need("routed_scaling_factor")),
+            bias_update_rate=BIAS_UPDATE_RATE,
+        ),
+        capacity=None,
+        balance=balance_loss("sequence" if r.get("seq_aux", True) else "expert", float(r.get("aux_loss_alpha", 0.0))),
     )
+
+
+def _groups(r: ConfigReader) -> ExpertGroupsConfig | None:
+    n, keep = r.need("n_group"), r.need("topk_group")
+    if n == 1 and keep == 1:
+        return None
+    return ExpertGroupsConfig(n_groups=n, topk_groups=keep, score="top2_sum")
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:
@@ -118,6 +124,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.mla is None or cfg.moe is None:
         raise ValueError("a DeepSeek-V3 checkpoint needs model.mla and model.moe")
     mla, moe = cfg.mla, cfg.moe
+    groups, balance = moe.router.groups, moe.balance
     return {
         **decoder_hf(cfg),
         "num_key_value_heads": cfg.n_heads,
@@ -131,14 +138,14 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         "num_experts_per_tok": moe.routed_k,
         "moe_intermediate_size": (moe.d_expert or cfg.resolved_d_ff) // moe.segments,
         "first_k_dense_replace": moe.first_dense,
-        "n_group": moe.n_groups,
-        "topk_group": moe.topk_groups,
-        "norm_topk_prob": moe.renormalize,
-        "routed_scaling_factor": moe.routed_scaling_factor,
+        "n_group": 1 if groups is None else groups.n_groups,
+        "topk_group": 1 if groups is None else groups.topk_groups,
+        "norm_topk_prob": moe.router.renormalize,
+        "routed_scaling_factor": moe.router.scaling_factor,
         "topk_method": "noaux_tc",
         "scoring_func": "sigmoid",
-        "aux_loss_alpha": moe.balance_coef,
-        "seq_aux": moe.balance_loss == "sequence",
+        "aux_loss_alpha": 0.0 if balance is None else balance.coef,
+        "seq_aux": balance is None or balance.loss == "sequence",
         "num_nextn_predict_layers": 0,
     }
 

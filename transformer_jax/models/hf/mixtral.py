@@ -5,7 +5,7 @@ their weights renormalised to sum to 1, no capacity limit (dropless). Checkpoint
 ``block_sparse_moe.experts.{e}.w1/w2/w3`` (gate, down, up; the layout of published checkpoints and
 of transformers' own ``save_pretrained``); transformers >= 5 holds them fused in memory as
 ``mlp.experts.gate_up_proj`` [E, 2F, D] / ``down_proj`` [E, D, F], which we read as well.
-``router_aux_loss_coef`` maps to our balance-loss coefficient (training only);
+``router_aux_loss_coef`` maps to our balance-loss coefficient (``moe.balance``, training only; 0: None);
 ``output_router_logits`` only asks for extra outputs.
 """
 
@@ -27,7 +27,8 @@ from transformer_jax.models.hf.llama import (
 )
 from transformer_jax.models.hf.mistral import window_fields, window_hf
 from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, linear, register, stacked_linear
-from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.models.moe_config import MoEConfig, balance_coef, balance_loss
+from transformer_jax.nn.moe_config import SoftmaxRouter
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:
@@ -36,10 +37,9 @@ def _config(r: ConfigReader) -> dict[str, Any]:
     moe = MoEConfig(
         n_experts=r.need("num_local_experts"),
         top_k=r.need("num_experts_per_tok"),
-        router="softmax_topk",
-        renormalize=True,
-        capacity_factor=None,
-        balance_coef=float(r.get("router_aux_loss_coef", 0.001)),
+        router=SoftmaxRouter(renormalize=True),
+        capacity=None,
+        balance=balance_loss("switch", float(r.get("router_aux_loss_coef", 0.001))),
     )
     return {**decoder_fields(r), **window_fields(r), "use_bias": False, "moe": moe}
 
@@ -53,7 +53,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         **window_hf(cfg),
         "num_local_experts": moe.n_experts,
         "num_experts_per_tok": moe.top_k,
-        "router_aux_loss_coef": moe.balance_coef,
+        "router_aux_loss_coef": balance_coef(moe),
         "router_jitter_noise": 0.0,
     }
 

@@ -24,7 +24,8 @@ from transformer_jax.models.hf.llama import attention_links, ends_links, layer, 
 from transformer_jax.models.hf.mixtral import expert_links
 from transformer_jax.models.hf.qwen3 import qwen3_fields, qwen3_hf
 from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, register
-from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.models.moe_config import MoEConfig, balance_coef, balance_loss
+from transformer_jax.nn.moe_config import SoftmaxRouter
 
 
 def _n_experts(r: ConfigReader) -> int:
@@ -67,10 +68,9 @@ def _config(r: ConfigReader) -> dict[str, Any]:
         top_k=r.need("num_experts_per_tok"),
         every=_moe_every(r, kw["n_layers"]),
         d_expert=r.need("moe_intermediate_size"),
-        router="softmax_topk",
-        renormalize=bool(r.get("norm_topk_prob", False)),
-        capacity_factor=None,
-        balance_coef=float(r.get("router_aux_loss_coef", 0.001)),
+        router=SoftmaxRouter(renormalize=bool(r.get("norm_topk_prob", False))),
+        capacity=None,
+        balance=balance_loss("switch", float(r.get("router_aux_loss_coef", 0.001))),
     )
     return {**kw, "moe": moe}
 
@@ -84,10 +84,10 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         "num_experts": moe.n_experts,
         "num_experts_per_tok": moe.top_k,
         "moe_intermediate_size": moe.d_expert or cfg.resolved_d_ff,
-        "norm_topk_prob": moe.renormalize,
+        "norm_topk_prob": moe.router.renormalize,
         "decoder_sparse_step": moe.every,
         "mlp_only_layers": [],
-        "router_aux_loss_coef": moe.balance_coef,
+        "router_aux_loss_coef": balance_coef(moe),
     }
 
 
