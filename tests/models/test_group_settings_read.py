@@ -18,6 +18,7 @@ from transformer_jax.models import (
     PositionConfig,
     RopePositions,
     build_model,
+    get_preset,
 )
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.mtp_config import MTPConfig
@@ -92,3 +93,15 @@ def test_every_mla_and_mtp_setting_is_read():
     cfg = ModelConfig(**TINY, position=RopePositions(), norm="rmsnorm", mla=mla, mtp=mtp)
     assert _unread(cfg, mla) == []
     assert _unread(cfg, mtp) == []
+
+
+def test_every_model_field_is_read_by_its_kind():
+    """ModelConfig's own fields: a decoder_lm reads all but the baselines' settings, an
+    encoder-decoder all but those and MTP's (`models.kinds` refuses either when set)."""
+    lm = ModelConfig(**TINY, position=RopePositions(), final_softcap=30.0, dropout=0.1)
+    assert _unread(lm, lm) == ["baseline"]
+    seq2seq = get_preset("original_tiny", final_softcap=30.0)
+    tokens_BT = jnp.arange(12).reshape(2, 6) % seq2seq.vocab_size
+    with recorded_reads([ModelConfig]) as reads:
+        build_model(seq2seq)(tokens_BT, tokens_BT)
+    assert sorted(f for f in vars(seq2seq) if (ModelConfig, f) not in reads) == ["baseline", "mtp"]

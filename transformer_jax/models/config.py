@@ -62,7 +62,6 @@ class ModelConfig(Config):
     position: PositionConfig = setting(factory=LearnedPositions)  # nn.position_config
     ffn: str = setting("gelu", choice=activations.FFN_ACTIVATIONS)
     use_bias: bool = True
-    qkv_bias: bool | None = None
     embeddings: EmbeddingsConfig = setting(factory=EmbeddingsConfig)  # nn.embed: tie, scale, share
     dropout: float = setting(0.0, ge=0, lt=1)
     attention: AttentionConfig = setting(factory=SoftmaxAttention)  # nn.attention_config
