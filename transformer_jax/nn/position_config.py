@@ -23,7 +23,8 @@ class RopeScalingConfig(Variant):
     VARIANTS: typing.ClassVar[Registry[type[RopeScalingConfig]]] = Registry("RoPE scaling")
 
     def to_ops(self) -> rope_ops.RopeScaling:
-        return rope_ops.RopeScaling(kind=self.kind, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        names = [f.name for f in dataclasses.fields(typing.cast(typing.Any, self))]
+        return rope_ops.RopeScaling(kind=self.kind, **{name: getattr(self, name) for name in names})
 
 
 @variant("linear")
