@@ -24,6 +24,7 @@ from transformer_jax.core.configlib import (
     Config,
     ConfigError,
     Rule,
+    _group_fields,
     _literal_fields,
     _scalar_fields,
     all_config_classes,
@@ -137,6 +138,9 @@ def _cases():
                 yield pytest.param(cls, name, bad, id=f"{cls.PATH}.{name}={bad!r}")
         for name, _ in _literal_fields(cls):  # a closed choice: a name outside it, a wrong type
             for bad in ("no-such-name", 3):
+                yield pytest.param(cls, name, bad, id=f"{cls.PATH}.{name}={bad!r}")
+        for name, _, _ in _group_fields(cls):  # a settings group or variant: not an instance of it
+            for bad in ("no-such-name", 3, False):
                 yield pytest.param(cls, name, bad, id=f"{cls.PATH}.{name}={bad!r}")
 
 

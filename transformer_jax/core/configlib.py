@@ -60,6 +60,20 @@ def _scalar_fields(cls: type) -> tuple[tuple[str, type, bool], ...]:
     return tuple(out)
 
 
+@functools.cache
+def _group_fields(cls: type) -> tuple[tuple[str, type, bool], ...]:
+    """``(name, class, optional)`` of the fields annotated with a `Config` class (a settings group
+    or a variant family), alone or ``| None``."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        args = typing.get_args(hints[f.name]) or (hints[f.name],)
+        base = [a for a in args if a is not type(None)]
+        if len(base) == 1 and isinstance(base[0], type) and issubclass(base[0], Config):
+            out.append((f.name, base[0], len(args) == 2))
+    return tuple(out)
+
+
 def _is(kind: type, value: Any) -> bool:
     if kind is float:
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -70,8 +84,8 @@ def _is(kind: type, value: Any) -> bool:
 
 def check_types(cfg: Any, prefix: str) -> None:
     """Every scalar field of the dataclass ``cfg`` holds its annotated type: ints are ints (not
-    bools or 128.5), floats are finite numbers (NaN and inf refused), ``X | None`` also takes None.
-    Errors name ``prefix.field``."""
+    bools or 128.5), floats are finite numbers (NaN and inf refused), ``X | None`` also takes None;
+    a settings group is an instance of its class. Errors name ``prefix.field``."""
     infinite_ok = {f.name for f in dataclasses.fields(cfg) if not f.metadata.get("rule", Rule()).finite}
     for name, kind, optional in _scalar_fields(type(cfg)):
         value = getattr(cfg, name)
@@ -79,6 +93,11 @@ def check_types(cfg: Any, prefix: str) -> None:
             continue
         if not (_is(kind, value) or (optional and value is None)):
             fail(f"{prefix}.{name}", value, f"must be {_KIND_WORDS[kind]}" + (" or None" if optional else ""))
+    for name, group, optional in _group_fields(type(cfg)):
+        value = getattr(cfg, name)
+        if not (isinstance(value, group) or (optional and value is None)):
+            why = f"must be the settings group {group.__name__}" + (" or None" if optional else "")
+            fail(f"{prefix}.{name}", value, why, f"give {group.__name__}(...), or set --set {prefix}.{name}.FIELD")
 
 
 # Constraints declared on fields ----------------------------------------------------------------
@@ -248,8 +267,15 @@ def coerce_variants(cfg: Any, prefix: str) -> None:
         if isinstance(value, str) and value in family.VARIANTS:
             object.__setattr__(cfg, name, family.VARIANTS.get(value)())
             continue
-        names = ", ".join(family.VARIANTS.names())
-        fail(f"{prefix}.{name}", value, f"must be a {family.VARIANTS.kind}'s settings or name", f"one of: {names}")
+        unknown_variant(family, value, f"{prefix}.{name}")
+
+
+def unknown_variant(family: type[Variant], value: Any, where: str) -> typing.NoReturn:
+    """The error for a value that names no variant of ``family``: the nearest names and all of them."""
+    names = family.VARIANTS.names()
+    fix = f"{did_you_mean(value, names) if isinstance(value, str) else ''} choose one of: {', '.join(names)}"
+    fail(where, value, f"unknown {family.VARIANTS.kind}" if isinstance(value, str) else
+         f"must be one of the {family.VARIANTS.kind} settings or names", fix.lstrip())  # fmt: skip
 
 
 def check_int(field: str, value: Any, *, low: int) -> None:
@@ -306,8 +332,7 @@ def variant_from(family: type[Variant], value: str | dict, where: str) -> Any:
     data = {"kind": value} if isinstance(value, str) else dict(value)
     kind = data.pop("kind", None)
     if not isinstance(kind, str) or kind not in family.VARIANTS:
-        names = family.VARIANTS.names()
-        fail(f"{where}.kind", kind, f"unknown {family.VARIANTS.kind}", f"choose one of: {', '.join(names)}")
+        unknown_variant(family, kind, f"{where}.kind")
     return from_dict(family.VARIANTS.get(kind), data)
 
 
