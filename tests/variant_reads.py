@@ -12,12 +12,14 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from transformer_jax.core import configlib
+from transformer_jax.core import configlib, overrides, unread
 
-_NOT_CONSUMERS = (
+_NOT_CONSUMERS = (  # dataclass machinery, validation and the walks over every field
     "<string>",
     str(pathlib.Path(dataclasses.__file__)),
     str(pathlib.Path(configlib.__file__)),
+    str(pathlib.Path(unread.__file__)),
+    str(pathlib.Path(overrides.__file__)),
 )
 
 

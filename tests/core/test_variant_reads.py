@@ -1,13 +1,15 @@
 """The read recorder of `tests.variant_reads` can fail: it reports a field nobody reads, and does not
-count validation, equality, hashing, ``replace`` or ``to_dict`` as reads."""
+count validation, equality, hashing, ``replace``, ``to_dict``, the unread-settings check or ``--set``
+parsing as reads."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from tests.variant_reads import unread_fields
-from transformer_jax.core import configlib
+from transformer_jax.core import configlib, unread
 from transformer_jax.core.configlib import setting
+from transformer_jax.core.overrides import apply_overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +31,8 @@ def test_a_field_only_validated_compared_hashed_or_dumped_is_unread():
         hash(cfg)
         assert cfg == _Probe()
         dataclasses.replace(cfg, used=3)
+        unread.check_reads(cfg)
+        apply_overrides(cfg, ["used=4"])
         return cfg.used * 2
 
     assert unread_fields(consume, cfg) == ["unused"]
