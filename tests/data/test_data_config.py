@@ -20,6 +20,7 @@ from transformer_jax.data import (
     "make,field,listed",
     [
         (lambda: DataConfig(dataset="wikipedia"), "data.dataset='wikipedia'", "shakespeare, text, parallel, tfds"),
+        (lambda: DataConfig(dataset="shakespear"), "data.dataset='shakespear'", "did you mean 'shakespeare'"),
         (lambda: TextData(tokenizer="wordpiece"), "data.dataset.tokenizer='wordpiece'", "char, byte, sentencepiece"),
         (lambda: TextData(packing="pad"), "data.dataset.packing='pad'", "stream, documents"),
         (lambda: SentencePieceSettings(model_type="wordpiece"), "data.dataset.tokenizer.model_type='wordpiece'",

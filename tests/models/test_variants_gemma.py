@@ -103,7 +103,7 @@ def test_final_softcap_bounds_logits():
     [
         (dict(attention=LocalGlobalAttention(local_window=4), scan_layers=True), "model.execution.scan_layers"),
         (dict(position=RopePositions(local_theta=10.0)), "model.position.local_theta"),
-        (dict(attention="local_globl"), "model.attention"),
+        (dict(attention="local_globl"), "model.attention='local_globl': unknown attention kind; did you mean 'local_"),
     ],
 )
 def test_config_errors_name_the_field(kw, field):

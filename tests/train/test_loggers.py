@@ -28,7 +28,7 @@ def test_the_registry_holds_the_three_loggers_and_the_default_writes_both_files(
 @pytest.mark.parametrize(
     ("cls", "kwargs", "needles"),
     [
-        (LogConfig, {"loggers": ("jsonl", "tensorbord")}, ["train.log.loggers='tensorbord'", "did you mean"]),
+        (LogConfig, {"loggers": ("jsonl", "tensorbord")}, ["train.log.loggers='tensorbord'", "mean 'tensorboard'"]),
         (LogConfig, {"loggers": ("jsonl", "jsonl")}, ["train.log.loggers=('jsonl', 'jsonl')", "a logger twice"]),
         (LogConfig, {"loggers": "jsonl"}, ["train.log.loggers='jsonl'", "must be a tuple of logger names"]),
         (LogConfig, {"loggers": ("jsonl", "wandb")}, ["train.log.loggers=('jsonl', 'wandb')", "train.log.wandb=on"]),

@@ -251,8 +251,8 @@ def test_adam_never_decays_and_sgd_decays_decoupled():
 @pytest.mark.parametrize(
     "make, pattern",
     [
-        (lambda: OptimConfig(optimizer="adamww"), r"train.optim.optimizer='adamww'.*one of: adam, adamw, sgd"),
-        (lambda: OptimConfig(schedule="cosin"), r"train.optim.schedule='cosin'.*cosine"),
+        (lambda: OptimConfig(optimizer="adamww"), r"optimizer='adamww'.*did you mean 'adamw'.*one of: adam, adamw"),
+        (lambda: OptimConfig(schedule="cosin"), r"train.optim.schedule='cosin'.*did you mean 'cosine'"),
         (lambda: OptimConfig(lr=-1e-3), r"lr=-0.001"),
         (lambda: OptimConfig(lr=float("nan")), r"lr=nan"),
         (lambda: OptimConfig(lr=0.01, schedule=CosineSchedule(min_lr=0.1)),

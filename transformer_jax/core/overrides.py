@@ -23,9 +23,9 @@ from transformer_jax.core.configlib import (
     ConfigWarning,
     Variant,
     dataclass_in,
-    fail,
     family_of,
     field_paths,
+    unknown_variant,
 )
 
 ON_WORDS = ("on", "true", "default", "defaults")
@@ -159,8 +159,7 @@ def parse_value(text: str, hint: Any, path: str) -> Any:
         if text.lower() in ("none", "null", "off") and type(None) in args:
             return None
         if text not in family.VARIANTS:
-            names = family.VARIANTS.names()
-            fail(path, text, f"unknown {family.VARIANTS.kind}", f"choose one of: {', '.join(names)}")
+            unknown_variant(family, text, path)
         return family.VARIANTS.get(text)()
     if origin in (typing.Union, types.UnionType):
         if text.lower() in ("none", "null", "off") and type(None) in args:
