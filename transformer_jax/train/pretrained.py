@@ -84,29 +84,23 @@ def pretrained_model_config(path: str) -> ModelConfig:
         raise ConfigError(f"train.init_from={path!r}: {e}") from e
 
 
-def with_init_from(cfg: Config, path: str, overrides: list[str] | None = None) -> Config:
+def with_init_from(
+    cfg: Config, path: str, overrides: list[str] | None = None, *, pretrained: ModelConfig | None = None
+) -> Config:
     """``cfg`` starting from the base at ``path`` (``train.init_from`` set, the model replaced by the
-    pretrained one: its config.json, no weights loaded), then ``overrides``, validated once."""
+    pretrained one, ``pretrained`` or read from its config.json; no weights loaded), then
+    ``overrides``, validated once."""
     path = require_local(path, "train.init_from", _LOCAL_WHY)
-    start = {"model": pretrained_model_config(path), "train": dataclasses.replace(cfg.train, init_from=path)}
+    model = pretrained_model_config(path) if pretrained is None else pretrained
+    start = {"model": model, "train": dataclasses.replace(cfg.train, init_from=path)}
     return apply_overrides(cfg, overrides or [], replace=start)
 
 
-def check_init_from(cfg: Config, path: str, explicit: dict[str, str]) -> None:
-    """What a run from the base at ``path`` may not change: a model field outside `RUNTIME_FIELDS`
-    (the ``--set`` key in ``explicit`` that changed it is named), a tokenizer setting of
-    ``cfg.data.dataset`` (the run uses the pretrained tokenizer) or document packing with a Hugging
-    Face tokenizer."""
-    pretrained = pretrained_model_config(path)
-    for key, value in explicit.items():
-        name = key.split(".")[1] if key.startswith("model.") else None
-        if name is not None and name not in RUNTIME_FIELDS and getattr(cfg.model, name) != getattr(pretrained, name):
-            raise ConfigError(
-                f"--set {key}={value}: conflicts with the pretrained model "
-                f"(model.{name}={getattr(pretrained, name)!r} in {path}/config.json); with --init-from only "
-                f"{', '.join('model.' + f for f in RUNTIME_FIELDS)} may be set"
-            )
-    check_model(cfg.model, path)
+def check_init_from(cfg: Config, path: str, explicit: dict[str, str], pretrained: ModelConfig) -> None:
+    """What a run from the base at ``path`` may not change: its model (`check_model`), a tokenizer
+    setting of ``cfg.data.dataset`` (the run uses the pretrained tokenizer) or, with a Hugging Face
+    tokenizer, document packing."""
+    check_model(cfg.model, path, pretrained=pretrained, explicit=explicit)
     dataset = cfg.data.dataset
     if isinstance(dataset, CorpusData):
         given = [key for key in explicit if key.startswith("data.dataset.tokenizer")]
@@ -123,35 +117,51 @@ def check_init_from(cfg: Config, path: str, explicit: dict[str, str]) -> None:
         )
 
 
-def check_model(model: ModelConfig, path: str) -> None:
-    """``model`` must be the pretrained model of ``path`` up to `RUNTIME_FIELDS` (a config whose
-    ``train.init_from`` was set without `with_init_from`, e.g. by ``--set``, may not be)."""
-    pretrained = pretrained_model_config(path)
+def check_model(
+    model: ModelConfig, path: str, *, pretrained: ModelConfig | None = None, explicit: dict[str, str] | None = None
+) -> None:
+    """``model`` must be the pretrained model of ``path`` (``pretrained``, or read from it) up to
+    `RUNTIME_FIELDS`; the error names the ``--set`` key of ``explicit`` that changed a field, if one
+    did (a config whose ``train.init_from`` was set by ``--set`` may differ anywhere)."""
+    pretrained = pretrained_model_config(path) if pretrained is None else pretrained
     differ = [
         f.name
         for f in dataclasses.fields(ModelConfig)
         if f.name not in RUNTIME_FIELDS and getattr(model, f.name) != getattr(pretrained, f.name)
     ]
-    if differ:
-        name = differ[0]
-        raise ConfigError(
-            f"model.{name}={getattr(model, name)!r} differs from the pretrained model's {getattr(pretrained, name)!r} "
-            f"({path}){f' (and {len(differ) - 1} more fields)' if len(differ) > 1 else ''}: with train.init_from "
-            "the model config comes from it; use train --init-from DIR"
-        )
+    if not differ:
+        return
+    for key, value in (explicit or {}).items():
+        if key.startswith("model.") and key.split(".")[1] in differ:
+            name = key.split(".")[1]
+            raise ConfigError(
+                f"--set {key}={value}: conflicts with the pretrained model "
+                f"(model.{name}={getattr(pretrained, name)!r} in {path}/config.json); with --init-from only "
+                f"{', '.join('model.' + f for f in RUNTIME_FIELDS)} may be set"
+            )
+    name = differ[0]
+    raise ConfigError(
+        f"model.{name}={getattr(model, name)!r} differs from the pretrained model's {getattr(pretrained, name)!r} "
+        f"({path}){f' (and {len(differ) - 1} more fields)' if len(differ) > 1 else ''}: with train.init_from "
+        "the model config comes from it; use train --init-from DIR"
+    )
 
 
 def init_from_experiment(config: Config | None, path: str, overrides: list[str] | None = None) -> Config:
     """The config of ``train --init-from path [--config SPEC] [--set ...]``, in one pass: ``config``
     (the recipe's or experiment file's; default: ``Config()``) starting from the base (`with_init_from`),
-    then the ``overrides``, then one validation (`unread.check_reads`, `check_init_from`)."""
+    then the ``overrides``, then one validation (`unread.check_reads`, `check_init_from`); the base's
+    config.json is read once."""
     sets = parse_overrides(overrides or [])
     if sets.get("train.init_from", path) != path:
         raise ConfigError(f"--set train.init_from={sets['train.init_from']} contradicts --init-from {path}")
     sets.pop("train.init_from", None)
-    cfg = with_init_from(Config() if config is None else config, path, [f"{k}={v}" for k, v in sets.items()])
+    path = require_local(path, "train.init_from", _LOCAL_WHY)
+    pretrained = pretrained_model_config(path)
+    base = Config() if config is None else config
+    cfg = with_init_from(base, path, [f"{k}={v}" for k, v in sets.items()], pretrained=pretrained)
     unread.check_reads(cfg, explicit=sets)
-    check_init_from(cfg, cfg.train.init_from or path, sets)
+    check_init_from(cfg, path, sets, pretrained)
     return cfg
 
 
