@@ -1,4 +1,4 @@
-"""The config toolkit every config class uses: validation errors and checks, unread fields, dict round trips.
+"""The config toolkit every config class uses: validation errors and checks, variants, dict round trips.
 
 Pure Python (no JAX). ``--set`` overrides are in ``core.overrides``.
 """

@@ -2,7 +2,7 @@
 
 Adding a variant is one function plus one ``@REGISTRY.register("name")`` line; lookups of an
 unknown name raise an error that lists the valid names and the closest match. An entry may declare
-the config fields it reads (``reads=("rope_theta", ...)``): a field that another entry of the same
+the settings it reads (``reads=("block_size",)``): a field that another entry of the same
 registry reads and this one does not is "unread" when this entry is chosen, and setting it is an
 error (``core.unread.check_reads``).
 """

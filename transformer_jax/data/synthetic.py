@@ -1,8 +1,8 @@
 """Synthetic tasks (copy, reverse, sort, associative recall), generated from the seed.
 
-An example is ``(prompt, answer)``, lists of symbols in ``[0, synthetic_vocab)``; example ``i``
+An example is ``(prompt, answer)``, lists of symbols in ``[0, vocab)`` (``data.dataset.vocab``); example ``i``
 of a split is a pure function of ``(seed, split, i)``, so sources are random access and
-deterministic. With ``task_format="lm"`` a row is ``[BOS] prompt SEP answer`` with weights only
+deterministic. With ``data.dataset.format="lm"`` a row is ``[BOS] prompt SEP answer`` with weights only
 on the answer; with ``"seq2seq"`` the prompt is the source and the answer the target. Tokens go
 through ``SymbolTokenizer`` (symbol ``k`` -> id ``5 + k``, SEP = 4).
 

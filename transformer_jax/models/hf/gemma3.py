@@ -1,7 +1,7 @@
 """Gemma 3 text models (``model_type="gemma3_text"``, ``Gemma3ForCausalLM``): Gemma 2's layout
 plus QK-norm (RMSNorm (1 + w) over head_dim on q and k) and a RoPE base per layer type (local
-layers ``rope_local_theta``, unscaled; global layers ``rope_theta`` with their scaling), five local
-layers per global one by default. The multimodal ``gemma3`` checkpoints (vision tower) are not
+layers ``model.position.local_theta``, unscaled; global layers ``model.position.theta`` with their
+scaling), five local layers per global one by default. The multimodal ``gemma3`` checkpoints (vision tower) are not
 supported; their text part is a ``gemma3_text`` model.
 """
 
