@@ -1,5 +1,7 @@
 """DataConfig validation: errors name the field, list valid names, say the fix."""
 
+import re
+
 import pytest
 
 from transformer_jax.core.configlib import ConfigError
@@ -99,3 +101,18 @@ def test_frozen_and_replace():
     with pytest.raises(AttributeError):
         cfg.seq_len = 3  # pyright: ignore[reportAttributeAccessIssue]
     assert cfg.replace(seq_len=128).seq_len == 128 and cfg.seq_len == 64
+
+
+@pytest.mark.parametrize(
+    "make,field",
+    [
+        (lambda: CopyTask(max_src_len=99), "data.dataset.max_src_len=99: is not read when data.dataset is a lm task"),
+        (lambda: TfdsData(name="lm1b", src_lang="fr"), "data.dataset.src_lang='fr': is not read"),
+        (lambda: TfdsData(name="wmt14_translate/de-en", packing="documents"), "data.dataset.packing='documents'"),
+    ],
+)
+def test_a_field_only_the_other_task_reads_is_refused(make, field):
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        make()
+    CopyTask(format="seq2seq", max_src_len=20)
+    TfdsData(name="wmt14_translate/de-en", max_src_len=20, src_lang="en", tgt_lang="de")

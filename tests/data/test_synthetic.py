@@ -6,11 +6,13 @@ import pytest
 from transformer_jax.data import AssociativeRecallTask, CopyTask, DataConfig, DatasetConfig, ReverseTask, build_data
 from transformer_jax.data.synthetic import SyntheticSource
 
-SMALL = dict(train_size=64, val_size=16, min_len=3, max_len=8, vocab=10, max_src_len=24)
+SMALL = dict(train_size=64, val_size=16, min_len=3, max_len=8, vocab=10)
 
 
 def small(task: str, **fields) -> DataConfig:
-    return DataConfig(dataset=DatasetConfig.VARIANTS.get(task)(**SMALL, **fields), seq_len=24)
+    """A small task; a seq2seq one with 24-token sources (an LM task reads no source length)."""
+    sources = {"max_src_len": 24} if fields.get("format") == "seq2seq" else {}
+    return DataConfig(dataset=DatasetConfig.VARIANTS.get(task)(**SMALL, **sources, **fields), seq_len=24)
 
 
 EXPECTED = {

@@ -152,6 +152,7 @@ class TfdsData(SourceLength, PackedText, CorpusData):
     def check(self) -> None:
         _two_languages(self)
         _split_needs_documents(self)
+        _read_by_task(self, seq2seq=("max_src_len", "src_lang", "tgt_lang"), lm=("packing", "document_split"))
 
 
 @variant("prepared")
@@ -208,6 +209,7 @@ class SyntheticData(SourceLength, DatasetConfig):
 
     def check(self) -> None:
         _synthetic_lengths(self)
+        _read_by_task(self, seq2seq=("max_src_len",), lm=())
 
 
 @variant("copy")
@@ -290,6 +292,17 @@ def _split_needs_documents(cfg: PackedText) -> None:
 def _two_languages(cfg: ParallelData | TfdsData) -> None:
     if cfg.src_lang == cfg.tgt_lang:
         fail(f"{cfg.PATH}.tgt_lang", cfg.tgt_lang, f"equals {cfg.PATH}.src_lang", "give two different languages")
+
+
+def _read_by_task(cfg: DatasetConfig, *, seq2seq: tuple[str, ...], lm: tuple[str, ...]) -> None:
+    """A field only the other task reads (``seq2seq``'s under an LM task and ``lm``'s under a seq2seq
+    one) must keep its default: set, it would be ignored."""
+    unread = lm if cfg.task == "seq2seq" else seq2seq
+    for name in unread:
+        value, default = getattr(cfg, name), getattr(type(cfg), name)
+        if value != default:
+            why = f"is not read when {cfg.PATH} is a {cfg.task} task (only by {'lm' if name in lm else 'seq2seq'} ones)"
+            fail(f"{cfg.PATH}.{name}", value, why, f"remove the setting (default {default!r})")
 
 
 def _synthetic_lengths(cfg: SyntheticData) -> None:
