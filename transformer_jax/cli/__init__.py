@@ -8,8 +8,12 @@ every command prints one JSON object as its last line of output.
 from __future__ import annotations
 
 import argparse
+import io
+import logging
+import os
 import re
 import sys
+import threading
 
 from transformer_jax.cli import bench, compile, evaluate, export, prepare, sample, train, translate
 
@@ -27,6 +31,25 @@ def out_of_memory(e: Exception) -> str:
         "mesh.fsdp=<devices>, a smaller train.batch_size (with train.grad_accum) or a smaller model; "
         "`transformer-jax compile --config ... --target ...` reports the bytes a step needs"
     )
+
+
+def report_error(text: str, *, exiting: bool) -> None:
+    """Writes ``error: <text>`` and the debug hint to stderr in one ``write`` (atomic on a pipe).
+    ``exiting`` (the real command line, about to exit): background threads that are still failing
+    are silenced first (an Orbax writer whose save raised logs "Event loop is closed" from
+    asyncio), so their noise cannot split the one line a user reads."""
+    line = f"error: {text}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)\n"
+    if exiting:
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        threading.excepthook = lambda _args: None
+        sys.unraisablehook = lambda _args: None
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # a captured stream (tests, notebooks)
+        sys.stderr.write(line)
+        return
+    sys.stderr.flush()
+    os.write(fd, line.encode())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         plain = (ConfigError, ValueError, WorkdirLockedError, CheckpointError)
         kind = "" if isinstance(e, plain) else f"{type(e).__name__}: "
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"error: {kind}{message}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
+        report_error(f"{kind}{message}", exiting=argv is None)
         return 2
     except Exception as e:  # the runtime's out-of-memory error (XlaRuntimeError: RESOURCE_EXHAUSTED)
         if "RESOURCE_EXHAUSTED" not in str(e) or debug:
             raise
-        print(f"error: {out_of_memory(e)}\n(set TRANSFORMER_JAX_DEBUG=1 for the traceback)", file=sys.stderr)
+        report_error(out_of_memory(e), exiting=argv is None)
         return 2
     import jax
 
