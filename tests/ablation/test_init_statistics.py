@@ -42,7 +42,7 @@ def kernels(placement: str, n_layers: int, init: str = "xavier") -> tuple[dict[s
         "ffn_out": lambda b: b.ffn.w_out,
     }
     pooled = {n: np.concatenate([np.asarray(f(b).kernel[...]).ravel() for b in blocks]) for n, f in pick.items()}
-    return pooled, blocks[0].cfg.alpha, blocks[0].cfg.beta
+    return pooled, blocks[0].cfg.residual.alpha, blocks[0].cfg.residual.beta
 
 
 FANS = {"q": (D, D), "k": (D, D), "v": (D, D), "o": (D, D), "ffn_in": (D, F), "ffn_out": (F, D)}

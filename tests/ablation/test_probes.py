@@ -88,7 +88,7 @@ def test_sublayer_trace_rebuilds_the_blocks(placement):
     for l in range(2):
         np.testing.assert_allclose(trace[2 * l]["x"], hidden[l], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(trace[2 * l + 1]["out"], hidden[l + 1], rtol=1e-5, atol=1e-6)
-    alpha = model.layers.layers[0].cfg.alpha
+    alpha = model.layers.layers[0].cfg.residual.alpha
     for t in trace:  # the placements' formulas, written here
         s = np.asarray(t["x"]) * (alpha if placement == "deepnorm" else 1.0) + np.asarray(t["f"])
         if placement in ("pre", "sandwich"):

@@ -291,4 +291,4 @@ def test_deepnorm_scales_residual_branch_init_by_beta():
         np.asarray(first_block(deep).self_attn.q.kernel[...]),
         np.asarray(first_block(post).self_attn.q.kernel[...]),
     )
-    assert first_block(deep).cfg.alpha == pytest.approx((2 * 6) ** 0.25)
+    assert first_block(deep).cfg.residual.alpha == pytest.approx((2 * 6) ** 0.25)

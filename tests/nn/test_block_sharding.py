@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from transformer_jax.nn.block import Block, BlockConfig, BlockInputs
+from transformer_jax.nn.block import Block, BlockConfig, BlockInputs, LayerDims
 from transformer_jax.parallel import MeshConfig, make_mesh, sharding_context
 
 
@@ -15,7 +15,7 @@ def _lowered_text(block, x):
 
 
 def test_block_constrains_residual_stream_to_batch_axes():
-    cfg = BlockConfig(d_model=16, n_heads=2, n_kv_heads=2, head_dim=8, d_ff=32)
+    cfg = BlockConfig(LayerDims(d_model=16, n_heads=2, n_kv_heads=2, head_dim=8, d_ff=32))
     block = Block(cfg, rngs=nnx.Rngs(0))
     x = jnp.ones((8, 4, 16))
     assert "sharding_constraint" not in _lowered_text(block, x)

@@ -137,7 +137,7 @@ def sublayer_trace(model: Any, tokens_BT: Int[Array, "B T"]) -> list[dict[str, A
                 seen.update(h=h, f=y)
                 return y
 
-            out = block.placement.apply(x_BTD, recorded, norm, block.cfg.alpha)
+            out = block.placement.apply(x_BTD, recorded, norm, block.cfg.residual.alpha)
             trace.append({"x": x_BTD, **seen, "out": out})
             x_BTD = out
     return trace
@@ -186,7 +186,7 @@ def attention_logits(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, floa
     block = _blocks(model)[0]
     x_BTD, inputs = _start(model, tokens_BT)
     seen: dict[str, Array] = {}
-    block.placement.apply(x_BTD, lambda h: seen.setdefault("h", h) * 0, block.self_attn_norm, block.cfg.alpha)
+    block.placement.apply(x_BTD, lambda h: seen.setdefault("h", h) * 0, block.self_attn_norm, block.cfg.residual.alpha)
     attn = block.self_attn
     if not isinstance(attn, Attention):
         raise ValueError(f"attention_logits reads separate q and k projections; {type(attn).__name__} has none")

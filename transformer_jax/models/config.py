@@ -14,7 +14,7 @@ from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.attention import RopeSpec
 from transformer_jax.nn.attention_config import AttentionConfig, LocalGlobalAttention, SoftmaxAttention
-from transformer_jax.nn.block import BlockConfig
+from transformer_jax.nn.block import BlockConfig, LayerDims, ResidualSpec
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.execution_config import ExecutionConfig
 from transformer_jax.nn.init import InitConfig, InitScheme
@@ -166,17 +166,17 @@ class ModelConfig(Config):
             side=side,
         )
         return BlockConfig(
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            n_kv_heads=self.resolved_kv_heads,
-            head_dim=self.resolved_head_dim,
-            d_ff=self.resolved_d_ff,
+            dims=LayerDims(
+                d_model=self.d_model,
+                n_heads=self.n_heads,
+                n_kv_heads=self.resolved_kv_heads,
+                head_dim=self.resolved_head_dim,
+                d_ff=self.resolved_d_ff,
+            ),
             ffn=self.ffn,
             use_bias=self.use_bias,
             norm=self.norm,
-            placement=self.placement,
-            alpha=alpha,
-            beta=beta,
+            residual=ResidualSpec(self.placement, alpha=alpha, beta=beta),
             dropout=self.dropout,
             attention=self.attention.layer(-1) if attention is None else attention,
             execution=self.execution,

@@ -29,31 +29,46 @@ ACTIVATION_AXES = ("batch", "length", "act_embed")
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockConfig:
-    """Hyperparameters of one layer (models build it from their ``ModelConfig``).
-
-    ``alpha`` scales the residual stream inside the placement (DeepNorm: Norm(alpha x + F(x)));
-    ``beta`` is the init gain of the value/output/FFN projections (DeepNorm's beta).
-    ``moe``: Mixture-of-Experts in place of the FFN; in a ``Stack``, only in every
-    ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0) from layer ``moe_first_dense``
-    on, the others keep the FFN.
-    ``attention``: this layer's attention settings (a pattern's ``layer(i)``), ``execution``: its
-    kernels, block sizes and dtypes, ``norm``: every norm's (and QK-norm's). ``mla``: the sizes of Multi-head
-    Latent Attention (``nn.mla.MLADims``, e.g. a ``models.mla_config.MLAConfig``) in place of
-    ``Attention`` for self-attention (``n_kv_heads``/``head_dim`` then size cross-attention only).
-    """
+class LayerDims:
+    """Sizes of one layer: width ``d_model``; ``n_heads`` query and ``n_kv_heads`` key/value heads
+    of ``head_dim`` each; FFN width ``d_ff``."""
 
     d_model: int
     n_heads: int
     n_kv_heads: int
     head_dim: int
     d_ff: int
-    ffn: str = "relu"
-    use_bias: bool = True
-    norm: NormConfig = LayerNormConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidualSpec:
+    """How each sublayer joins the residual stream: ``placement`` (``ops.residual.PLACEMENTS``);
+    ``alpha`` scales the stream inside the placement (DeepNorm: Norm(alpha x + F(x))); ``beta`` is
+    the init gain of the value/output/FFN projections (DeepNorm's beta)."""
+
     placement: str = "pre"
     alpha: float = 1.0
     beta: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """Hyperparameters of one layer (models build it from their ``ModelConfig``).
+
+    ``moe``: Mixture-of-Experts in place of the FFN; in a ``Stack``, only in every
+    ``moe_every``-th layer (layers i with (i + 1) % moe_every == 0) from layer ``moe_first_dense``
+    on, the others keep the FFN.
+    ``attention``: this layer's attention settings (a pattern's ``layer(i)``), ``execution``: its
+    kernels, block sizes and dtypes, ``norm``: every norm's (and QK-norm's). ``mla``: the sizes of Multi-head
+    Latent Attention (``nn.mla.MLADims``, e.g. a ``models.mla_config.MLAConfig``) in place of
+    ``Attention`` for self-attention (``dims.n_kv_heads``/``dims.head_dim`` then size cross-attention only).
+    """
+
+    dims: LayerDims
+    ffn: str = "relu"
+    use_bias: bool = True
+    norm: NormConfig = LayerNormConfig()
+    residual: ResidualSpec = ResidualSpec()
     dropout: float = 0.0
     attention: AttentionConfig = SoftmaxAttention()
     execution: ExecutionConfig = ExecutionConfig()
@@ -86,45 +101,45 @@ class Block(nnx.Module):
     """
 
     def __init__(self, cfg: BlockConfig, *, rngs: nnx.Rngs):
-        self.cfg = cfg
-        self.placement = residual.PLACEMENTS.get(cfg.placement)
+        self.cfg, dims = cfg, cfg.dims
+        self.placement = residual.PLACEMENTS.get(cfg.residual.placement)
         dtypes: dict[str, Any] = dict(dtype=cfg.execution.compute_dtype, param_dtype=cfg.execution.params_dtype)
         attn: dict[str, Any] = dict(
             use_bias=cfg.use_bias,
             settings=cfg.attention,
             execution=cfg.execution,
             init=cfg.init,
-            value_gain=cfg.beta,
+            value_gain=cfg.residual.beta,
             **dtypes,
             rngs=rngs,
         )
         norm: dict[str, Any] = dict(**cfg.norm.module_kwargs(), param_dtype=dtypes["param_dtype"])
         if cfg.mla is None:
             self.self_attn = Attention(
-                cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, rope=cfg.rope, norm=cfg.norm, **attn
+                dims.d_model, dims.n_heads, dims.n_kv_heads, dims.head_dim, rope=cfg.rope, norm=cfg.norm, **attn
             )
         else:
             if cfg.rope is None:
                 raise ValueError("MLA needs a RoPE spec (its decoupled key is rotated)")
-            self.self_attn = MultiHeadLatentAttention(cfg.d_model, cfg.n_heads, cfg.mla, rope=cfg.rope, **attn)
-        self.self_attn_norm = Norm(cfg.d_model, **norm)
+            self.self_attn = MultiHeadLatentAttention(dims.d_model, dims.n_heads, cfg.mla, rope=cfg.rope, **attn)
+        self.self_attn_norm = Norm(dims.d_model, **norm)
         post = self.placement.sublayer_norm
-        self.self_attn_post_norm = Norm(cfg.d_model, **norm) if post else None
+        self.self_attn_post_norm = Norm(dims.d_model, **norm) if post else None
         if cfg.cross:
             self.cross_attn = Attention(
-                cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cross=True, norm=cfg.norm, **attn
+                dims.d_model, dims.n_heads, dims.n_kv_heads, dims.head_dim, cross=True, norm=cfg.norm, **attn
             )
-            self.cross_attn_norm = Norm(cfg.d_model, **norm)
-            self.cross_attn_post_norm = Norm(cfg.d_model, **norm) if post else None
+            self.cross_attn_norm = Norm(dims.d_model, **norm)
+            self.cross_attn_post_norm = Norm(dims.d_model, **norm) if post else None
         else:
             self.cross_attn = self.cross_attn_norm = self.cross_attn_post_norm = None
-        ffn: dict[str, Any] = dict(use_bias=cfg.use_bias, init=cfg.init, gain=cfg.beta, **dtypes, rngs=rngs)
+        ffn: dict[str, Any] = dict(use_bias=cfg.use_bias, init=cfg.init, gain=cfg.residual.beta, **dtypes, rngs=rngs)
         if cfg.moe is None:
-            self.ffn = FeedForward(cfg.d_model, cfg.d_ff, kind=cfg.ffn, **ffn)
+            self.ffn = FeedForward(dims.d_model, dims.d_ff, kind=cfg.ffn, **ffn)
         else:
-            self.ffn = MoE(cfg.d_model, cfg.moe, **ffn)
-        self.ffn_norm = Norm(cfg.d_model, **norm)
-        self.ffn_post_norm = Norm(cfg.d_model, **norm) if post else None
+            self.ffn = MoE(dims.d_model, cfg.moe, **ffn)
+        self.ffn_norm = Norm(dims.d_model, **norm)
+        self.ffn_post_norm = Norm(dims.d_model, **norm) if post else None
 
     def __call__(
         self,
@@ -159,7 +174,7 @@ class Block(nnx.Module):
                 new_cache["self"] = c
             return dropout(y, cfg.dropout, keys[0])
 
-        x_BTD = apply(x_BTD, self_attention, self.self_attn_norm, cfg.alpha, self.self_attn_post_norm)
+        x_BTD = apply(x_BTD, self_attention, self.self_attn_norm, cfg.residual.alpha, self.self_attn_post_norm)
         cross_attn, cross_attn_norm = self.cross_attn, self.cross_attn_norm
         if cross_attn is not None:
             assert cross_attn_norm is not None  # built together with cross_attn
@@ -172,7 +187,7 @@ class Block(nnx.Module):
                     new_cache["cross"] = c
                 return dropout(y, cfg.dropout, keys[1])
 
-            x_BTD = apply(x_BTD, cross_attention, cross_attn_norm, cfg.alpha, self.cross_attn_post_norm)
+            x_BTD = apply(x_BTD, cross_attention, cross_attn_norm, cfg.residual.alpha, self.cross_attn_post_norm)
 
         def feed_forward(h):
             if cfg.moe is None:
@@ -186,5 +201,5 @@ class Block(nnx.Module):
             )
             return dropout(y, cfg.dropout, keys[2])
 
-        x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.alpha, self.ffn_post_norm)
+        x_BTD = apply(x_BTD, feed_forward, self.ffn_norm, cfg.residual.alpha, self.ffn_post_norm)
         return constrain(x_BTD, ACTIVATION_AXES), new_cache, aux
