@@ -81,7 +81,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import BaselineConfig, EmbeddingsConfig, InitConfig, baseline_model_config
+from transformer_jax.models import (
+    BaselineConfig,
+    EmbeddingsConfig,
+    InitConfig,
+    KneserNeySmoothing,
+    LSTMCellConfig,
+    NgramConfig,
+    RNNLMConfig,
+    WindowLMConfig,
+    baseline_model_config,
+)
 
 NOTEBOOK = "language_model_history"
 STEPS = ablation.pick(smoke=20, full=2000)
@@ -162,14 +172,14 @@ def baseline(kind: str, settings: BaselineConfig, **model) -> Any:
 
 
 def ngram(order: int) -> Any:
-    cfg = baseline("ngram", BaselineConfig(ngram_order=order, smoothing="kneser_ney"))
+    cfg = baseline("ngram", NgramConfig(ngram_order=order, smoothing=KneserNeySmoothing()))
     return ablation.with_steps(cfg, 1)
 
 
 neural = {
     WIN: baseline(
         "window_lm",
-        BaselineConfig(window=ablation.pick(smoke=4, full=16), direct=False),
+        WindowLMConfig(window=ablation.pick(smoke=4, full=16), direct=False),
         d_model=ablation.pick(smoke=8, full=48),
         d_ff=ablation.pick(smoke=32, full=960),
         n_layers=1,
@@ -179,7 +189,7 @@ neural = {
     ),
     LSTM: baseline(
         "rnn_lm",
-        BaselineConfig(cell="lstm"),
+        RNNLMConfig(cell=LSTMCellConfig()),
         d_model=ablation.pick(smoke=16, full=222),
         n_layers=2,
         embeddings=EmbeddingsConfig(tie=True),

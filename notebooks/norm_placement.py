@@ -93,9 +93,10 @@ import numpy as np
 from transformer_jax import ablation
 from transformer_jax.data import build_data
 from transformer_jax.models import (
-    BaselineConfig,
+    AddKSmoothing,
     EmbeddingsConfig,
     InitConfig,
+    NgramConfig,
     baseline_model_config,
     build_model,
     with_changes,
@@ -238,7 +239,7 @@ unigram = ablation.with_steps(
     dataclasses.replace(
         base,
         model=baseline_model_config(
-            "ngram", BaselineConfig(ngram_order=1, smoothing="add_k"), vocab_size=base.model.vocab_size
+            "ngram", NgramConfig(ngram_order=1, smoothing=AddKSmoothing()), vocab_size=base.model.vocab_size
         ),
     ),
     1,

@@ -12,7 +12,7 @@ from transformer_jax.core import configlib, unread
 from transformer_jax.core.configlib import ConfigError, ConfigWarning
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.registry import Registry
-from transformer_jax.models import BaselineConfig, ModelConfig, baseline_model_config
+from transformer_jax.models import ModelConfig, baseline_model_config
 from transformer_jax.train.config import Config
 from transformer_jax.train.experiment import load_experiment
 
@@ -81,9 +81,11 @@ def test_baseline_kinds_refuse_transformer_fields():
     model = baseline_model_config("ngram", vocab_size=10, n_heads=8)
     problems = unread.unread_fields(Config(model=model), explicit=())
     assert any("model.n_heads=8 is not read with model.kind='ngram'" in p for p in problems), problems
-    add_k = baseline_model_config("ngram", BaselineConfig(smoothing="add_k", discount=0.5), vocab_size=10)
-    problems = unread.unread_fields(Config(model=add_k))
-    assert any("model.baseline.discount=0.5 is not read with model.baseline.smoothing='add_k'" in p for p in problems)
+    with pytest.raises(
+        ConfigError, match=r"the n-gram smoothing 'add_k' has no setting 'discount' \(its settings: k\)"
+    ):
+        load_experiment(TINY, ["model.kind=ngram", "model.baseline=ngram", "model.position=none",
+                               "model.baseline.smoothing=add_k", "model.baseline.smoothing.discount=0.5"])  # fmt: skip
 
 
 def test_an_optional_group_is_never_switched_on_by_setting_its_fields():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.core.configlib import ConfigError
-from transformer_jax.models import BaselineConfig, NGramLM, baseline_model_config
+from transformer_jax.models import KneserNeySmoothing, NgramConfig, NGramLM, baseline_model_config
 
 A, B, C, D = 0, 1, 2, 3
 CORPUS = [A, B, A, C, A, B, B, A, C, A]  # "a b a c a b b a c a", V = 4 (d never occurs)
@@ -122,12 +122,12 @@ def test_row_log_probs_use_the_rows_segment_context(tmp_path):
 
 
 def test_errors_name_the_field():
-    with pytest.raises(ConfigError, match="model.baseline.smoothing"):
-        baseline_model_config("ngram", BaselineConfig(smoothing="witten_bell"))
-    with pytest.raises(ConfigError, match="model.baseline.discount"):
-        baseline_model_config("ngram", BaselineConfig(discount=1.5))
+    with pytest.raises(ConfigError, match="model.baseline.smoothing='witten_bell': unknown n-gram smoothing"):
+        baseline_model_config("ngram", NgramConfig(smoothing="witten_bell"))  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ConfigError, match="model.baseline.smoothing.discount"):
+        baseline_model_config("ngram", NgramConfig(smoothing=KneserNeySmoothing(discount=1.5)))
     with pytest.raises(ConfigError, match="model.baseline.ngram_order"):
-        baseline_model_config("ngram", BaselineConfig(ngram_order=0))
+        baseline_model_config("ngram", NgramConfig(ngram_order=0))
     with pytest.raises(ConfigError, match="model.baseline"):
         baseline_model_config("ngram").__class__(kind="rnn_lm")
     with pytest.raises(ValueError, match="ngram_order=12"):

@@ -10,7 +10,7 @@ from flax import nnx
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import SamplingConfig, generate
-from transformer_jax.models import BaselineConfig, baseline_model_config, build_model
+from transformer_jax.models import RNNCellConfig, RNNLMConfig, baseline_model_config, build_model
 from transformer_jax.models.baselines.rnn import CELLS, GRUCell, LSTMCell
 
 
@@ -19,7 +19,7 @@ def _sigmoid(x):
 
 
 def _cfg(cell="lstm", **kw):
-    b = BaselineConfig(cell=cell, tbptt=kw.pop("tbptt", None))
+    b = RNNLMConfig(cell=cell, tbptt=kw.pop("tbptt", None))  # pyright: ignore[reportArgumentType]
     return baseline_model_config("rnn_lm", b, **{"vocab_size": 13, "d_model": 8, "n_layers": 2, **kw})
 
 
@@ -33,9 +33,9 @@ def _cell_inputs(cell, names, seed=0):
 
 
 def test_config_checks_cells_against_the_registry():
-    assert tuple(CELLS.names()) == ("lstm", "gru")
+    assert tuple(CELLS.names()) == ("lstm", "gru") == tuple(RNNCellConfig.VARIANTS.names())
     with pytest.raises(ConfigError, match="model.baseline.cell='rnn': unknown RNN cell"):
-        baseline_model_config("rnn_lm", BaselineConfig(cell="rnn"), vocab_size=10)
+        baseline_model_config("rnn_lm", RNNLMConfig(cell="rnn"), vocab_size=10)  # pyright: ignore[reportArgumentType]
 
 
 def test_lstm_step_matches_numpy():

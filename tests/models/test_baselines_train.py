@@ -11,7 +11,7 @@ import pytest
 from transformer_jax.data import DataConfig, TextData
 from transformer_jax.decode import SamplingConfig, generate
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
-from transformer_jax.models import BaselineConfig, baseline_model_config
+from transformer_jax.models import RNNLMConfig, WindowLMConfig, baseline_model_config
 from transformer_jax.models.forward import FORWARDS
 from transformer_jax.train.config import CheckpointConfig, Config, EvalConfig, LogConfig, TrainConfig
 from transformer_jax.train.loop import train
@@ -21,8 +21,8 @@ from transformer_jax.train.run import setup
 from .test_baselines_rnn import _tokens
 
 MODELS = {
-    "window_lm": dict(baseline=BaselineConfig(window=4, direct=True), d_model=8, d_ff=16, n_layers=1),
-    "rnn_lm": dict(baseline=BaselineConfig(cell="lstm", tbptt=8), d_model=16, n_layers=2, dropout=0.1),
+    "window_lm": dict(baseline=WindowLMConfig(window=4, direct=True), d_model=8, d_ff=16, n_layers=1),
+    "rnn_lm": dict(baseline=RNNLMConfig(cell="lstm", tbptt=8), d_model=16, n_layers=2, dropout=0.1),
 }
 
 

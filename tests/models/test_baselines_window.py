@@ -9,7 +9,7 @@ import pytest
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.decode import SamplingConfig, generate
-from transformer_jax.models import BaselineConfig, baseline_model_config, build_model
+from transformer_jax.models import WindowLMConfig, baseline_model_config, build_model
 from transformer_jax.nn.embed import EmbeddingsConfig
 
 from .test_baselines_rnn import _tokens, grad_matrix, greedy_by_recompute, jitted
@@ -20,7 +20,7 @@ N = 3
 def _model(direct=False, **kw):
     cfg = baseline_model_config(
         "window_lm",
-        BaselineConfig(window=N, direct=direct),
+        WindowLMConfig(window=N, direct=direct),
         **{"vocab_size": 11, "d_model": 4, "d_ff": 6, "n_layers": 1, **kw},
     )
     model = build_model(cfg)
@@ -94,7 +94,7 @@ def test_sampling_through_generate():
 
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="model.baseline.window"):
-        baseline_model_config("window_lm", BaselineConfig(window=0))
+        baseline_model_config("window_lm", WindowLMConfig(window=0))
     with pytest.raises(ConfigError, match="model.embeddings.tie"):
         baseline_model_config("window_lm", d_model=8, d_ff=16, embeddings=EmbeddingsConfig(tie=True))
     tied = build_model(baseline_model_config("window_lm", vocab_size=11, d_model=8, d_ff=8))

@@ -55,7 +55,7 @@ def test_every_preset_classifies_as_the_path_rules_did(preset, scan):
 @pytest.mark.parametrize("name", sorted(BASELINES))
 def test_every_baseline_classifies_as_the_path_rules_did(name):
     kind, baseline = BASELINES[name]
-    cfg = baseline_model_config(kind, BaselineConfig(**baseline), vocab_size=32, d_model=16, d_ff=32)
+    cfg = baseline_model_config(kind, BaselineConfig.VARIANTS.get(kind)(**baseline), vocab_size=32, d_model=16, d_ff=32)
     _assert_same_as_path_rules(abstract_model(cfg))
 
 

@@ -1,5 +1,5 @@
 """Trigram LM probabilities and evaluation loss on a tiny corpus, computed by hand (comments and
-literal fractions) for each smoothing of ``BaselineConfig``: interpolated Kneser-Ney with a fixed
+literal fractions) for each smoothing of ``NgramConfig``: interpolated Kneser-Ney with a fixed
 discount, Kneser-Ney with the estimated per-order discounts (the default), add-k. The package's
 ``NGramLM`` and ``train.ngram.score`` must reproduce them."""
 
@@ -9,7 +9,7 @@ from fractions import Fraction as Fr
 import numpy as np
 import pytest
 
-from transformer_jax.models import BaselineConfig, NGramLM, baseline_model_config
+from transformer_jax.models import AddKSmoothing, KneserNeySmoothing, NgramConfig, NGramLM, baseline_model_config
 from transformer_jax.train.ngram import score
 
 A, B, C = 0, 1, 2  # V = 3
@@ -104,9 +104,9 @@ ADD_HALF = dict(
 )
 
 CASES = {
-    "kneser_ney_half": (BaselineConfig(ngram_order=3, smoothing="kneser_ney", discount=0.5), KN_HALF),
-    "kneser_ney_default": (BaselineConfig(ngram_order=3), KN_DEFAULT),
-    "add_half": (BaselineConfig(ngram_order=3, smoothing="add_k", add_k=0.5), ADD_HALF),
+    "kneser_ney_half": (NgramConfig(ngram_order=3, smoothing=KneserNeySmoothing(discount=0.5)), KN_HALF),
+    "kneser_ney_default": (NgramConfig(ngram_order=3), KN_DEFAULT),
+    "add_half": (NgramConfig(ngram_order=3, smoothing=AddKSmoothing(k=0.5)), ADD_HALF),
 }
 
 
@@ -114,12 +114,7 @@ def _fit(baseline):
     """The model that ``model.baseline`` describes (validated by ``baseline_model_config``)."""
     baseline_model_config("ngram", baseline, vocab_size=3)
     return NGramLM.fit(
-        [np.asarray(s) for s in TRAIN],
-        vocab_size=3,
-        order=baseline.ngram_order,
-        smoothing=baseline.smoothing,
-        discount=baseline.discount,
-        add_k=baseline.add_k,
+        [np.asarray(s) for s in TRAIN], vocab_size=3, order=baseline.ngram_order, **baseline.smoothing.fit_kwargs()
     )
 
 
@@ -154,6 +149,6 @@ def test_evaluation_loss_matches_hand_computation(case):
 
 
 def test_default_discounts_are_estimated_per_table():
-    lm = _fit(BaselineConfig(ngram_order=3))
+    lm = _fit(NgramConfig(ngram_order=3))
     assert [t.discount for t in lm.raw] == pytest.approx(DEFAULT_DISCOUNTS["raw"], abs=1e-12)
     assert [t.discount for t in lm.cont] == pytest.approx(DEFAULT_DISCOUNTS["cont"], abs=1e-12)

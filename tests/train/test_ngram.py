@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.data import DataConfig, TextData, build_data
-from transformer_jax.models import BaselineConfig, NGramLM, baseline_model_config
+from transformer_jax.models import AddKSmoothing, NgramConfig, NGramLM, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.experiment import config_from_dict
 from transformer_jax.train.loop import train
@@ -44,7 +44,7 @@ def corpus(tmp_path_factory):
 def _cfg(corpus, packing="stream", seq_len=16, **baseline):
     path, cache = corpus
     return Config(
-        model=baseline_model_config("ngram", BaselineConfig(**{"ngram_order": 3, **baseline})),
+        model=baseline_model_config("ngram", NgramConfig(**{"ngram_order": 3, **baseline})),
         data=DataConfig(dataset=TextData(path=path, cache_dir=cache, packing=packing), seq_len=seq_len),
         train=TrainConfig(batch_size=4),
     )
@@ -86,7 +86,7 @@ def test_evaluation_scores_the_same_rows_as_a_neural_run(trained, corpus):
 
 
 def test_documents_packing_counts_whole_segments(corpus, tmp_path):
-    summary = train(_cfg(corpus, packing="documents", seq_len=256, smoothing="add_k", add_k=0.5), str(tmp_path))
+    summary = train(_cfg(corpus, packing="documents", seq_len=256, smoothing=AddKSmoothing(k=0.5)), str(tmp_path))
     cfg, model, tok = load_ngram(str(tmp_path))
     seqs = training_sequences(build_data(cfg.data, batch_size=4, tokenizer=tok))
     assert all(s[0] == tok.bos_id and s[-1] == tok.eos_id for s in seqs)

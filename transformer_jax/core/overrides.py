@@ -2,7 +2,7 @@
 
 Every override is applied (a repeated key warns, and the later value wins); all overrides of one
 section are applied together, so ``data.dataset=text data.dataset.path=FILE`` is validated as a whole. An
-optional group of settings (``model.moe``, ``model.baseline``) that is None is turned on with
+optional group of settings (``model.moe``, ``train.log.wandb``) that is None is turned on with
 ``model.moe=on`` (its defaults) and off with ``model.moe=none``; setting ``model.moe.FIELD``
 while the group is off is an error, never a silent switch.
 """

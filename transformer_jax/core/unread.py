@@ -1,7 +1,7 @@
 """Settings the chosen choices do not read (``SELECTORS``, registries' ``reads=``): a field that
 only some entries of a registry read, set while another is chosen, is an error naming both. What the
-nested settings classes cannot express by their structure: the model kinds (``models.kinds``) and the
-n-gram smoothings (``models.baselines.config``)."""
+nested settings classes cannot express by their structure: the model kinds (``models.kinds``: the
+``ModelConfig`` fields each kind reads)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,18 @@
 >>> logits_BTV, aux = model(tokens_BT)
 """
 
-from transformer_jax.models.baselines.config import BaselineConfig
+from transformer_jax.models.baselines.config import (
+    AddKSmoothing,
+    BaselineConfig,
+    GRUCellConfig,
+    KneserNeySmoothing,
+    LSTMCellConfig,
+    NgramConfig,
+    RNNCellConfig,
+    RNNLMConfig,
+    SmoothingConfig,
+    WindowLMConfig,
+)
 from transformer_jax.models.baselines.ngram import NGramLM
 from transformer_jax.models.baselines.rnn import RNNLM
 from transformer_jax.models.baselines.window import WindowLM
@@ -53,6 +64,7 @@ __all__ = [
     "MODELS",
     "PRESETS",
     "RNNLM",
+    "AddKSmoothing",
     "AlibiPositions",
     "AttentionConfig",
     "BalanceLossConfig",
@@ -63,7 +75,10 @@ __all__ = [
     "EncoderDecoder",
     "ExecutionConfig",
     "ExpertGroupsConfig",
+    "GRUCellConfig",
     "InitConfig",
+    "KneserNeySmoothing",
+    "LSTMCellConfig",
     "LayerNormConfig",
     "LearnedPositions",
     "LinearAttention",
@@ -73,21 +88,26 @@ __all__ = [
     "MoEConfig",
     "ModelConfig",
     "NGramLM",
+    "NgramConfig",
     "NoPositions",
     "NormConfig",
     "NtkScaling",
     "PositionConfig",
     "RMSNormConfig",
     "RMSNormPlusOneConfig",
+    "RNNCellConfig",
+    "RNNLMConfig",
     "RelativeBiasPositions",
     "RopePositions",
     "RouterConfig",
     "SigmoidRouter",
     "SinusoidalPositions",
     "SlidingWindowAttention",
+    "SmoothingConfig",
     "SoftmaxAttention",
     "SoftmaxRouter",
     "WindowLM",
+    "WindowLMConfig",
     "YarnScaling",
     "abstract_model",
     "baseline_model_config",

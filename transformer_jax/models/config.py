@@ -71,7 +71,7 @@ class ModelConfig(Config):
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
     mla: MLAConfig | None = None  # Multi-head Latent Attention in place of MHA/GQA (None: off)
     mtp: MTPConfig | None = None  # multi-token prediction modules (models.mtp_config; None: off)
-    baseline: BaselineConfig | None = None  # settings of the classic LMs (n-gram, window, RNN)
+    baseline: BaselineConfig | None = None  # the classic LMs' settings, one class per kind (models.baselines.config)
 
     PATH: ClassVar[str] = "model"
     SELECTORS: ClassVar = (("kind", MODELS),)
@@ -79,7 +79,12 @@ class ModelConfig(Config):
     def check(self) -> None:
         if self.kind not in TRANSFORMER_KINDS:
             if self.baseline is None:
-                fail("model.baseline", None, f"model.kind={self.kind!r} needs its settings in model.baseline")
+                fail(
+                    "model.baseline",
+                    None,
+                    f"model.kind={self.kind!r} needs its settings in model.baseline",
+                    f"set --set model.baseline={self.kind} (its defaults)",
+                )
             self.baseline.validate(self)
             return
         for rule in TRANSFORMER_RULES:

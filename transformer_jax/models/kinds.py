@@ -32,7 +32,6 @@ _NEURAL_BASELINE = (
     "execution.param_dtype",
     "position", "baseline",
 )  # fmt: skip
-WINDOW_LM_READS = (*_NEURAL_BASELINE, "baseline.window", "baseline.direct")
-RNN_LM_READS = (*_NEURAL_BASELINE, "baseline.cell", "baseline.tbptt", "baseline.forget_bias")
-NGRAM_READS = ("vocab_size", "position", "baseline", "baseline.ngram_order", "baseline.smoothing",
-               "baseline.discount", "baseline.add_k")  # fmt: skip
+WINDOW_LM_READS = _NEURAL_BASELINE  # model.baseline holds only the kind's own settings
+RNN_LM_READS = _NEURAL_BASELINE
+NGRAM_READS = ("vocab_size", "position", "baseline")

@@ -32,13 +32,16 @@ def get_preset(name: str, **overrides) -> ModelConfig:
 
 
 def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **model_fields):
-    """A ``ModelConfig`` of a baseline ``kind`` with ``position="none"`` (and, for ``window_lm``,
-    an untied output layer unless ``d_ff == d_model``); ``model_fields`` set the rest."""
+    """A ``ModelConfig`` of a baseline ``kind`` with its ``baseline`` settings (None: the kind's
+    defaults), ``position="none"`` (and, for ``window_lm``, an untied output layer unless
+    ``d_ff == d_model``); ``model_fields`` set the rest."""
     fields = {"position": NoPositions(), **model_fields}
     if kind == "window_lm" and "embeddings" not in fields:
         d_model = fields.get("d_model", ModelConfig.d_model)
         fields["embeddings"] = EmbeddingsConfig(tie=fields.get("d_ff") == d_model)
-    return ModelConfig(kind=kind, baseline=baseline or BaselineConfig(), **fields)
+    if baseline is None and kind in BaselineConfig.VARIANTS:
+        baseline = BaselineConfig.VARIANTS.get(kind)()
+    return ModelConfig(kind=kind, baseline=baseline, **fields)
 
 
 # The original Transformer (Vaswani et al. 2017, Table 3 "base"): 6+6 layers, d_model 512,

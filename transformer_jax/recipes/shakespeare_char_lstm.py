@@ -7,7 +7,7 @@ trains a GRU instead."""
 
 import dataclasses
 
-from transformer_jax.models import BaselineConfig, InitConfig, baseline_model_config
+from transformer_jax.models import InitConfig, LSTMCellConfig, RNNLMConfig, baseline_model_config
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.recipes.shakespeare_char import get_config as transformer_config
 from transformer_jax.train.config import Config
@@ -17,7 +17,7 @@ def get_config() -> Config:
     base = transformer_config()
     model = baseline_model_config(
         "rnn_lm",
-        BaselineConfig(cell="lstm"),
+        RNNLMConfig(cell=LSTMCellConfig()),
         vocab_size=65,
         d_model=222,
         n_layers=2,

@@ -3,18 +3,18 @@
 
 ``transformer-jax train`` fits it in seconds (``model.kind="ngram"`` dispatches to
 ``transformer_jax.train.ngram.train_ngram``); ``--set model.baseline.ngram_order=3`` or
-``model.baseline.smoothing=add_k model.baseline.add_k=0.1`` compare variants.
+``model.baseline.smoothing=add_k model.baseline.smoothing.k=0.1`` compare variants.
 """
 
 from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
-from transformer_jax.models import BaselineConfig, baseline_model_config
+from transformer_jax.models import KneserNeySmoothing, NgramConfig, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
 
 
 def get_config() -> Config:
     return Config(
         name="shakespeare_char_ngram",
-        model=baseline_model_config("ngram", BaselineConfig(ngram_order=6, smoothing="kneser_ney"), vocab_size=65),
+        model=baseline_model_config("ngram", NgramConfig(ngram_order=6, smoothing=KneserNeySmoothing()), vocab_size=65),
         data=DataConfig(dataset=ShakespeareData(tokenizer=CharSettings()), seq_len=64),
         train=TrainConfig(steps=1, batch_size=12),
     )

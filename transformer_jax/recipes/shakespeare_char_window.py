@@ -6,7 +6,7 @@ position of a 64-token row is a training example; its window never reaches befor
 
 import dataclasses
 
-from transformer_jax.models import BaselineConfig, InitConfig, baseline_model_config
+from transformer_jax.models import InitConfig, WindowLMConfig, baseline_model_config
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.recipes.shakespeare_char import get_config as transformer_config
 from transformer_jax.train.config import Config
@@ -16,7 +16,7 @@ def get_config() -> Config:
     base = transformer_config()
     model = baseline_model_config(
         "window_lm",
-        BaselineConfig(window=16, direct=False),
+        WindowLMConfig(window=16, direct=False),
         vocab_size=65,
         d_model=48,
         d_ff=960,

@@ -25,6 +25,7 @@ from transformer_jax.core.paths import local_copy, local_output, user_path
 from transformer_jax.data import build_data, load_tokenizer
 from transformer_jax.data.lm import StreamLM
 from transformer_jax.eval.sampling import check_prompt
+from transformer_jax.models.baselines.config import NgramConfig
 from transformer_jax.models.baselines.ngram import NGramLM
 from transformer_jax.train.config import Config
 from transformer_jax.train.entry import ENTRY_POINTS, EntryPoint
@@ -70,14 +71,9 @@ def score(model: NGramLM, batches, *, accuracy: bool = True) -> dict[str, float]
 
 def _fit(cfg: Config, data) -> NGramLM:
     b = cfg.model.baseline
-    assert b is not None  # ModelConfig requires it for this kind
+    assert isinstance(b, NgramConfig)  # ModelConfig requires it for this kind
     return NGramLM.fit(
-        training_sequences(data),
-        vocab_size=data.vocab_size,
-        order=b.ngram_order,
-        smoothing=b.smoothing,
-        discount=b.discount,
-        add_k=b.add_k,
+        training_sequences(data), vocab_size=data.vocab_size, order=b.ngram_order, **b.smoothing.fit_kwargs()
     )
 
 

@@ -1,5 +1,9 @@
-"""``BaselineConfig``: settings of the classic LMs (``model.baseline``), used when ``model.kind``
-is one of the baseline kinds: ``ngram`` (counts), ``window_lm`` (Bengio et al. 2003), ``rnn_lm``.
+"""Settings of the classic LMs (``model.baseline``): one class per baseline kind, chosen by name.
+
+The variant's name is its ``model.kind``: ``ngram`` (counts, `NgramConfig`), ``window_lm`` (Bengio et
+al. 2003, `WindowLMConfig`), ``rnn_lm`` (`RNNLMConfig`); ``--set model.baseline=rnn_lm`` chooses one,
+``model.baseline.tbptt=32`` sets its field. The n-gram's smoothing and the RNN's cell are chosen the
+same way (``model.baseline.smoothing=add_k``, ``model.baseline.smoothing.k=0.5``).
 
 The neural baselines also read these ``ModelConfig`` fields: ``vocab_size``, ``d_model``
 (embedding width; the RNN hidden size), ``d_ff`` (the window MLP's hidden width, default
@@ -11,77 +15,148 @@ The neural baselines also read these ``ModelConfig`` fields: ``vocab_size``, ``d
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+import typing
+from typing import Any
 
-from transformer_jax.core.configlib import Config, fail, setting
+from transformer_jax.core.configlib import Variant, fail, setting, variant
 from transformer_jax.core.registry import Registry
-from transformer_jax.models.baselines.rnn import CELLS
-
-BASELINE_KINDS = ("ngram", "window_lm", "rnn_lm")
-SMOOTHINGS: Registry[str] = Registry("n-gram smoothing")
-SMOOTHINGS.register("kneser_ney", "interpolated Kneser-Ney (Chen & Goodman 1998)", reads=("discount",))
-SMOOTHINGS.register("add_k", "add-k (Lidstone)", reads=("add_k",))
 
 
+class SmoothingConfig(Variant):
+    """How the n-gram spreads probability over unseen continuations (``model.baseline.smoothing``)."""
+
+    PATH = "model.baseline.smoothing"
+    VARIANTS: typing.ClassVar[Registry[type[SmoothingConfig]]] = Registry("n-gram smoothing")
+
+    def fit_kwargs(self) -> dict[str, Any]:
+        """``NGramLM.fit``'s smoothing arguments."""
+        raise NotImplementedError
+
+
+@variant("kneser_ney")
 @dataclasses.dataclass(frozen=True)
-class BaselineConfig(Config):
-    """Settings that only the classic language models read.
+class KneserNeySmoothing(SmoothingConfig):
+    """Interpolated Kneser-Ney (Chen & Goodman 1998) with one absolute ``discount`` per order
+    (None: estimated per order as n1 / (n1 + 2 n2) from the count-of-counts)."""
 
-    n-gram (``kind="ngram"``): ``ngram_order`` n (history of n - 1 tokens); ``smoothing``:
-    ``kneser_ney`` (interpolated, Chen & Goodman 1998, one absolute ``discount`` per order;
-    None estimates it per order as n1 / (n1 + 2 n2) from the count-of-counts) or ``add_k``
-    (``(c(h, w) + k) / (c(h) + k V)``, no backoff).
-    Window LM (``kind="window_lm"``): ``window`` N tokens (the current one and N - 1 before it)
-    whose embeddings are concatenated; ``direct``: Bengio's direct input -> output connections.
-    RNN LM (``kind="rnn_lm"``): ``cell`` lstm | gru; ``tbptt``: gradients flow back at most
-    this many steps inside a training window (None: through the whole window, i.e. truncation at
-    ``data.seq_len``); ``forget_bias`` is added to the LSTM forget-gate bias at initialisation.
-    """
+    discount: float | None = setting(None, gt=0.0, le=1.0)
 
-    ngram_order: int = setting(3, ge=1)
-    smoothing: str = setting("kneser_ney", choice=SMOOTHINGS)
-    discount: float | None = setting(None, gt=0.0, le=1.0)  # None: estimated per order from the count-of-counts
-    add_k: float = setting(1.0, gt=0.0)
-    window: int = setting(8, ge=1)
-    direct: bool = False
-    cell: str = setting("lstm", choice=CELLS)
-    tbptt: int | None = setting(None, ge=1)
+    def fit_kwargs(self) -> dict[str, Any]:
+        return {"smoothing": self.kind, "discount": self.discount}
+
+
+@variant("add_k")
+@dataclasses.dataclass(frozen=True)
+class AddKSmoothing(SmoothingConfig):
+    """Add-k (Lidstone): ``(c(h, w) + k) / (c(h) + k V)``, no backoff."""
+
+    k: float = setting(1.0, gt=0.0)
+
+    def fit_kwargs(self) -> dict[str, Any]:
+        return {"smoothing": self.kind, "add_k": self.k}
+
+
+class RNNCellConfig(Variant):
+    """The recurrent cell of ``rnn_lm`` (``model.baseline.cell``; ``models.baselines.rnn.CELLS``)."""
+
+    PATH = "model.baseline.cell"
+    VARIANTS: typing.ClassVar[Registry[type[RNNCellConfig]]] = Registry("RNN cell")
+
+    def cell_kwargs(self) -> dict[str, Any]:
+        """The cell class's own keyword arguments."""
+        return {}
+
+
+@variant("lstm")
+@dataclasses.dataclass(frozen=True)
+class LSTMCellConfig(RNNCellConfig):
+    """LSTM with a forget gate; ``forget_bias`` is added to the forget-gate bias at initialisation."""
+
     forget_bias: float = 1.0
 
-    SELECTORS: ClassVar = (("smoothing", SMOOTHINGS),)
-    PATH: ClassVar[str] = "model.baseline"
+    def cell_kwargs(self) -> dict[str, Any]:
+        return {"forget_bias": self.forget_bias}
 
-    def validate(self, model_cfg) -> None:
+
+@variant("gru")
+@dataclasses.dataclass(frozen=True)
+class GRUCellConfig(RNNCellConfig):
+    """GRU (Cho et al. 2014)."""
+
+
+class BaselineConfig(Variant):
+    """Settings that only the classic language models read; the variant's name is its ``model.kind``."""
+
+    PATH = "model.baseline"
+    VARIANTS: typing.ClassVar[Registry[type[BaselineConfig]]] = Registry("baseline")
+
+    def validate(self, model_cfg: Any) -> None:
         """Checks against the enclosing ModelConfig (its own fields are checked at construction:
         each declares its range or choice)."""
-        kind = model_cfg.kind
-        if kind not in BASELINE_KINDS:
-            fail("model.kind", kind, "is not a baseline kind", f"choose one of: {', '.join(BASELINE_KINDS)}")
+        if model_cfg.kind != self.kind:
+            fail(
+                "model.baseline",
+                self.kind,
+                f"holds the settings of {self.kind!r}, but model.kind={model_cfg.kind!r}",
+                f"set --set model.baseline={model_cfg.kind} (its settings) or model.kind={self.kind}",
+            )
         if model_cfg.moe is not None:
             fail(
                 "model.moe",
                 type(model_cfg.moe).__name__,
-                f"model.kind={kind!r} has no feed-forward layers to turn into experts",
+                f"model.kind={self.kind!r} has no feed-forward layers to turn into experts",
                 "set model.moe=None",
             )
-        if kind == "ngram":
-            return
-        self._validate_neural(model_cfg)
 
-    def _validate_neural(self, m) -> None:
-        if m.position.kind != "none":
+
+@variant("ngram")
+@dataclasses.dataclass(frozen=True)
+class NgramConfig(BaselineConfig):
+    """A count-based n-gram: ``ngram_order`` n (a history of n - 1 tokens) and its ``smoothing``."""
+
+    ngram_order: int = setting(3, ge=1)
+    smoothing: SmoothingConfig = setting(factory=KneserNeySmoothing)
+
+
+class _NeuralBaseline(BaselineConfig):
+    def validate(self, model_cfg: Any) -> None:
+        super().validate(model_cfg)
+        if model_cfg.position.kind != "none":
             fail(
                 "model.position",
-                m.position.kind,
-                f"model.kind={m.kind!r} has no position encoding",
+                model_cfg.position.kind,
+                f"model.kind={self.kind!r} has no position encoding",
                 "set --set model.position=none (or build the config with baseline_model_config)",
             )
-        if m.kind == "window_lm":
-            width = m.d_ff if m.d_ff is not None else 4 * m.d_model
-            if m.embeddings.tie and width != m.d_model:
-                fail(
-                    "model.embeddings.tie",
-                    True,
-                    f"the window MLP's output width d_ff={width} differs from d_model={m.d_model}",
-                    "set model.embeddings.tie=false or model.d_ff=model.d_model",
-                )
+
+
+@variant("window_lm")
+@dataclasses.dataclass(frozen=True)
+class WindowLMConfig(_NeuralBaseline):
+    """Bengio et al. (2003): the embeddings of ``window`` N tokens (the current one and N - 1
+    before it) concatenated into an MLP; ``direct``: the direct input -> output connections."""
+
+    window: int = setting(8, ge=1)
+    direct: bool = False
+
+    def validate(self, model_cfg: Any) -> None:
+        super().validate(model_cfg)
+        m = model_cfg
+        width = m.d_ff if m.d_ff is not None else 4 * m.d_model
+        if m.embeddings.tie and width != m.d_model:
+            fail(
+                "model.embeddings.tie",
+                True,
+                f"the window MLP's output width d_ff={width} differs from d_model={m.d_model}",
+                "set model.embeddings.tie=false or model.d_ff=model.d_model",
+            )
+
+
+@variant("rnn_lm")
+@dataclasses.dataclass(frozen=True)
+class RNNLMConfig(_NeuralBaseline):
+    """A stacked RNN of ``cell`` (lstm | gru); ``tbptt``: gradients flow back at most this many steps
+    inside a training window (None: through the whole window, i.e. truncation at ``data.seq_len``)."""
+
+    cell: RNNCellConfig = setting(factory=LSTMCellConfig)
+    tbptt: int | None = setting(None, ge=1)

@@ -8,7 +8,7 @@ Zaremba, Sutskever & Vinyals 2014).
 Truncated backpropagation through time: a training row of ``data.seq_len`` tokens is one
 truncation window; the state starts at zero at the row's start and at every segment start
 (``segment_ids_BT`` changes), and is not carried between batches (the ``stream`` pipeline draws
-random windows, nanoGPT style). ``baseline.tbptt = k`` further cuts the gradient every k steps
+random windows, nanoGPT style). ``model.baseline.tbptt = k`` further cuts the gradient every k steps
 inside a row (the forward state still flows through).
 """
 
@@ -25,6 +25,7 @@ from jaxtyping import Array, Float, Int
 
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.baselines.common import OutputLayer, make_embed
+from transformer_jax.models.baselines.config import RNNLMConfig
 from transformer_jax.models.kinds import MODELS, RNN_LM_READS
 from transformer_jax.ops.dropout import dropout
 
@@ -111,7 +112,7 @@ class GRUCell(_Cell):
     n_gates = 3
     carry_names = ("h",)
 
-    def __init__(self, d_in: int, hidden: int, *, forget_bias: float = 0.0, **kw):
+    def __init__(self, d_in: int, hidden: int, **kw):
         super().__init__(d_in, hidden, **kw)
         self.b_h = nnx.Param(jnp.zeros((3, hidden), self.b_x[...].dtype), logical_axes=(None, "mlp"), role="bias")
 
@@ -156,8 +157,9 @@ class RNNLM(nnx.Module):
         if cfg.kind != "rnn_lm":
             raise ValueError(f"RNNLM needs model.kind='rnn_lm', got {cfg.kind!r}")
         self.cfg = cfg
-        assert cfg.baseline is not None  # ModelConfig requires it for this kind
-        cell_cls = CELLS.get(cfg.baseline.cell)
+        settings = cfg.baseline
+        assert isinstance(settings, RNNLMConfig)  # ModelConfig requires it for this kind
+        cell_cls = CELLS.get(settings.cell.kind)
         D = cfg.d_model
         self.embed = make_embed(cfg, rngs)
         self.layers = nnx.List(
@@ -165,7 +167,7 @@ class RNNLM(nnx.Module):
                 cell_cls(
                     D,
                     D,
-                    forget_bias=cfg.baseline.forget_bias,
+                    **settings.cell.cell_kwargs(),
                     dtype=cfg.compute_dtype,
                     param_dtype=cfg.params_dtype,
                     rngs=rngs,
@@ -200,7 +202,7 @@ class RNNLM(nnx.Module):
         reset_BT = jnp.zeros((B, T), bool)
         if segment_ids_BT is not None:
             reset_BT = reset_BT.at[:, 1:].set(segment_ids_BT[:, 1:] != segment_ids_BT[:, :-1])
-        assert cfg.baseline is not None  # ModelConfig requires it for this kind
+        assert isinstance(cfg.baseline, RNNLMConfig)  # ModelConfig requires it for this kind
         tbptt = cfg.baseline.tbptt
         t = jnp.arange(T)
         cut_T = jnp.zeros((T,), bool) if tbptt is None else (t > 0) & (t % tbptt == 0)

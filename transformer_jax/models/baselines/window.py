@@ -2,7 +2,7 @@
 
     x_t = [C(w_{t-N+1}); ...; C(w_t)]                  concatenated embeddings of the last N tokens
     h_t = tanh(H x_t + d)                              (``model.n_layers`` such layers, width d_ff)
-    y_t = b + U h_t (+ W x_t with ``baseline.direct``)  logits of token t + 1
+    y_t = b + U h_t (+ W x_t with ``model.baseline.direct``)  logits of token t + 1
 
 Positions before the start of the sequence (or of the token's segment in a packed row) take a
 learned ``boundary_embed`` vector, so every window has N entries.
@@ -19,6 +19,7 @@ from jax.nn import initializers
 from jaxtyping import Array, Bool, Float, Int
 
 from transformer_jax.models.baselines.common import OutputLayer, make_embed
+from transformer_jax.models.baselines.config import WindowLMConfig
 from transformer_jax.models.kinds import MODELS, WINDOW_LM_READS
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.ops.dropout import dropout
@@ -55,7 +56,7 @@ class WindowLM(nnx.Module):
         if cfg.kind != "window_lm":
             raise ValueError(f"WindowLM needs model.kind='window_lm', got {cfg.kind!r}")
         self.cfg = cfg
-        assert cfg.baseline is not None  # ModelConfig requires it for this kind
+        assert isinstance(cfg.baseline, WindowLMConfig)  # ModelConfig requires it for this kind
         self.window = N = cfg.baseline.window
         D, F = cfg.d_model, cfg.resolved_d_ff
         self.embed = make_embed(cfg, rngs)
