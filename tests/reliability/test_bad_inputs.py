@@ -29,7 +29,7 @@ BAD = [  # (overrides, field the message must start with, a word of the fix)
     (["train.optim.optimizer=adamm"], "train.optim.optimizer", "adam"),
     (["train.optim.lr=-1"], "train.optim.lr", "must be > 0.0"),
     (["train.optim.schedule.min_lr=1"], "train.optim.schedule.min_lr", "min_lr <= lr"),
-    (["train.label_smoothing=1.5"], "train.label_smoothing", ">= 0.0 and < 1.0"),
+    (["train.loss.label_smoothing=1.5"], "train.loss.label_smoothing", ">= 0.0 and < 1.0"),
     (["train.nonfinite=ignore"], "train.nonfinite", "skip"),
     (["train.checkpoint.best.mode=biggest"], "train.checkpoint.best.mode", "max"),
     (["data.dataset=shakespear"], "data.dataset", "shakespeare"),

@@ -28,7 +28,7 @@ from transformer_jax.train.action_config import (
     SampleConfig,
     SkipNonfinite,
 )
-from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.config import Config, LossConfig, TrainConfig
 from transformer_jax.train.experiment import config_from_dict, load_experiment
 from transformer_jax.train.loggers import WandbConfig
 from transformer_jax.train.loop import train
@@ -50,7 +50,7 @@ class _FakeWandb(types.ModuleType):
         return types.SimpleNamespace(log=lambda values, step: self.rows.append(values), finish=lambda: None)
 
 
-def test_every_field_of_the_action_groups_is_read_by_a_training_run(tmp_path, monkeypatch):
+def test_every_field_of_the_action_and_loss_groups_is_read_by_a_training_run(tmp_path, monkeypatch):
     fake = _FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.setattr(loggers, "_installed", lambda module: True)
@@ -63,9 +63,10 @@ def test_every_field_of_the_action_groups_is_read_by_a_training_run(tmp_path, mo
         log=LogConfig(every=1, loggers=("jsonl",), wandb=WandbConfig(project="unit", entity="team"), peak_flops=1e12),
         checkpoint=CheckpointConfig(every=1, keep=1, best=BestCheckpoint(metric="loss", mode="min")),
         sample=SampleConfig(every=1, tokens=2, prompt="a"),
+        loss=LossConfig(label_smoothing=0.1, z_loss=1e-4),
     )
     cfg = dataclasses.replace(cfg, train=settings)
-    groups = [EvalConfig, LogConfig, WandbConfig, CheckpointConfig, BestCheckpoint, SampleConfig]
+    groups = [EvalConfig, LogConfig, WandbConfig, CheckpointConfig, BestCheckpoint, SampleConfig, LossConfig]
     with recorded_reads(groups) as reads:
         summary = train(cfg, str(tmp_path / "run"), devices=jax.devices()[:1])
     assert summary["step"] == 2 and fake.inits[0]["project"] == "unit" and fake.inits[0]["entity"] == "team"

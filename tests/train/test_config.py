@@ -10,7 +10,7 @@ from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.data import CopyTask, DataConfig, TextData
 from transformer_jax.models import get_preset
 from transformer_jax.parallel import MeshConfig
-from transformer_jax.train.config import Config, TrainConfig, resolve
+from transformer_jax.train.config import Config, LossConfig, TrainConfig, resolve
 from transformer_jax.train.optim import AdamW, InverseSqrtSchedule, OptimConfig
 
 
@@ -37,7 +37,7 @@ def test_json_round_trip_is_identity():
         ),
         (lambda: TrainConfig(batch_size=12, grad_accum=5), "train.grad_accum"),
         (lambda: TrainConfig(steps=0), "train.steps"),
-        (lambda: TrainConfig(label_smoothing=1.0), "train.label_smoothing"),
+        (lambda: TrainConfig(loss=LossConfig(label_smoothing=1.0)), "train.loss.label_smoothing"),
         (lambda: TrainConfig(nonfinite="ignore"), "train.nonfinite"),
         (lambda: TrainConfig(max_minutes=-1.0), "train.max_minutes"),
         (lambda: MeshConfig(data=-1, fsdp=-1), "mesh"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from transformer_jax.data import DataConfig, ParallelData, SentencePieceSettings
 from transformer_jax.models import get_preset
 from transformer_jax.train.action_config import BestCheckpoint, CheckpointConfig, EvalConfig, LogConfig
-from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.config import Config, LossConfig, TrainConfig
 from transformer_jax.train.optim import Adam, InverseSqrtSchedule, OptimConfig
 
 
@@ -45,7 +45,7 @@ def get_config() -> Config:
         train=TrainConfig(
             steps=4000,
             batch_size=64,
-            label_smoothing=0.1,
+            loss=LossConfig(label_smoothing=0.1),
             eval=EvalConfig(every=500),
             log=LogConfig(every=50),
             checkpoint=CheckpointConfig(every=500, best=BestCheckpoint(metric="bleu", mode="max")),

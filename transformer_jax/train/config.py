@@ -26,9 +26,20 @@ from transformer_jax.train.optim_config import InverseSqrtSchedule, OptimConfig
 
 
 @dataclasses.dataclass(frozen=True)
+class LossConfig(configlib.Config):
+    """The training objective's extras (``train.loss``; ``ops.losses.cross_entropy``):
+    ``label_smoothing`` eps mixes the targets with the uniform distribution (Szegedy et al. 2016);
+    ``z_loss`` adds ``z_loss * log(Z)^2`` per token (PaLM)."""
+
+    PATH: ClassVar[str] = "train.loss"
+    label_smoothing: float = setting(0.0, ge=0.0, lt=1.0)
+    z_loss: float = setting(0.0, ge=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig(configlib.Config):
-    """The training loop: steps, batch, optimizer, loss, and the settings of its periodic actions
-    (``train.action_config``: ``eval``, ``log``, ``checkpoint``, ``sample``, ``nonfinite``).
+    """The training loop: steps, batch, optimizer, the loss's extras (``loss``), and the settings of its
+    periodic actions (``train.action_config``: ``eval``, ``log``, ``checkpoint``, ``sample``, ``nonfinite``).
 
     ``batch_size`` is the global batch (all processes, all micro-batches); ``grad_accum``
     micro-batches of ``batch_size / grad_accum`` rows make one optimizer step.
@@ -44,8 +55,7 @@ class TrainConfig(configlib.Config):
     grad_accum: int = setting(1, ge=1)
     seed: int = 0
     optim: OptimConfig = OptimConfig()
-    label_smoothing: float = setting(0.0, ge=0.0, lt=1.0)
-    z_loss: float = setting(0.0, ge=0.0)
+    loss: LossConfig = LossConfig()
     eval: EvalConfig = EvalConfig()
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -144,6 +154,7 @@ __all__ = [
     "EvalConfig",
     "HaltOnNonfinite",
     "LogConfig",
+    "LossConfig",
     "NonfiniteConfig",
     "SampleConfig",
     "SkipNonfinite",

@@ -78,8 +78,8 @@ def make_train_step(
             logits,
             micro[task.targets],
             weights_BT=micro[task.weights],
-            label_smoothing=cfg.label_smoothing,
-            z_loss=cfg.z_loss,
+            label_smoothing=cfg.loss.label_smoothing,
+            z_loss=cfg.loss.z_loss,
             **({"groups_B": micro[SOURCE_IDS], "n_groups": n_sources} if n_sources else {}),
         )
         aux_losses = aux.get("losses", {}) if isinstance(aux, dict) else {}

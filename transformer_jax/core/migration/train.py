@@ -1,5 +1,5 @@
 """The train section's renamed keys: the periodic actions' settings became groups beside the actions
-(eval, log, checkpoint, sample) and the non-finite policy one class per policy.
+(eval, log, checkpoint, sample), the loss's extras a group (loss) and the non-finite policy one class per policy.
 
 Each step is an (upgrade, legacy) pair acting in place on the section's dict (see the package doc)."""
 
@@ -18,6 +18,7 @@ _GROUPS: dict[str, dict[str, tuple[str, Any]]] = {
         "per_layer_grad_norms": ("per_layer_grad_norms", True),
     },
     "checkpoint": {"every": ("checkpoint_every", 500), "keep": ("keep_checkpoints", 3)},
+    "loss": {"label_smoothing": ("label_smoothing", 0.0), "z_loss": ("z_loss", 0.0)},
 }
 _WANDB = {"project": ("wandb_project", "transformer-jax"), "entity": ("wandb_entity", None)}
 _BEST = {"metric": ("best_metric", "loss"), "mode": ("best_mode", "min")}
