@@ -17,13 +17,13 @@ from typing import ClassVar, Literal
 
 from transformer_jax.core.configlib import Config, Variant, fail, setting, variant
 from transformer_jax.core.registry import Registry
+from transformer_jax.data.documents import DocumentSplit
 from transformer_jax.data.mixspec import parse_mixture, parse_schedule
 from transformer_jax.data.synthetic import TASKS
+from transformer_jax.data.textio import DecodeErrors
 from transformer_jax.data.tokenizer_config import CharSettings, TokenizerConfig
 
 Packing = Literal["stream", "documents"]
-DocumentSplit = Literal["paragraph", "line"]
-DecodeErrors = Literal["strict", "replace"]
 
 
 class DatasetConfig(Variant):

@@ -24,13 +24,14 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal, get_args
 
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.data import textio
 
 FORMATS = ("text", "jsonl", "parquet")
-DOCUMENT_UNITS = ("paragraph", "line", "file")
+DocumentSplit = Literal["paragraph", "line"]  # how a plain text splits into documents
+DOCUMENT_UNITS: tuple[str, ...] = (*get_args(DocumentSplit), "file")  # or one document per file
 PARQUET_EXTRA = "pip install 'transformer-jax[parquet]' (pyarrow)"
 
 

@@ -28,11 +28,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
 
 from transformer_jax.data import shards
+from transformer_jax.data.documents import DocumentSplit
 
 if TYPE_CHECKING:
     from transformer_jax.data.sources import Corpus
@@ -63,8 +64,8 @@ def cache_key(corpus: Corpus, tokenizer: Tokenizer, unit: str, document_split: s
 
 def split_documents(text: str, how: str) -> list[str]:
     """Documents of a plain text: blank-line separated ``paragraph``s or non-empty ``line``s."""
-    if how not in ("paragraph", "line"):
-        raise ValueError(f"document split {how!r}: choose paragraph or line")
+    if how not in get_args(DocumentSplit):
+        raise ValueError(f"document split {how!r}: choose one of {', '.join(get_args(DocumentSplit))}")
     pieces = re.split(r"\n[ \t]*\n", text) if how == "paragraph" else text.split("\n")
     return [p.strip("\n") for p in pieces if p.strip()]
 

@@ -33,19 +33,23 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from transformer_jax.core.configlib import Config, ConfigError, fail, setting
 from transformer_jax.data import documents as docs_io
 from transformer_jax.data import shards
-from transformer_jax.data.prepare_tokenizer import SP_DEFAULTS, read_tokenizer_file, tokenizer_file
+from transformer_jax.data.prepare_tokenizer import read_tokenizer_file, tokenizer_file
 from transformer_jax.data.prepare_tokenizer import train_named as _train_named
 from transformer_jax.data.prepare_workers import default_workers as default_workers  # `prepare` CLI
 from transformer_jax.data.prepare_workers import init_worker, run_pool, write_shard
+from transformer_jax.data.textio import DecodeErrors
+from transformer_jax.data.tokenizer_config import SentencePieceSettings, SentencePieceType
 from transformer_jax.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
 
 SPLITS = ("train", "val")
 MB = 1_000_000
+
+_SP_DEFAULTS = SentencePieceSettings()  # prepare's sentencepiece options default to the data.dataset.tokenizer ones
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +61,7 @@ class PrepareConfig(Config):
     out: str
     tokenizer: str
     vocab_size: int | None = setting(None, ge=300)  # sentencepiece only (default 8000; 256 byte pieces + specials)
-    sp_model_type: Literal["bpe", "unigram"] | None = None  # sentencepiece only (default bpe)
+    sp_model_type: SentencePieceType | None = None  # sentencepiece only (default bpe)
     documents: str = setting("paragraph", choice=docs_io.DOCUMENT_UNITS)  # text files: paragraph | line | file
     field: str = "text"  # JSONL field / Parquet column
     val_fraction: float = setting(0.0, ge=0.0, lt=1.0)
@@ -66,7 +70,7 @@ class PrepareConfig(Config):
     record_kb: float = setting(16.0, gt=0.0)  # KiB of token ids a record holds on average (several documents)
     workers: int = setting(1, ge=1)
     tokenizer_sample_mb: float = setting(100.0, gt=0.0)
-    decode_errors: Literal["strict", "replace"] = "strict"
+    decode_errors: DecodeErrors = "strict"
     overwrite: bool = False
 
     PATH: ClassVar[str] = "prepare"
@@ -83,11 +87,11 @@ class PrepareConfig(Config):
 
     @property
     def vocab_size_(self) -> int:
-        return SP_DEFAULTS["vocab_size"] if self.vocab_size is None else self.vocab_size
+        return _SP_DEFAULTS.vocab_size if self.vocab_size is None else self.vocab_size
 
     @property
     def sp_model_type_(self) -> str:
-        return SP_DEFAULTS["sp_model_type"] if self.sp_model_type is None else self.sp_model_type
+        return _SP_DEFAULTS.model_type if self.sp_model_type is None else self.sp_model_type
 
     def options(self) -> dict[str, Any]:
         """What decides the shards' bytes (stored in the manifest; a rerun must match it)."""

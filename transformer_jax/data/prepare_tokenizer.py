@@ -20,7 +20,6 @@ from transformer_jax.data.hf_tokenizer import HF_CONFIG_FILE, HF_TOKENIZER_FILE,
 from transformer_jax.data.tokenizers import Tokenizer, tokenizer_from_json, train_tokenizer
 
 TRAINED = ("char", "byte", "sentencepiece")
-SP_DEFAULTS = {"vocab_size": 8000, "sp_model_type": "bpe"}
 
 
 def tokenizer_file(spec: str) -> Path | None:

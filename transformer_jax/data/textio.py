@@ -16,12 +16,14 @@ import json
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal, get_args
 
 from etils import epath
 
 from transformer_jax.core.paths import check_reachable, is_url, user_path
 
-DECODE_ERRORS = ("strict", "replace")  # non-UTF-8 bytes: an error naming the file, or U+FFFD with a warning
+DecodeErrors = Literal["strict", "replace"]  # non-UTF-8 bytes: an error naming the file, or U+FFFD with a warning
+DECODE_ERRORS: tuple[str, ...] = get_args(DecodeErrors)
 
 FilePath = Path | epath.Path  # a local file, or a URL's epath.Path
 

@@ -14,6 +14,8 @@ from typing import ClassVar, Literal
 from transformer_jax.core.configlib import Variant, fail, setting, variant
 from transformer_jax.core.registry import Registry
 
+SentencePieceType = Literal["bpe", "unigram"]
+
 
 class TokenizerConfig(Variant):
     """How a tokenizer is trained (``tokenizers.TOKENIZERS`` has its implementation by the same name)."""
@@ -51,7 +53,7 @@ class SentencePieceSettings(TokenizerConfig):
     for characters outside ``character_coverage`` (no unknown token)."""
 
     vocab_size: int = setting(8000, ge=8)
-    model_type: Literal["bpe", "unigram"] = "bpe"
+    model_type: SentencePieceType = "bpe"
     byte_fallback: bool = True
     character_coverage: float = setting(0.9995, gt=0.0, le=1.0)
     max_sentences: int = setting(2_000_000, ge=1)
