@@ -55,6 +55,9 @@ def test_a_set_field_the_variant_does_not_read_is_an_error_naming_both():
          "the dataset 'prepared' has no setting 'tokenizer' (its settings: path, packing)"),
         (["data.dataset.document_split=line"], "data.dataset.document_split='line': is read only with "
          "data.dataset.packing=documents"),
+        (["data.dataset.vocab_size=500"], "has no setting 'vocab_size' (its settings: tokenizer, cache_dir, "),
+        (["data.dataset.vocab_size=500"], "; did you mean data.dataset.tokenizer.vocab_size (with --set "
+         "data.dataset.tokenizer=sentencepiece)?"),
     ],
 )  # fmt: skip
 def test_a_data_setting_the_chosen_dataset_does_not_have_is_an_error_naming_its_settings(sets, message):

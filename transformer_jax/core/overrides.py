@@ -101,7 +101,27 @@ def _not_in_variant(cfg: Variant, full: str, prefix: str) -> ConfigError:
     why = f"the {family.kind} {cfg.kind!r} has no setting {name!r} (its settings: {own})"
     if owners:
         why += f"; {name!r} is a setting of {', '.join(map(repr, owners))}: choose it with --set {where}={owners[0]}"
+    elif nested := _nested_owner(cfg, name, where):
+        why += f"; did you mean {nested}?"
     return ConfigError(f"--set {full}: {why}")
+
+
+def _nested_owner(cfg: Any, name: str, where: str) -> str | None:
+    """Where ``name`` lives one group down (``data.dataset.vocab_size`` -> the tokenizer's), with the
+    variant to choose when the group's current one lacks it."""
+    for f in dataclasses.fields(cfg):
+        group = getattr(cfg, f.name)
+        if not dataclasses.is_dataclass(group):
+            continue
+        key = f"{where}.{f.name}.{name}"
+        if name in {g.name for g in dataclasses.fields(group)}:
+            return key
+        if isinstance(group, Variant):
+            family = group.VARIANTS
+            owners = [k for k in family if name in {g.name for g in dataclasses.fields(family.get(k))}]
+            if owners:
+                return f"{key} (with --set {where}.{f.name}={owners[0]})"
+    return None
 
 
 def _same_choice(current: Any, new: Any) -> bool:
