@@ -184,3 +184,13 @@ def test_a_value_on_a_bound_is_accepted(cls):
                 cls(**{**_base(cls), f.name: value})
             except ConfigError as e:
                 assert f"{cls.PATH}.{f.name}={value!r}: must be" not in str(e), str(e)
+
+
+def test_a_broken_bound_says_what_to_do_instead_where_the_field_declares_it():
+    from transformer_jax.decode.strategies import SamplingConfig
+    from transformer_jax.train.optim_config import OptimConfig
+
+    with pytest.raises(ConfigError, match=r"train.optim.grad_clip=0.0: must be > 0.0; none turns clipping off"):
+        OptimConfig(grad_clip=0.0)
+    with pytest.raises(ConfigError, match=r"must be > 0.0; temperature 0 is greedy decoding: use strategy=greedy"):
+        SamplingConfig(temperature=0.0)

@@ -106,7 +106,8 @@ def check_types(cfg: Any, prefix: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """What a field accepts beyond its annotated type: bounds (``ge``/``gt``/``le``/``lt``), one of
-    ``choice``'s names, ``finite=False`` to let a float be inf (NaN never)."""
+    ``choice``'s names, ``finite=False`` to let a float be inf (NaN never); ``hint``: what to do
+    instead, added to a broken bound's message (``"None turns clipping off"``)."""
 
     ge: float | None = None
     gt: float | None = None
@@ -114,6 +115,7 @@ class Rule:
     lt: float | None = None
     choice: Registry | tuple[str, ...] | None = None
     finite: bool = True
+    hint: str | None = None
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` breaks the rule, or None (None values are the type check's business)."""
@@ -132,7 +134,8 @@ class Rule:
         ]
         broken = [f"{op} {bound}" for bound, op, ok in bounds if bound is not None and not ok(bound)]
         if broken:
-            return "must be " + " and ".join(f"{op} {b}" for b, op, _ in bounds if b is not None)
+            must = "must be " + " and ".join(f"{op} {b}" for b, op, _ in bounds if b is not None)
+            return must if self.hint is None else f"{must}; {self.hint}"
         return None
 
 
@@ -146,10 +149,11 @@ def setting(
     lt: float | None = None,
     choice: Registry | tuple[str, ...] | None = None,
     finite: bool = True,
+    hint: str | None = None,
 ) -> Any:
     """A dataclass field with its constraint declared (`Rule`), checked by `check_fields`:
     ``d_model: int = setting(128, ge=1)``, ``norm: str = setting("layernorm", choice=NORMS)``."""
-    rule = Rule(ge=ge, gt=gt, le=le, lt=lt, choice=choice, finite=finite)
+    rule = Rule(ge=ge, gt=gt, le=le, lt=lt, choice=choice, finite=finite, hint=hint)
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata={"rule": rule})
     return dataclasses.field(default=default, metadata={"rule": rule})

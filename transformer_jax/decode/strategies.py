@@ -28,7 +28,7 @@ class SamplingConfig(Config):
     """
 
     strategy: str = setting("greedy", choice=STRATEGIES)
-    temperature: float = setting(1.0, gt=0.0)  # T -> 0: strategy=greedy
+    temperature: float = setting(1.0, gt=0.0, hint="temperature 0 is greedy decoding: use strategy=greedy")
     top_k: int = setting(40, ge=1)
     top_p: float = setting(0.9, gt=0.0, le=1.0)
     uniform_top_k: bool = False

@@ -158,7 +158,7 @@ class OptimConfig(Config):
     lr: float = setting(1e-3, gt=0.0)
     schedule: ScheduleConfig = setting(factory=CosineSchedule)
     warmup_steps: int = setting(100, ge=0)
-    grad_clip: float | None = setting(1.0, gt=0.0)
+    grad_clip: float | None = setting(1.0, gt=0.0, hint="none turns clipping off")
 
     PATH: typing.ClassVar[str] = "train.optim"
 
