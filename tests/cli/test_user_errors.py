@@ -25,6 +25,7 @@ def test_config_file_with_a_syntax_error_names_file_and_line(tmp_path):
     bad.write_text("def get_config():\n    return None\n\nx = = 1\n")
     _refused(cli("train", "--config", str(bad), "--workdir", str(tmp_path / "w"), check=False),
              f"--config {bad}, line 4: SyntaxError")  # fmt: skip
+    assert not (tmp_path / "w").exists()  # a run that cannot start leaves no directory behind
 
 
 def test_config_file_that_raises_names_file_and_line(tmp_path):
@@ -56,7 +57,7 @@ def test_workdir_that_is_a_file_or_cannot_be_created(tmp_path):
 def test_unread_field_on_the_command_line_is_refused_before_training(tmp_path):
     _refused(cli("train", "--config", TINY, "--workdir", str(tmp_path / "w"), "--set", "data.dataset.path=MY.txt",
                  check=False), "the dataset 'shakespeare' has no setting 'path'")  # fmt: skip
-    assert not (tmp_path / "w" / "checkpoints").exists()
+    assert not (tmp_path / "w").exists()
 
 
 def test_options_a_command_does_not_read_are_refused(tmp_path):

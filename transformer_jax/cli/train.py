@@ -59,7 +59,7 @@ def run(args) -> dict:
             f"train needs --config (a recipe name, e.g. shakespeare_char, or an experiment file) or --init-from "
             f"DIR: --workdir {args.workdir} holds no config.json of an earlier run to resume"
         )
-    check_workdir(args.workdir, create=True)
+    check_workdir(args.workdir, create=False)  # made once the config holds: bad input leaves no directory
 
     initialize(
         DistributedConfig.from_env(
@@ -86,6 +86,7 @@ def run(args) -> dict:
         cfg = load_config(args.config, args.set)
     else:
         cfg = workdir_config(args.workdir, args.set)  # resume: the config the run stored
+    check_workdir(args.workdir, create=True)
     summary = train(cfg, args.workdir, restore_step=args.restore_step)
     n_sample = cfg.train.sample.tokens if args.sample_tokens is None else args.sample_tokens
     if n_sample and jax.process_count() == 1:
