@@ -25,9 +25,9 @@ from transformer_jax.core.configlib import (
     ConfigError,
     Rule,
     _group_fields,
-    _literal_fields,
     _scalar_fields,
     all_config_classes,
+    literal_fields,
 )
 
 # Modules that may fail to import only because an optional extra is missing (the import error
@@ -135,7 +135,7 @@ def _cases():
         for name, kind, _ in _scalar_fields(cls):
             for bad in _bad_values(fields[name], kind):
                 yield pytest.param(cls, name, bad, id=f"{cls.PATH}.{name}={bad!r}")
-        for name, _ in _literal_fields(cls):  # a closed choice: a name outside it, a wrong type
+        for name, _ in literal_fields(cls):  # a closed choice: a name outside it, a wrong type
             for bad in ("no-such-name", 3):
                 yield pytest.param(cls, name, bad, id=f"{cls.PATH}.{name}={bad!r}")
         for name, _, _ in _group_fields(cls):  # a settings group or variant: not an instance of it

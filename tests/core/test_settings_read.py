@@ -154,3 +154,17 @@ def test_a_replaced_section_and_the_overrides_are_validated_once_together():
         apply_overrides(Config(), [], replace={"model": small})
     cfg = apply_overrides(Config(), ["data.seq_len=32", "model.n_layers=2"], replace={"model": small})
     assert (cfg.model.max_len, cfg.model.n_layers, cfg.data.seq_len) == (32, 2, 32)
+
+
+@pytest.mark.parametrize(
+    "key,message",
+    [
+        ("model.init=xavier", "model.init=xavier: model.init is a group of settings (its fields: scheme, std, "
+         "zero_out); did you mean model.init.scheme=xavier?"),
+        ("model.execution=xyz", "model.execution is a group of settings (its fields: dtype, param_dtype, "),
+    ],
+)  # fmt: skip
+def test_a_value_given_to_a_group_names_its_fields_and_the_one_that_takes_it(key, message):
+    with pytest.raises(ConfigError) as err:
+        load_experiment(TINY, [key])
+    assert message in str(err.value)

@@ -160,7 +160,7 @@ def setting(
 
 
 @functools.cache
-def _literal_fields(cls: type) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+def literal_fields(cls: type) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     """``(name, allowed values)`` of the fields annotated ``Literal[...]`` (``| None``: None too)."""
     out = []
     for name, hint in typing.get_type_hints(cls).items():
@@ -176,7 +176,7 @@ def check_fields(cfg: Any, prefix: str) -> None:
     (`check_types`: ints are ints, floats finite, ``X | None`` also None), a ``Literal`` field one
     of its values, then every declared `Rule` (`setting`) holds. Errors name ``prefix.field``."""
     check_types(cfg, prefix)
-    for name, allowed in _literal_fields(type(cfg)):
+    for name, allowed in literal_fields(type(cfg)):
         if (value := getattr(cfg, name)) not in allowed:
             names = [str(a) for a in allowed if a is not None]
             fix = f"{did_you_mean(value, names)} choose one of: {', '.join(names)}".lstrip()

@@ -25,8 +25,10 @@ from transformer_jax.core.configlib import (
     dataclass_in,
     family_of,
     field_paths,
+    literal_fields,
     unknown_variant,
 )
+from transformer_jax.core.registry import Registry
 
 ON_WORDS = ("on", "true", "default", "defaults")
 _SELF = ""  # key of a group's own value ("model.moe=on") inside its node
@@ -219,5 +221,23 @@ def parse_value(text: str, hint: Any, path: str) -> Any:
     if hint is str or hint is Any:
         return text
     if dataclasses.is_dataclass(hint):
-        raise ConfigError(f"{path} is a group of settings; set its fields, e.g. {path}.<field>=...")
+        raise _group_given_a_value(typing.cast(type, hint), text, path)
     return text
+
+
+def _group_given_a_value(group: type, text: str, path: str) -> ConfigError:
+    """``model.init=xavier``: the group's fields, and the one whose choices hold the value."""
+    names = [f.name for f in dataclasses.fields(group)]
+    owner = next((name for name, allowed in _choices(group) if text in allowed), None)
+    hint = f"; did you mean {path}.{owner}={text}?" if owner else f", e.g. {path}.{names[0]}=..."
+    return ConfigError(f"{path}={text}: {path} is a group of settings (its fields: {', '.join(names)}){hint}")
+
+
+def _choices(group: type) -> list[tuple[str, tuple[Any, ...]]]:
+    """``(field, allowed values)`` of ``group``'s fields with a closed set of values."""
+    out = list(literal_fields(group))
+    for f in dataclasses.fields(group):
+        choice = getattr(f.metadata.get("rule"), "choice", None)
+        if choice is not None:
+            out.append((f.name, tuple(choice.names() if isinstance(choice, Registry) else choice)))
+    return out
