@@ -168,3 +168,14 @@ def test_a_value_given_to_a_group_names_its_fields_and_the_one_that_takes_it(key
     with pytest.raises(ConfigError) as err:
         load_experiment(TINY, [key])
     assert message in str(err.value)
+
+
+def test_switching_a_variant_names_the_changed_settings_it_does_not_carry_over():
+    cfg = load_experiment(TINY, ["model.attention.qk_norm=true"])
+    with pytest.warns(ConfigWarning, match=r"model.attention.qk_norm=True of 'softmax' is not carried over"):
+        apply_overrides(cfg, ["model.attention=sliding_window"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        switched = apply_overrides(cfg, ["model.attention=sliding_window", "model.attention.qk_norm=true"])
+        apply_overrides(cfg, ["model.attention=softmax"])  # the same choice keeps its settings
+    assert switched.model.attention.qk_norm

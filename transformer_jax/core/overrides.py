@@ -131,6 +131,27 @@ def _same_choice(current: Any, new: Any) -> bool:
     return current is not None and new is not None and type(current) is type(new)
 
 
+def _warn_dropped(old: Any, new: Any, path: str, *, set_now: tuple[str, ...]) -> None:
+    """Switching a variant (``model.attention=local_global`` -> ``sliding_window``) starts from the new
+    one's defaults: a setting both have, changed from its default in the old one and not set again
+    now, is named (``qk_norm=True`` would otherwise be dropped without a word)."""
+    if not (isinstance(old, Variant) and isinstance(new, Variant)):
+        return
+    shared = {f.name for f in dataclasses.fields(new)} - set(set_now)
+    dropped = [
+        f"{path}.{f.name}={getattr(old, f.name)!r}"
+        for f in dataclasses.fields(old)
+        if f.name in shared and getattr(old, f.name) != getattr(new, f.name)
+    ]
+    if dropped:
+        warnings.warn(
+            f"--set {path}={new.kind} starts from {new.kind!r}'s defaults: {', '.join(dropped)} of {old.kind!r} "
+            f"is not carried over; set it again to keep it",
+            ConfigWarning,
+            stacklevel=4,
+        )
+
+
 def _apply(cfg: Any, tree: dict, prefix: str, changes: dict[str, Any] | None = None) -> Any:
     hints = typing.get_type_hints(type(cfg))
     names = {f.name for f in dataclasses.fields(cfg)}
@@ -142,13 +163,17 @@ def _apply(cfg: Any, tree: dict, prefix: str, changes: dict[str, Any] | None = N
             value = parse_value(node[0], hints[name], node[1])
             current = changes.get(name, getattr(cfg, name))
             keep = dataclasses.is_dataclass(value) and _same_choice(current, value)
+            if not keep:
+                _warn_dropped(current, value, f"{prefix}{name}", set_now=())
             changes[name] = current if keep else value
             continue
         sub = changes.get(name, getattr(cfg, name))
         if _SELF in node:
             turned = parse_value(node[_SELF][0], hints[name], node[_SELF][1])
-            sub = sub if _same_choice(sub, turned) else turned
             node = {k: v for k, v in node.items() if k != _SELF}
+            if not _same_choice(sub, turned):
+                _warn_dropped(sub, turned, f"{prefix}{name}", set_now=tuple(node))
+                sub = turned
             if not node:
                 changes[name] = sub
                 continue
