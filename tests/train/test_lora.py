@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.variant_reads import unread_fields
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.models import build_model, get_preset
@@ -112,6 +113,16 @@ def test_adapter_matches_numpy_formula():
     W, A, B = (np.asarray(v[...], np.float64) for v in (q.kernel, adapter.a, adapter.b))
     want = np.einsum("btd,dhk->bthk", x, W) + 2.0 * np.einsum("btr,rhk->bthk", x @ A, B)
     np.testing.assert_allclose(np.asarray(q(jnp.asarray(x))), want, rtol=1e-5, atol=1e-5)
+
+
+def test_every_lora_setting_is_read_by_applying_and_running_the_adapters():
+    model, cfg = build_model(_llama()), LoraConfig(rank=3, alpha=6.0, targets=("q", "down"))
+
+    def consume():
+        apply_lora(model, cfg)
+        model(_tokens())
+
+    assert unread_fields(consume, cfg) == []
 
 
 @pytest.mark.parametrize("scan", [False, True])
