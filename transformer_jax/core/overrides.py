@@ -137,10 +137,10 @@ def _warn_dropped(old: Any, new: Any, path: str, *, set_now: tuple[str, ...]) ->
     now, is named (``qk_norm=True`` would otherwise be dropped without a word)."""
     if not (isinstance(old, Variant) and isinstance(new, Variant)):
         return
-    shared = {f.name for f in dataclasses.fields(new)} - set(set_now)
+    shared = {f.name for f in dataclasses.fields(typing.cast(Any, new))} - set(set_now)
     dropped = [
         f"{path}.{f.name}={getattr(old, f.name)!r}"
-        for f in dataclasses.fields(old)
+        for f in dataclasses.fields(typing.cast(Any, old))
         if f.name in shared and getattr(old, f.name) != getattr(new, f.name)
     ]
     if dropped:
