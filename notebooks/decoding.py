@@ -73,7 +73,7 @@ import numpy as np
 from transformer_jax import ablation
 from transformer_jax.benchmarks.decode import per_token_times
 from transformer_jax.data import DataConfig, ReverseTask
-from transformer_jax.decode import SamplingConfig
+from transformer_jax.decode import TopK, TopP
 from transformer_jax.eval import TranslateConfig, reference_pairs, translate_ids
 from transformer_jax.eval.bleu import corpus_bleu
 from transformer_jax.models import build_model, get_preset
@@ -215,8 +215,8 @@ print(f"{len(sources)} validation sentences from {workdir}")
 n_new = run.cfg.data.seq_len
 strategies = {
     "greedy": TranslateConfig(beam_size=1),
-    "top-k (k=10)": TranslateConfig(beam_size=1, sampling=SamplingConfig("top_k", top_k=10)),
-    "top-p (p=0.9)": TranslateConfig(beam_size=1, sampling=SamplingConfig("top_p", top_p=0.9)),
+    "top-k (k=10)": TranslateConfig(beam_size=1, sampling=TopK(k=10)),
+    "top-p (p=0.9)": TranslateConfig(beam_size=1, sampling=TopP(p=0.9)),
     "beam 4": TranslateConfig(beam_size=4, alpha=0.6),
     "beam 4, alpha 0": TranslateConfig(beam_size=4, alpha=0.0),
 }

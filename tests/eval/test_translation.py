@@ -53,16 +53,16 @@ def test_validation_bleu_on_a_synthetic_task(model):
 
 
 def test_sampled_translation_is_seeded_and_top_k_1_is_greedy(model):
-    from transformer_jax.decode import SamplingConfig
+    from transformer_jax.decode import Sample, TopK
 
     graphdef, state = nnx.split(model)
     rng = np.random.default_rng(1)
     sources = [rng.integers(4, 40, n).tolist() for n in (3, 9, 5, 7)]
     base = dict(beam_size=1, batch_size=4, length_bucket=16, max_new_tokens=8, max_src_len=16)
     greedy = translate_ids(graphdef, state, sources, TranslateConfig(**base))
-    top1 = translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=SamplingConfig("top_k", top_k=1)))
+    top1 = translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=TopK(k=1)))
     assert top1 == greedy
-    hot = SamplingConfig("sample", temperature=5.0)
+    hot = Sample(temperature=5.0)
     a, b, c = (
         translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=hot, seed=s)) for s in (0, 0, 1)
     )

@@ -16,7 +16,7 @@ import numpy as np
 
 from transformer_jax.core.configlib import Config, setting
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
-from transformer_jax.decode import SamplingConfig, translate, translate_beam
+from transformer_jax.decode import Greedy, SamplingConfig, translate, translate_beam
 from transformer_jax.eval.bleu import corpus_bleu
 
 
@@ -35,7 +35,7 @@ class TranslateConfig(Config):
     len_a: float = 1.5
     len_b: int = 10
     length_bucket: int = setting(16, ge=1)
-    sampling: SamplingConfig = SamplingConfig()
+    sampling: SamplingConfig = Greedy()
     seed: int = 0
 
     PATH: ClassVar[str] = "translate"
