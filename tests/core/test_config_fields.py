@@ -153,7 +153,7 @@ def test_the_converted_classes_are_all_found():
     assert not missing, f"config classes not found (skipped modules: {SKIPPED})"
     names = {cls.__name__ for cls in CLASSES}
     assert {"RopePositions", "RelativeBiasPositions", "YarnScaling", "Llama3Scaling"} <= names
-    assert {"Greedy", "Sample", "TopK", "TopP"} <= names
+    assert {"Greedy", "Sample", "TopK", "TopP", "Beam", "Sampled"} <= names
     assert {"Adam", "AdamW", "Sgd", "Muon", "CosineSchedule", "LinearSchedule", "InverseSqrtSchedule"} <= names
     assert {"NgramConfig", "WindowLMConfig", "RNNLMConfig", "KneserNeySmoothing", "AddKSmoothing", "LSTMCellConfig",
             "GRUCellConfig"} <= names  # fmt: skip

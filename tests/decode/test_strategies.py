@@ -11,7 +11,7 @@ from scipy import stats
 from tests.variant_reads import unread_fields
 from transformer_jax.core.configlib import ConfigError, from_dict
 from transformer_jax.decode import Greedy, Sample, SamplingConfig, TopK, TopP, generate, pick
-from transformer_jax.eval.translation import TranslateConfig
+from transformer_jax.eval.translation import Sampled
 from transformer_jax.models import build_model, get_preset
 
 LOGITS = np.log(np.array([0.30, 0.22, 0.15, 0.12, 0.09, 0.07, 0.05], np.float32))
@@ -137,10 +137,10 @@ def test_every_strategy_reads_all_its_settings(name):
 
 
 def test_a_strategy_is_chosen_by_name():
-    assert from_dict(TranslateConfig, {"sampling": {"kind": "top_p", "p": 0.5}}).sampling == TopP(p=0.5)
-    assert TranslateConfig(sampling=cast(Any, "top_k")).sampling == TopK()
+    assert from_dict(Sampled, {"sampling": {"kind": "top_p", "p": 0.5}}).sampling == TopP(p=0.5)
+    assert Sampled(sampling=cast(Any, "top_k")).sampling == TopK()
     with pytest.raises(
         ConfigError,
-        match=r"translate.sampling=.nucleus.: unknown decoding strategy; choose one of: greedy, sample, top_k, top_p",
+        match=r"translate.search.sampling=.nucleus.: unknown decoding strategy; choose one of: greedy, sample, top_k",
     ):
-        TranslateConfig(sampling=cast(Any, "nucleus"))
+        Sampled(sampling=cast(Any, "nucleus"))
