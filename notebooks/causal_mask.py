@@ -66,6 +66,7 @@ import numpy as np
 from transformer_jax import ablation
 from transformer_jax.cli.sample import sample_text
 from transformer_jax.data.shakespeare import shakespeare_text
+from transformer_jax.decode import TopK
 from transformer_jax.models import SoftmaxAttention
 
 NOTEBOOK = "causal_mask"
@@ -149,7 +150,7 @@ def measure(seed: int):
         return {
             "val loss with the mask": ablation.eval_loss(c.workdir, ["model.attention.causal=true"]),
             "sample": sample_text(
-                c.workdir, prompt="ROMEO:", max_new_tokens=SAMPLE_TOKENS, strategy="top_k", top_k=10, seed=seed
+                c.workdir, prompt="ROMEO:", max_new_tokens=SAMPLE_TOKENS, sampling=TopK(k=10), seed=seed
             ),
         }
 

@@ -73,8 +73,8 @@ import numpy as np
 from transformer_jax import ablation
 from transformer_jax.benchmarks.decode import per_token_times
 from transformer_jax.data import DataConfig, ReverseTask
-from transformer_jax.decode import SamplingConfig
-from transformer_jax.eval import TranslateConfig, reference_pairs, translate_ids
+from transformer_jax.decode import TopK, TopP
+from transformer_jax.eval import Beam, Sampled, TranslateConfig, reference_pairs, translate_ids
 from transformer_jax.eval.bleu import corpus_bleu
 from transformer_jax.models import build_model, get_preset
 from transformer_jax.train.config import CheckpointConfig, Config, EvalConfig, LogConfig, SampleConfig, TrainConfig
@@ -214,12 +214,18 @@ print(f"{len(sources)} validation sentences from {workdir}")
 # %%
 n_new = run.cfg.data.seq_len
 strategies = {
-    "greedy": TranslateConfig(beam_size=1),
-    "top-k (k=10)": TranslateConfig(beam_size=1, sampling=SamplingConfig("top_k", top_k=10)),
-    "top-p (p=0.9)": TranslateConfig(beam_size=1, sampling=SamplingConfig("top_p", top_p=0.9)),
-    "beam 4": TranslateConfig(beam_size=4, alpha=0.6),
-    "beam 4, alpha 0": TranslateConfig(beam_size=4, alpha=0.0),
+    "greedy": TranslateConfig(search=Sampled()),
+    "top-k (k=10)": TranslateConfig(search=Sampled(TopK(k=10))),
+    "top-p (p=0.9)": TranslateConfig(search=Sampled(TopP(p=0.9))),
+    "beam 4": TranslateConfig(search=Beam(size=4, alpha=0.6)),
+    "beam 4, alpha 0": TranslateConfig(search=Beam(size=4, alpha=0.0)),
 }
+
+
+def with_seed(tc: TranslateConfig, seed: int) -> TranslateConfig:
+    if isinstance(tc.search, Sampled):
+        return dataclasses.replace(tc, search=dataclasses.replace(tc.search, seed=seed))
+    return tc
 
 
 def distinct2(texts) -> float:
@@ -233,9 +239,9 @@ for name, tc in strategies.items():
     outs = [
         [
             run.data.tokenizer.decode(x).replace("\n", " ")
-            for x in translate_ids(run.graphdef, params, sources, dataclasses.replace(tc, seed=seed))
+            for x in translate_ids(run.graphdef, params, sources, with_seed(tc, seed))
         ]
-        for seed in ((0,) if tc.beam_size > 1 else (0, 1))
+        for seed in ((0,) if isinstance(tc.search, Beam) else (0, 1))
     ]
     items[name] = {
         "bleu_stats": ablation.bleu_stats(outs[0], refs),

@@ -75,7 +75,6 @@ CONVERTED = {
     "train.checkpoint.best": "BestCheckpoint",
     "train.sample": "SampleConfig",
     "mesh": "MeshConfig",
-    "sample": "SamplingConfig",
     "translate": "TranslateConfig",
     "model.moe": "MoEConfig",
     "model.mla": "MLAConfig",
@@ -154,6 +153,7 @@ def test_the_converted_classes_are_all_found():
     assert not missing, f"config classes not found (skipped modules: {SKIPPED})"
     names = {cls.__name__ for cls in CLASSES}
     assert {"RopePositions", "RelativeBiasPositions", "YarnScaling", "Llama3Scaling"} <= names
+    assert {"Greedy", "Sample", "TopK", "TopP", "Beam", "Sampled"} <= names
     assert {"Adam", "AdamW", "Sgd", "Muon", "CosineSchedule", "LinearSchedule", "InverseSqrtSchedule"} <= names
     assert {"NgramConfig", "WindowLMConfig", "RNNLMConfig", "KneserNeySmoothing", "AddKSmoothing", "LSTMCellConfig",
             "GRUCellConfig"} <= names  # fmt: skip
@@ -187,10 +187,10 @@ def test_a_value_on_a_bound_is_accepted(cls):
 
 
 def test_a_broken_bound_says_what_to_do_instead_where_the_field_declares_it():
-    from transformer_jax.decode.strategies import SamplingConfig
+    from transformer_jax.decode.strategies import Sample
     from transformer_jax.train.optim_config import OptimConfig
 
     with pytest.raises(ConfigError, match=r"train.optim.grad_clip=0.0: must be > 0.0; none turns clipping off"):
         OptimConfig(grad_clip=0.0)
     with pytest.raises(ConfigError, match=r"must be > 0.0; temperature 0 is greedy decoding: use strategy=greedy"):
-        SamplingConfig(temperature=0.0)
+        Sample(temperature=0.0)

@@ -8,7 +8,7 @@ import pytest
 
 from transformer_jax.core.configlib import ConfigError, _scalar_fields
 from transformer_jax.data import DataConfig
-from transformer_jax.decode.strategies import SamplingConfig
+from transformer_jax.decode.strategies import TopK
 from transformer_jax.models import ModelConfig
 from transformer_jax.models.lora import LoraConfig
 from transformer_jax.models.mla_config import MLAConfig
@@ -32,7 +32,7 @@ CONFIGS = {
     "train.optim": OptimConfig(),
     "data": DataConfig(),
     "mesh": MeshConfig(),
-    "sample": SamplingConfig(),
+    "sample": TopK(),
     "train.lora": LoraConfig(),
 }
 BAD = {

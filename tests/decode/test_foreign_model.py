@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from transformer_jax.decode import CachedLM, SamplingConfig, beam_search, generate
+from transformer_jax.decode import CachedLM, TopK, beam_search, generate
 
 V, D = 11, 8
 
@@ -59,7 +59,7 @@ def test_greedy_generation_equals_recomputing_the_whole_sequence_each_step():
 def test_sampling_is_deterministic_for_a_key_and_beam_one_is_greedy():
     model = TinyLM(nnx.Rngs(1))
     prompts = np.array([[2, 7, 1]])
-    sampling = SamplingConfig(strategy="top_k", top_k=3, temperature=1.5)
+    sampling = TopK(k=3, temperature=1.5)
     a = generate(model, prompt_BP=prompts, max_new_tokens=5, key=jax.random.key(4), sampling=sampling)
     b = generate(model, prompt_BP=prompts, max_new_tokens=5, key=jax.random.key(4), sampling=sampling)
     np.testing.assert_array_equal(a.tokens, b.tokens)

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.decode import SamplingConfig, beam_search, generate, translate, translate_beam
+from transformer_jax.decode import Sample, beam_search, generate, translate, translate_beam
 from transformer_jax.models import build_model, get_preset
 from transformer_jax.nn.attention_config import SlidingWindowAttention
 
-SAMPLE = SamplingConfig("sample", temperature=1.5)  # random paths, so the test does not see one greedy rut
+SAMPLE = Sample(temperature=1.5)  # random paths, so the test does not see one greedy rut
 PROMPT = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0], [14, 15, 16, 17, 0, 0]])
 LENGTHS = np.array([6, 3, 4])
 

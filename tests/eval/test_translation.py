@@ -6,9 +6,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.variant_reads import unread_fields
 from transformer_jax.data import CopyTask, DataConfig, build_data
 from transformer_jax.decode import translate_beam
-from transformer_jax.eval import TranslateConfig, reference_pairs, translate_ids, validation_bleu
+from transformer_jax.eval import (
+    Beam,
+    Sampled,
+    TranslateConfig,
+    TranslateSearch,
+    reference_pairs,
+    translate_ids,
+    validation_bleu,
+)
 from transformer_jax.models import build_model, get_preset
 
 
@@ -21,12 +30,13 @@ def test_batched_translation_equals_one_at_a_time(model):
     graphdef, state = nnx.split(model)
     rng = np.random.default_rng(0)
     sources = [rng.integers(4, 40, n).tolist() for n in (3, 9, 1, 6, 12)]
-    cfg = TranslateConfig(beam_size=2, batch_size=4, length_bucket=16, max_new_tokens=8, max_src_len=16)
+    beam = Beam(size=2)
+    cfg = TranslateConfig(search=beam, batch_size=4, length_bucket=16, max_new_tokens=8, max_src_len=16)
     batched = translate_ids(graphdef, state, sources, cfg)
     for src, got in zip(sources, batched):
         alone = np.zeros((1, 16), np.int32)  # right-padded like the batches, one compiled shape
         alone[0, : len(src) + 1] = src + [2]
-        out = translate_beam(model, src_BS=alone, max_new_tokens=8, beam_size=2, alpha=cfg.alpha)
+        out = translate_beam(model, src_BS=alone, max_new_tokens=8, beam_size=2, alpha=beam.alpha)
         want = [int(t) for t in np.asarray(out.tokens[0, 0, : int(out.lengths[0, 0])]) if t not in (0, 1, 2)]
         assert got == want
 
@@ -53,17 +63,27 @@ def test_validation_bleu_on_a_synthetic_task(model):
 
 
 def test_sampled_translation_is_seeded_and_top_k_1_is_greedy(model):
-    from transformer_jax.decode import SamplingConfig
+    from transformer_jax.decode import Sample, TopK
 
     graphdef, state = nnx.split(model)
     rng = np.random.default_rng(1)
     sources = [rng.integers(4, 40, n).tolist() for n in (3, 9, 5, 7)]
-    base = dict(beam_size=1, batch_size=4, length_bucket=16, max_new_tokens=8, max_src_len=16)
-    greedy = translate_ids(graphdef, state, sources, TranslateConfig(**base))
-    top1 = translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=SamplingConfig("top_k", top_k=1)))
+    base = dict(batch_size=4, length_bucket=16, max_new_tokens=8, max_src_len=16)
+    greedy = translate_ids(graphdef, state, sources, TranslateConfig(**base, search=Sampled()))
+    top1 = translate_ids(graphdef, state, sources, TranslateConfig(**base, search=Sampled(TopK(k=1))))
     assert top1 == greedy
-    hot = SamplingConfig("sample", temperature=5.0)
+    hot = Sample(temperature=5.0)
     a, b, c = (
-        translate_ids(graphdef, state, sources, TranslateConfig(**base, sampling=hot, seed=s)) for s in (0, 0, 1)
+        translate_ids(graphdef, state, sources, TranslateConfig(**base, search=Sampled(hot, seed=s))) for s in (0, 0, 1)
     )
     assert a == b and a != c
+
+
+@pytest.mark.parametrize("kind", TranslateSearch.VARIANTS.names())
+def test_every_search_reads_all_its_settings(model, kind):
+    """Beam search has no sampling settings and sampling no beam width: each search reads what it has."""
+    graphdef, state = nnx.split(model)
+    search = TranslateSearch.VARIANTS.get(kind)()
+    cfg = TranslateConfig(search=search, batch_size=2, length_bucket=8, max_new_tokens=4, max_src_len=8, len_b=3)
+    assert unread_fields(lambda: translate_ids(graphdef, state, [[5, 6], [7]], cfg), search) == []
+    assert unread_fields(lambda: translate_ids(graphdef, state, [[5, 6], [7]], cfg), cfg) == []

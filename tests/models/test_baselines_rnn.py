@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from transformer_jax.core.configlib import ConfigError
-from transformer_jax.decode import SamplingConfig, generate
+from transformer_jax.decode import TopK, generate
 from transformer_jax.models import RNNCellConfig, RNNLMConfig, baseline_model_config, build_model
 from transformer_jax.models.baselines.rnn import CELLS, GRUCell, LSTMCell
 
@@ -159,7 +159,7 @@ def test_sampling_through_generate(cell):
             prompt_BP=prompt,
             max_new_tokens=6,
             key=jax.random.key(1),
-            sampling=SamplingConfig(strategy="top_k", top_k=3),
+            sampling=TopK(k=3),
         )
     )
     assert top_k.shape == (2, 6) and top_k.min() >= 0 and top_k.max() < 13

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.data import DataConfig, TextData
-from transformer_jax.decode import SamplingConfig, generate
+from transformer_jax.decode import Greedy, TopK, generate
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.models import RNNLMConfig, WindowLMConfig, baseline_model_config
 from transformer_jax.models.forward import FORWARDS
@@ -61,13 +61,13 @@ def test_trains_evaluates_and_samples_like_a_transformer(kind, corpus, tmp_path)
     assert again["loss"] == pytest.approx(summary["val_loss"], rel=1e-5)
     params = jax.device_get((run.state.params, run.state.model_state))
     prompt = np.asarray([run.data.tokenizer.encode("the ")])
-    for strategy in ("greedy", "top_k"):
+    for sampling in (Greedy(), TopK(k=3)):
         out = generate(
             run.graphdef,
             params,
             prompt_BP=prompt,
             max_new_tokens=10,
-            sampling=SamplingConfig(strategy=strategy, top_k=3),
+            sampling=sampling,
         )
         tokens = _tokens(out)
         assert tokens.shape == (1, 10) and tokens.min() >= 0 and tokens.max() < run.data.vocab_size

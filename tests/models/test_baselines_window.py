@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.core.configlib import ConfigError
-from transformer_jax.decode import SamplingConfig, generate
+from transformer_jax.decode import TopK, generate
 from transformer_jax.models import WindowLMConfig, baseline_model_config, build_model
 from transformer_jax.nn.embed import EmbeddingsConfig
 
@@ -86,7 +86,7 @@ def test_sampling_through_generate():
             prompt_BP=prompt,
             max_new_tokens=5,
             key=jax.random.key(1),
-            sampling=SamplingConfig(strategy="top_k", top_k=3),
+            sampling=TopK(k=3),
         )
     )
     assert top_k.shape == (2, 5) and top_k.min() >= 0 and top_k.max() < 11

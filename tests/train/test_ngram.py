@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.data import DataConfig, TextData, build_data
+from transformer_jax.decode import Greedy, TopK, TopP
 from transformer_jax.models import AddKSmoothing, NgramConfig, NGramLM, baseline_model_config
 from transformer_jax.train.config import Config, TrainConfig
 from transformer_jax.train.experiment import config_from_dict
@@ -96,19 +97,21 @@ def test_documents_packing_counts_whole_segments(corpus, tmp_path):
 def test_sampling_greedy_and_top_k(trained):
     workdir, _ = trained
     _, model, tok = load_ngram(workdir)
-    text = sample_ngram(workdir, prompt="the ", max_new_tokens=12, strategy="greedy")
+    text = sample_ngram(workdir, prompt="the ", max_new_tokens=12, sampling=Greedy())
     ids = tok.encode("the ")
     for _ in range(12):  # greedy by hand
         ids.append(int(np.argmax(model.distribution(ids[-2:]))))
     assert text == "the " + tok.decode(ids[4:])
-    assert sample_ngram(workdir, prompt="the ", max_new_tokens=12, strategy="top_k", top_k=1) == text
-    a = sample_ngram(workdir, prompt="the ", max_new_tokens=30, strategy="top_k", top_k=5, seed=3)
-    assert a == sample_ngram(workdir, prompt="the ", max_new_tokens=30, strategy="top_k", top_k=5, seed=3)
+    assert sample_ngram(workdir, prompt="the ", max_new_tokens=12, sampling=TopK(k=1)) == text
+    a = sample_ngram(workdir, prompt="the ", max_new_tokens=30, sampling=TopK(k=5), seed=3)
+    assert a == sample_ngram(workdir, prompt="the ", max_new_tokens=30, sampling=TopK(k=5), seed=3)
     assert a.startswith("the ") and len(a) > 4
     p = np.array([0.1, 0.5, 0.15, 0.25])
     rng = np.random.default_rng(0)
-    assert {pick_next(p, rng, "top_k", top_k=2) for _ in range(200)} == {1, 3}
-    assert {pick_next(p, rng, "top_p", top_p=0.7) for _ in range(200)} == {1, 3}
+    assert {pick_next(p, rng, TopK(k=2)) for _ in range(200)} == {1, 3}
+    assert {pick_next(p, rng, TopP(p=0.7)) for _ in range(200)} == {1, 3}
+    uniform = np.bincount([pick_next(p, rng, TopK(k=2, uniform=True)) for _ in range(2000)], minlength=4)
+    assert uniform[[0, 2]].sum() == 0 and abs(uniform[1] - uniform[3]) < 200  # each of the two alike
 
 
 def test_cli_train_fits_and_samples(corpus, tmp_path):

@@ -187,14 +187,14 @@ def split_eval(args) -> dict:
         "max_batches": max_batches,
     }
     if run.data.task == "seq2seq" and not args.no_bleu:
-        from transformer_jax.eval.translation import bleu_on_split, run_translate_config
+        from transformer_jax.eval.translation import bleu_on_split, run_translate_config, search_for
 
         beam, alpha = args.beam or 4, 0.6 if args.alpha is None else args.alpha
         params = (run.state.params, run.state.model_state)
         bleu = {}
         for name, width in (("bleu", beam), ("bleu_greedy", 1)):
             t0 = time.time()
-            cfg = run_translate_config(run, beam_size=width, alpha=alpha)
+            cfg = run_translate_config(run, search=search_for(width, alpha))
             bleu = bleu_on_split(run.graphdef, params, run.data, split, cfg, args.max_sentences)
             result[name] = bleu["bleu"]
             result[f"{name}_seconds"] = time.time() - t0

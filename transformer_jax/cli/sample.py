@@ -4,21 +4,22 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from transformer_jax.cli.common import add_run_args, check_workdir, refuse_unread_options
-from transformer_jax.core.configlib import ConfigError
+from transformer_jax.core.configlib import ConfigError, field_paths
 from transformer_jax.core.paths import require_local
 
-# The options each strategy reads (besides --prompt, --max-new-tokens, --seed); others are refused.
-STRATEGY_READS = {
-    "greedy": (),
-    "sample": ("temperature",),
-    "top_k": ("temperature", "top_k", "uniform_top_k"),
-    "top_p": ("temperature", "top_p"),
-    "beam": ("beam", "alpha"),
-}
-STRATEGY_OPTIONS = ("temperature", "top_k", "uniform_top_k", "top_p", "beam", "alpha")
-DEFAULTS = {"temperature": 1.0, "top_k": 40, "uniform_top_k": False, "top_p": 0.9, "beam": 4, "alpha": 0.6}
+if TYPE_CHECKING:
+    from transformer_jax.decode import SamplingConfig
+
+# --strategy: a strategy of ``decode.SamplingConfig.VARIANTS`` (a test keeps them in step), or beam search.
+STRATEGIES = ("greedy", "sample", "top_k", "top_p", "beam")
+# The flags that set a field of the chosen strategy's settings (flag -> field); a flag whose field
+# the chosen strategy lacks is refused. --beam and --alpha are beam search's.
+FLAG_FIELDS = {"temperature": "temperature", "top_k": "k", "uniform_top_k": "uniform", "top_p": "p"}
+BEAM_OPTIONS = ("beam", "alpha")
+STRATEGY_OPTIONS = (*FLAG_FIELDS, *BEAM_OPTIONS)
 RUN_OPTIONS = ("set", "restore_step", "best")  # read from a --workdir run only
 HF_DTYPES = ("float32", "bfloat16", "float16", "auto")
 
@@ -40,7 +41,7 @@ def register(sub) -> None:
     p.add_argument(
         "--strategy",
         default="top_k",
-        choices=list(STRATEGY_READS),
+        choices=STRATEGIES,
         help="sample = temperature sampling; beam = beam search (--beam, --alpha)",
     )
     p.add_argument("--temperature", type=float, default=None, help="sample, top_k, top_p (1.0)")
@@ -60,9 +61,18 @@ def register(sub) -> None:
 
 
 def strategy_options(args) -> dict:
-    """The options of ``args.strategy`` with defaults filled; an option it does not read is an error."""
-    refuse_unread_options(f"--strategy {args.strategy}", args, STRATEGY_OPTIONS, STRATEGY_READS[args.strategy])
-    return {k: DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in STRATEGY_OPTIONS}
+    """``sample_text``'s decoding keywords for ``args.strategy``: the chosen strategy's settings
+    (``sampling``), or ``beam`` and ``alpha``; a flag the strategy does not read is an error."""
+    from transformer_jax.decode import SamplingConfig
+
+    given = {o: getattr(args, o) for o in STRATEGY_OPTIONS if getattr(args, o) is not None}
+    if args.strategy == "beam":
+        refuse_unread_options("--strategy beam", args, STRATEGY_OPTIONS, BEAM_OPTIONS)
+        return {"beam": given.get("beam", 4), "alpha": given.get("alpha", 0.6)}
+    settings = SamplingConfig.VARIANTS.get(args.strategy)
+    reads = tuple(o for o, f in FLAG_FIELDS.items() if f in field_paths(settings))
+    refuse_unread_options(f"--strategy {args.strategy}", args, STRATEGY_OPTIONS, reads)
+    return {"sampling": settings(**{FLAG_FIELDS[o]: v for o, v in given.items()})}
 
 
 def sample_text(
@@ -70,24 +80,21 @@ def sample_text(
     *,
     prompt: str,
     max_new_tokens: int,
-    strategy: str = "top_k",
-    temperature: float = 1.0,
-    top_k: int = 40,
-    top_p: float = 0.9,
-    seed: int = 0,
-    uniform_top_k: bool = False,
-    beam: int = 4,
+    sampling: SamplingConfig | None = None,
+    beam: int | None = None,
     alpha: float = 0.6,
+    seed: int = 0,
     best: bool = False,
     overrides: list[str] | None = None,
     translate: bool = False,
     restore_step: int | None = None,
     strict_prompt: bool = False,
 ) -> str | None:
-    """The prompt continued by the run's latest (or best, or ``restore_step``) checkpoint:
-    decoder-only runs return prompt + continuation; seq2seq runs return the translation when
-    ``translate``, else None."""
-    from transformer_jax.decode import SamplingConfig
+    """The prompt continued by the run's latest (or best, or ``restore_step``) checkpoint, token by
+    token with ``sampling`` (default `TopK`), or by beam search of width ``beam`` (length penalty
+    ``alpha``): decoder-only runs return prompt + continuation; seq2seq runs return the translation
+    when ``translate``, else None."""
+    from transformer_jax.decode import TopK
     from transformer_jax.eval.sampling import sample_from
     from transformer_jax.train.entry import entry_point
     from transformer_jax.train.experiment import workdir_config
@@ -95,40 +102,25 @@ def sample_text(
 
     check_workdir(workdir, create=False)
     cfg = workdir_config(workdir, overrides)
+    sampling = TopK() if sampling is None else sampling
     entry = entry_point(cfg.model.kind)
     if entry is not None:
-        if strategy == "beam":
+        if beam is not None:
             raise ConfigError(
                 f"--strategy beam: a {cfg.model.kind} run samples token by token; use greedy, sample, top_k or top_p"
             )
-        return entry.sample(
-            workdir,
-            prompt=prompt,
-            max_new_tokens=max_new_tokens,
-            strategy=strategy,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-        )
+        return entry.sample(workdir, prompt=prompt, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
     run, _ = setup(cfg, workdir, best=best, restore_step=restore_step)
     run.checkpoints.close()
     if run.data.task != "lm" and not translate:
         return None
-    sampling = SamplingConfig(
-        strategy="greedy" if strategy == "beam" else strategy,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        uniform_top_k=uniform_top_k,
-    )
     return sample_from(
         run,
         run.state,
         prompt,
         max_new_tokens=max_new_tokens,
         sampling=sampling,
-        beam=beam if strategy == "beam" else None,
+        beam=beam,
         alpha=alpha,
         seed=seed,
         strict_prompt=strict_prompt,
@@ -140,24 +132,21 @@ def sample_pretrained(
     *,
     prompt: str,
     max_new_tokens: int,
-    strategy: str = "top_k",
-    temperature: float = 1.0,
-    top_k: int = 40,
-    top_p: float = 0.9,
-    seed: int = 0,
-    uniform_top_k: bool = False,
-    beam: int = 4,
+    sampling: SamplingConfig | None = None,
+    beam: int | None = None,
     alpha: float = 0.6,
+    seed: int = 0,
     dtype: str = "float32",
     strict_prompt: bool = False,
 ) -> str:
     """``prompt`` + its continuation by the Hugging Face model directory ``path`` (its tokenizer
-    adds its special tokens, e.g. Llama's BOS, as ``transformers`` does); stops at its EOS."""
+    adds its special tokens, e.g. Llama's BOS, as ``transformers`` does); stops at its EOS.
+    Decodes as `sample_text` does (``sampling``, default `TopK`; or ``beam`` and ``alpha``)."""
     import jax
     import numpy as np
 
     from transformer_jax.data import HFTokenizer
-    from transformer_jax.decode import SamplingConfig, beam_search, generate
+    from transformer_jax.decode import TopK, beam_search, generate
     from transformer_jax.eval.sampling import check_prompt
     from transformer_jax.models.hf import from_pretrained
 
@@ -175,21 +164,18 @@ def sample_pretrained(
     if room < 1:
         raise ValueError(f"--prompt is {len(ids)} tokens: no room left in the model's {cfg.max_len} positions")
     prompt_BP = np.asarray([ids], np.int32)
-    if strategy == "beam":
+    if beam is not None:
         out = beam_search(
             model, prompt_BP=prompt_BP, max_new_tokens=room, beam_size=beam, alpha=alpha, eos_id=tok.eos_id
         )
         new = np.asarray(out.tokens[0, 0, : int(out.lengths[0, 0])])
     else:
-        sampling = SamplingConfig(
-            strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p, uniform_top_k=uniform_top_k
-        )
         gen = generate(
             model,
             prompt_BP=prompt_BP,
             max_new_tokens=room,
             key=jax.random.key(seed),
-            sampling=sampling,
+            sampling=TopK() if sampling is None else sampling,
             eos_id=tok.eos_id,
         )
         new = np.asarray(gen.tokens[0, : int(gen.lengths[0])])
@@ -208,7 +194,6 @@ def run(args) -> dict:
             args.hf,
             prompt=args.prompt,
             max_new_tokens=args.max_new_tokens,
-            strategy=args.strategy,
             seed=args.seed,
             dtype=args.dtype or "float32",
             strict_prompt=args.strict_prompt,
@@ -223,7 +208,6 @@ def run(args) -> dict:
         args.workdir,
         prompt=args.prompt,
         max_new_tokens=args.max_new_tokens,
-        strategy=args.strategy,
         seed=args.seed,
         best=bool(args.best),
         overrides=args.set,

@@ -73,6 +73,7 @@ def run(args) -> dict:
     import jax
 
     from transformer_jax.cli.sample import sample_text
+    from transformer_jax.decode import TopK
     from transformer_jax.recipes import base_config, load_config
     from transformer_jax.train.experiment import workdir_config
     from transformer_jax.train.loop import train
@@ -94,9 +95,7 @@ def run(args) -> dict:
             args.workdir,
             prompt=cfg.train.sample.prompt,
             max_new_tokens=n_sample,
-            strategy="top_k",
-            temperature=0.8,
-            top_k=40,
+            sampling=TopK(k=40, temperature=0.8),
             seed=cfg.train.seed,
         )
         if text is not None:

@@ -38,7 +38,7 @@ def run(args) -> dict:
 
     out = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the hypotheses only
-        from transformer_jax.eval.translation import run_translate_config, translate_texts
+        from transformer_jax.eval.translation import run_translate_config, search_for, translate_texts
         from transformer_jax.train.experiment import workdir_config
         from transformer_jax.train.run import setup
 
@@ -51,7 +51,7 @@ def run(args) -> dict:
             raise FileNotFoundError(f"no checkpoint in {args.workdir}/checkpoints")
         if run.data.task != "seq2seq":
             raise ValueError("translate needs a seq2seq run (data.dataset=parallel); use sample for language models")
-        cfg = run_translate_config(run, beam_size=args.beam, alpha=args.alpha, batch_size=args.batch_size)
+        cfg = run_translate_config(run, search=search_for(args.beam, args.alpha), batch_size=args.batch_size)
         if args.max_new_tokens is not None:
             cfg = dataclasses.replace(cfg, max_new_tokens=args.max_new_tokens)
         if args.input == "-":

@@ -19,7 +19,7 @@ from transformer_jax.core import compiler
 from transformer_jax.decode.beam import BeamOutput, beam_loop
 from transformer_jax.decode.cache import gather_rows, repeat_rows
 from transformer_jax.decode.loop import Generation, as_graph, check_length, merge, sample_loop
-from transformer_jax.decode.strategies import SamplingConfig
+from transformer_jax.decode.strategies import Greedy, SamplingConfig
 
 
 def _prefill(model, seq_BL, start: int):
@@ -103,7 +103,7 @@ def generate(
     max_new_tokens: int,
     prompt_lengths_B: Int[ArrayLike, " B"] | None = None,
     key: jax.Array | None = None,
-    sampling: SamplingConfig = SamplingConfig(),
+    sampling: SamplingConfig = Greedy(),
     eos_id: int | None = None,
     return_logits: bool = False,
 ) -> Generation:
@@ -141,7 +141,7 @@ def lower_generate(
     *,
     start: int,
     max_new_tokens: int,
-    sampling: SamplingConfig = SamplingConfig(),
+    sampling: SamplingConfig = Greedy(),
     eos_id: int | None = None,
 ):
     """The program `generate` runs, lowered for these arguments (arrays or ShapeDtypeStructs with

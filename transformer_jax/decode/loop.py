@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from transformer_jax.core.tokens import PAD_ID
-from transformer_jax.decode.strategies import SamplingConfig, pick
+from transformer_jax.decode.strategies import SamplingConfig
 
 # step(tokens_B1, cache) -> (logits_BV of the next position, cache)
 Step = Callable[[Int[Array, "B 1"], object], tuple[Float[Array, "B V"], object]]
@@ -99,7 +99,7 @@ def sample_loop(
             record = record.at[:, 1:start].set(prefill_logits_BTV[:, :-1].astype(jnp.float32))
 
     def choose(t, logits_BV, seq, done, n_new, record):
-        sampled = pick(logits_BV, jax.random.fold_in(key, t), sampling)
+        sampled = sampling.pick(logits_BV, jax.random.fold_in(key, t))
         forced = t < lengths_B
         tok = jnp.where(forced, seq[:, t], jnp.where(done, PAD_ID, sampled))
         n_new = n_new + (~forced & ~done)

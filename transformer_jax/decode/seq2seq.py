@@ -19,7 +19,7 @@ from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.decode.beam import BeamOutput, beam_loop
 from transformer_jax.decode.cache import gather_rows, repeat_rows
 from transformer_jax.decode.loop import Generation, as_graph, check_length, merge, sample_loop
-from transformer_jax.decode.strategies import SamplingConfig
+from transformer_jax.decode.strategies import Greedy, SamplingConfig
 
 
 def _prefill(model, src_BS, seg_BS, max_new_tokens: int, bos_id: int):
@@ -102,7 +102,7 @@ def translate(
     max_new_tokens: int,
     src_segment_ids_BS: Int[ArrayLike, "B S"] | None = None,
     key: jax.Array | None = None,
-    sampling: SamplingConfig = SamplingConfig(),
+    sampling: SamplingConfig = Greedy(),
     bos_id: int = BOS_ID,
     eos_id: int | None = EOS_ID,
     return_logits: bool = False,

@@ -1,39 +1,33 @@
-"""Next-token selection rules, chosen by name: greedy, temperature sampling, top-k, top-p.
+"""Next-token selection rules, one settings class per rule, chosen by name: greedy, temperature
+sampling, top-k, top-p (beam search lives in ``decode.beam``).
 
-Each rule is ``pick(logits_BV, key, cfg) -> tokens_B`` (pure; batched; deterministic for a key).
+Each rule's ``pick(logits_BV, key) -> tokens_B`` is pure, batched and deterministic for a key.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+import typing
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.core.configlib import Config, setting
+from transformer_jax.core.configlib import Variant, setting, variant
 from transformer_jax.core.registry import Registry
 
-STRATEGIES: Registry = Registry("decoding strategy")
+_HOT = "temperature 0 is greedy decoding: use strategy=greedy"
 
 
-@dataclasses.dataclass(frozen=True)
-class SamplingConfig(Config):
-    """``strategy``: greedy | sample | top_k | top_p (beam search lives in ``decode.beam``).
+class SamplingConfig(Variant):
+    """How the next token is chosen from the logits (``VARIANTS``: greedy | sample | top_k | top_p)."""
 
-    ``temperature`` divides the logits before sampling; ``top_k`` keeps the k most likely tokens
-    (``uniform_top_k``: choose among them uniformly, else in proportion to their probability);
-    ``top_p`` keeps the smallest set whose probability reaches p (Holtzman et al. 2020).
-    """
+    PATH = "sample"
+    VARIANTS: typing.ClassVar[Registry[type[SamplingConfig]]] = Registry("decoding strategy")
 
-    strategy: str = setting("greedy", choice=STRATEGIES)
-    temperature: float = setting(1.0, gt=0.0, hint="temperature 0 is greedy decoding: use strategy=greedy")
-    top_k: int = setting(40, ge=1)
-    top_p: float = setting(0.9, gt=0.0, le=1.0)
-    uniform_top_k: bool = False
-
-    PATH: ClassVar[str] = "sample"
+    def pick(self, logits_BV: Float[Array, "B V"], key: jax.Array | None) -> Int[Array, " B"]:
+        """The next token of each row."""
+        raise NotImplementedError
 
 
 def top_k_logits(logits_BV: Float[Array, "B V"], k: int) -> Float[Array, "B V"]:
@@ -54,31 +48,63 @@ def top_p_logits(logits_BV: Float[Array, "B V"], p: float) -> Float[Array, "B V"
     return jnp.where(keep, logits_BV, -jnp.inf)
 
 
-@STRATEGIES.register("greedy")
-def greedy(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
-    del key, cfg
-    return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+def _draw(key: jax.Array | None, logits_BV: Float[Array, "B V"]) -> Int[Array, " B"]:
+    if key is None:
+        raise ValueError("a sampling strategy needs a random key (only greedy decoding takes key=None)")
+    return jax.random.categorical(key, logits_BV, axis=-1).astype(jnp.int32)
 
 
-@STRATEGIES.register("sample")
-def sample(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
-    return jax.random.categorical(key, logits_BV.astype(jnp.float32) / cfg.temperature, axis=-1).astype(jnp.int32)
+@variant("greedy")
+@dataclasses.dataclass(frozen=True)
+class Greedy(SamplingConfig):
+    """The most likely token (no randomness)."""
+
+    def pick(self, logits_BV: Float[Array, "B V"], key: jax.Array | None) -> Int[Array, " B"]:
+        del key
+        return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
 
 
-@STRATEGIES.register("top_k")
-def top_k(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
-    filtered = top_k_logits(logits_BV.astype(jnp.float32) / cfg.temperature, cfg.top_k)
-    if cfg.uniform_top_k:
-        filtered = jnp.where(jnp.isfinite(filtered), 0.0, -jnp.inf)
-    return jax.random.categorical(key, filtered, axis=-1).astype(jnp.int32)
+@variant("sample")
+@dataclasses.dataclass(frozen=True)
+class Sample(SamplingConfig):
+    """A draw from softmax(logits / ``temperature``)."""
+
+    temperature: float = setting(1.0, gt=0.0, hint=_HOT)
+
+    def pick(self, logits_BV: Float[Array, "B V"], key: jax.Array | None) -> Int[Array, " B"]:
+        return _draw(key, logits_BV.astype(jnp.float32) / self.temperature)
 
 
-@STRATEGIES.register("top_p")
-def top_p(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
-    filtered = top_p_logits(logits_BV.astype(jnp.float32) / cfg.temperature, cfg.top_p)
-    return jax.random.categorical(key, filtered, axis=-1).astype(jnp.int32)
+@variant("top_k")
+@dataclasses.dataclass(frozen=True)
+class TopK(SamplingConfig):
+    """A draw among the ``k`` most likely tokens, in proportion to softmax(logits / ``temperature``),
+    or uniformly (``uniform``: the notes' definition)."""
+
+    k: int = setting(40, ge=1)
+    temperature: float = setting(1.0, gt=0.0, hint=_HOT)
+    uniform: bool = False
+
+    def pick(self, logits_BV: Float[Array, "B V"], key: jax.Array | None) -> Int[Array, " B"]:
+        filtered_BV = top_k_logits(logits_BV.astype(jnp.float32) / self.temperature, self.k)
+        if self.uniform:
+            filtered_BV = jnp.where(jnp.isfinite(filtered_BV), 0.0, -jnp.inf)
+        return _draw(key, filtered_BV)
 
 
-def pick(logits_BV, key, cfg: SamplingConfig) -> Int[Array, " B"]:
-    """The next tokens under ``cfg.strategy``."""
-    return STRATEGIES.get(cfg.strategy)(logits_BV, key, cfg)
+@variant("top_p")
+@dataclasses.dataclass(frozen=True)
+class TopP(SamplingConfig):
+    """A draw from the smallest set of most likely tokens whose probability under
+    softmax(logits / ``temperature``) reaches ``p`` (nucleus sampling, Holtzman et al. 2020)."""
+
+    p: float = setting(0.9, gt=0.0, le=1.0)
+    temperature: float = setting(1.0, gt=0.0, hint=_HOT)
+
+    def pick(self, logits_BV: Float[Array, "B V"], key: jax.Array | None) -> Int[Array, " B"]:
+        return _draw(key, top_p_logits(logits_BV.astype(jnp.float32) / self.temperature, self.p))
+
+
+def pick(logits_BV: Float[Array, "B V"], key: jax.Array | None, cfg: SamplingConfig) -> Int[Array, " B"]:
+    """The next tokens under the strategy ``cfg`` (``cfg.pick``)."""
+    return cfg.pick(logits_BV, key)

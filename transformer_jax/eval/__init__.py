@@ -3,7 +3,10 @@
 from transformer_jax.eval.bleu import corpus_bleu
 from transformer_jax.eval.perplexity import perplexity
 from transformer_jax.eval.translation import (
+    Beam,
+    Sampled,
     TranslateConfig,
+    TranslateSearch,
     bleu_on_split,
     reference_pairs,
     translate_ids,
@@ -12,7 +15,10 @@ from transformer_jax.eval.translation import (
 )
 
 __all__ = [
+    "Beam",
+    "Sampled",
     "TranslateConfig",
+    "TranslateSearch",
     "bleu_on_split",
     "corpus_bleu",
     "perplexity",

@@ -71,7 +71,7 @@ class JaxLM(TemplateLM):
         return [sum(next(lls)[0] for _ in doc) for doc in per_doc]
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
-        from transformer_jax.decode import SamplingConfig, generate
+        from transformer_jax.decode import Greedy, generate
 
         out = []
         for r in tqdm(requests, desc="lm_eval generate_until", disable=disable_tqdm):
@@ -88,7 +88,7 @@ class JaxLM(TemplateLM):
                 prompt_BP=np.asarray([ids or [self.prefix_token_id]], np.int32),
                 max_new_tokens=room,
                 key=jax.random.key(0),
-                sampling=SamplingConfig(strategy="greedy"),
+                sampling=Greedy(),
                 eos_id=self.eot_token_id,
             )
             text = self.tokenizer.decode(np.asarray(gen.tokens[0, : int(gen.lengths[0])]).tolist())

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from transformer_jax.core.configlib import ConfigError, ConfigWarning
-from transformer_jax.decode import SamplingConfig, beam_search, generate, translate, translate_beam
+from transformer_jax.decode import Greedy, SamplingConfig, beam_search, generate, translate, translate_beam
 
 
 def check_prompt(tokenizer, text: str, *, strict: bool = False) -> None:
@@ -108,7 +108,7 @@ def sample_from(
     prompt: str,
     *,
     max_new_tokens: int,
-    sampling: SamplingConfig = SamplingConfig(),
+    sampling: SamplingConfig = Greedy(),
     beam: int | None = None,
     alpha: float = 0.6,
     seed: int = 0,

@@ -8,35 +8,64 @@ handful of programs; the output is returned in the input order.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Sequence
 from typing import ClassVar
 
 import jax
 import numpy as np
 
-from transformer_jax.core.configlib import Config, setting
+from transformer_jax.core.configlib import Config, Variant, setting, variant
+from transformer_jax.core.registry import Registry
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
-from transformer_jax.decode import SamplingConfig, translate, translate_beam
+from transformer_jax.decode import Greedy, SamplingConfig, translate, translate_beam
 from transformer_jax.eval.bleu import corpus_bleu
+
+
+class TranslateSearch(Variant):
+    """How a translation is searched for: `Beam` or `Sampled` (token by token), chosen by name."""
+
+    PATH = "translate.search"
+    VARIANTS: typing.ClassVar[Registry[type[TranslateSearch]]] = Registry("translation search")
+
+
+@variant("beam")
+@dataclasses.dataclass(frozen=True)
+class Beam(TranslateSearch):
+    """Beam search of width ``size`` with the GNMT length penalty ``alpha`` (Wu et al. 2016; 0: none)."""
+
+    size: int = setting(4, ge=1)
+    alpha: float = 0.6
+
+
+@variant("sampled")
+@dataclasses.dataclass(frozen=True)
+class Sampled(TranslateSearch):
+    """Token by token, each chosen by ``sampling`` (default greedy); the random draws of batch b
+    use ``fold_in(key(seed), b)``."""
+
+    sampling: SamplingConfig = Greedy()
+    seed: int = 0
+
+
+def search_for(beam_size: int, alpha: float = 0.6) -> TranslateSearch:
+    """The command line's search: beam width ``beam_size``, where 1 means greedy."""
+    return Sampled() if beam_size == 1 else Beam(size=beam_size, alpha=alpha)
 
 
 @dataclasses.dataclass(frozen=True)
 class TranslateConfig(Config):
-    """``beam_size`` 1: token by token with ``sampling`` (default greedy; top-k/top-p draws use
-    ``seed``), else beam search with the GNMT length penalty ``alpha``; ``batch_size`` sentences
-    per call; sources are cut to ``max_src_len`` tokens (EOS included); at most
-    ``min(max_new_tokens, len_a * source bucket + len_b)`` target tokens (EOS included)."""
+    """``search``: `Beam` (default) or `Sampled`; ``batch_size`` sentences per call; sources are
+    cut to ``max_src_len`` tokens (EOS included); at most ``min(max_new_tokens, len_a * source
+    bucket + len_b)`` target tokens (EOS included)."""
 
-    beam_size: int = setting(4, ge=1)
-    alpha: float = 0.6
+    search: TranslateSearch = Beam()
     batch_size: int = setting(64, ge=1)
     max_src_len: int = setting(128, ge=1)
     max_new_tokens: int = setting(128, ge=1)
     len_a: float = 1.5
     len_b: int = 10
     length_bucket: int = setting(16, ge=1)
-    sampling: SamplingConfig = SamplingConfig()
-    seed: int = 0
 
     PATH: ClassVar[str] = "translate"
 
@@ -60,7 +89,20 @@ def translate_ids(
         for r, i in enumerate(idx):
             src[r, : len(srcs[i])] = srcs[i]
         n_new = max(1, min(cfg.max_new_tokens, int(cfg.len_a * bucket) + cfg.len_b))
-        if cfg.beam_size == 1:
+        search = cfg.search
+        if isinstance(search, Beam):
+            tokens = translate_beam(
+                graphdef,
+                params,
+                src_BS=src,
+                max_new_tokens=n_new,
+                beam_size=search.size,
+                alpha=search.alpha,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+            ).tokens[:, 0]
+        else:
+            assert isinstance(search, Sampled)
             tokens = translate(
                 graphdef,
                 params,
@@ -68,20 +110,9 @@ def translate_ids(
                 max_new_tokens=n_new,
                 bos_id=BOS_ID,
                 eos_id=EOS_ID,
-                sampling=cfg.sampling,
-                key=jax.random.fold_in(jax.random.key(cfg.seed), lo),
+                sampling=search.sampling,
+                key=jax.random.fold_in(jax.random.key(search.seed), lo),
             ).tokens
-        else:
-            tokens = translate_beam(
-                graphdef,
-                params,
-                src_BS=src,
-                max_new_tokens=n_new,
-                beam_size=cfg.beam_size,
-                alpha=cfg.alpha,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
-            ).tokens[:, 0]
         tokens = np.asarray(jax.device_get(tokens))
         for r, i in enumerate(idx):
             out[i] = [int(t) for t in tokens[r] if t not in (PAD_ID, BOS_ID, EOS_ID)]
@@ -126,26 +157,25 @@ def bleu_on_split(
     """Corpus BLEU of the model's translations of ``split`` against its references."""
     sources, refs = reference_pairs(data, split, max_examples)
     hyps = [data.tokenizer.decode(x).replace("\n", " ") for x in translate_ids(graphdef, params, sources, cfg)]
-    return {**corpus_bleu(hyps, refs), "sentences": len(refs), "beam_size": cfg.beam_size}
+    beam_size = cfg.search.size if isinstance(cfg.search, Beam) else 1
+    return {**corpus_bleu(hyps, refs), "sentences": len(refs), "beam_size": beam_size}
 
 
-def run_translate_config(run, *, beam_size: int, alpha: float = 0.6, batch_size: int = 64) -> TranslateConfig:
+def run_translate_config(run, *, search: TranslateSearch, batch_size: int = 64) -> TranslateConfig:
     """A TranslateConfig fitted to a run's shapes: sources cut like in training
     (``data.dataset.max_src_len``), translations of at most ``data.seq_len`` tokens (EOS included)."""
     d, m = run.cfg.data, run.cfg.model
     n_new = d.seq_len if m.position.kind != "learned" else min(d.seq_len, m.max_len - 1)
-    return TranslateConfig(
-        beam_size=beam_size, alpha=alpha, batch_size=batch_size, max_src_len=d.max_src_len, max_new_tokens=n_new
-    )
+    return TranslateConfig(search=search, batch_size=batch_size, max_src_len=d.max_src_len, max_new_tokens=n_new)
 
 
 def validation_bleu(
-    run, state, split: str = "val", max_batches: int | None = None, *, beam_size: int = 1, alpha: float = 0.6
+    run, state, split: str = "val", max_batches: int | None = None, *, search: TranslateSearch = Sampled()
 ) -> dict:
     """The seq2seq layout's extra validation metric (``eval.task_metrics``): ``{"bleu": ...}`` of
     ``state`` on ``split`` (greedy by default, to keep validation cheap); ``max_batches``
     (``train.eval.batches``) limits it to the first ``max_batches * train.batch_size`` sentences."""
     limit = None if max_batches is None else max_batches * run.cfg.train.batch_size
-    cfg = run_translate_config(run, beam_size=beam_size, alpha=alpha)
+    cfg = run_translate_config(run, search=search)
     result = bleu_on_split(run.graphdef, (state.params, state.model_state), run.data, split, cfg, limit)
     return {"bleu": result["bleu"]}

@@ -12,8 +12,8 @@ from transformer_jax.core.registry import Registry
 @dataclasses.dataclass(frozen=True)
 class EntryPoint:
     """``train(cfg, workdir) -> summary``; ``evaluate(workdir, split, max_batches, overrides=...)
-    -> dict``; ``sample(workdir, *, prompt, max_new_tokens, strategy, temperature, top_k, top_p, seed)
-    -> str``."""
+    -> dict``; ``sample(workdir, *, prompt, max_new_tokens, sampling, seed) -> str``
+    (``sampling``: a ``decode.SamplingConfig``)."""
 
     train: Callable[..., dict]
     evaluate: Callable[..., dict]

@@ -15,7 +15,7 @@ import numpy as np
 
 from transformer_jax.core import compiler, configlib, migration, targets, unread
 from transformer_jax.core.paths import user_path
-from transformer_jax.decode import SamplingConfig
+from transformer_jax.decode import TopK
 from transformer_jax.eval.evaluate import evaluate, make_eval_step
 from transformer_jax.eval.sampling import sample_from
 from transformer_jax.eval.task_metrics import EXTRA_METRICS
@@ -150,7 +150,7 @@ class Trainer:
         )
 
     def sample(self, state, prompt: str, max_new_tokens: int, *, seed: int) -> str:
-        sampling = SamplingConfig(strategy="top_k", temperature=0.8, top_k=40)
+        sampling = TopK(k=40, temperature=0.8)
         return sample_from(self.run_, state, prompt, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
 
     # The loop -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.core.paths import local_copy, local_output, user_path
 from transformer_jax.data import build_data, load_tokenizer
 from transformer_jax.data.lm import StreamLM
+from transformer_jax.decode import Greedy, Sample, SamplingConfig, TopK, TopP
 from transformer_jax.eval.sampling import check_prompt
 from transformer_jax.models.baselines.config import NgramConfig
 from transformer_jax.models.baselines.ngram import NGramLM
@@ -157,31 +158,25 @@ def evaluate_ngram(
     return {"split": split, "step": 0, **score(model, data.eval_batches(split, max_batches))}
 
 
-def pick_next(
-    probs_V: np.ndarray,
-    rng: np.random.Generator,
-    strategy: str = "top_k",
-    temperature: float = 1.0,
-    top_k: int = 40,
-    top_p: float = 0.9,
-) -> int:
-    """The rules of ``decode.strategies`` on probabilities: greedy (argmax); sample, top_k (the k
-    most likely) and top_p (the smallest set reaching p) draw from ``p^(1/temperature)``."""
-    if strategy == "greedy":
+def pick_next(probs_V: np.ndarray, rng: np.random.Generator, sampling: SamplingConfig) -> int:
+    """The rules of ``decode.strategies`` on probabilities: `Greedy` (argmax); `Sample`, `TopK` (the
+    k most likely; ``uniform``: each of them alike) and `TopP` (the smallest set reaching p) draw
+    from ``p^(1/temperature)``."""
+    if isinstance(sampling, Greedy):
         return int(np.argmax(probs_V))
-    if strategy not in ("sample", "top_k", "top_p"):
-        raise ValueError(f"strategy={strategy!r}: choose greedy, sample, top_k or top_p")
-    if temperature <= 0:
-        raise ValueError(f"temperature={temperature} must be positive (use strategy=greedy for T -> 0)")
-    logits = np.log(np.maximum(probs_V, 1e-300)) / temperature
-    if strategy == "top_k":
-        logits = np.where(logits < np.sort(logits)[-min(top_k, len(logits))], -np.inf, logits)
+    if not isinstance(sampling, Sample | TopK | TopP):
+        raise ValueError(f"{sampling!r}: the n-gram samples with Greedy, Sample, TopK or TopP")
+    logits = np.log(np.maximum(probs_V, 1e-300)) / sampling.temperature
+    if isinstance(sampling, TopK):
+        logits = np.where(logits < np.sort(logits)[-min(sampling.k, len(logits))], -np.inf, logits)
+        if sampling.uniform:
+            logits = np.where(np.isfinite(logits), 0.0, -np.inf)
     p = np.exp(logits - logits.max())
     p /= p.sum()
-    if strategy == "top_p":
+    if isinstance(sampling, TopP):
         order = np.argsort(-p)
         keep = np.zeros(len(p), bool)
-        keep[order] = np.cumsum(p[order]) - p[order] < top_p
+        keep[order] = np.cumsum(p[order]) - p[order] < sampling.p
         p = np.where(keep, p, 0.0)
         p /= p.sum()
     return int(rng.choice(len(p), p=p))
@@ -192,10 +187,7 @@ def sample_ngram(
     *,
     prompt: str = "\n",
     max_new_tokens: int = 200,
-    strategy: str = "top_k",
-    temperature: float = 1.0,
-    top_k: int = 40,
-    top_p: float = 0.9,
+    sampling: SamplingConfig = TopK(),
     seed: int = 0,
 ) -> str:
     """Continues ``prompt`` token by token from P(. | last n - 1 tokens) until ``max_new_tokens``
@@ -208,7 +200,7 @@ def sample_ngram(
     n_hist = model.order - 1
     for _ in range(max_new_tokens):
         history = (ids + new)[-n_hist:] if n_hist else []
-        nxt = pick_next(model.distribution(history), rng, strategy, temperature, top_k, top_p)
+        nxt = pick_next(model.distribution(history), rng, sampling)
         if nxt == tok.eos_id:
             break
         new.append(nxt)
