@@ -5,10 +5,12 @@ parsing as reads."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import re
 
 from tests.variant_reads import unread_fields
 from transformer_jax.core import configlib, unread
-from transformer_jax.core.configlib import setting
+from transformer_jax.core.configlib import Variant, setting
 from transformer_jax.core.overrides import apply_overrides
 
 
@@ -42,3 +44,23 @@ def test_reading_every_field_reports_none():
     cfg = _Probe()
     assert unread_fields(lambda: cfg.used + cfg.unused, cfg) == []
     assert "__getattribute__" not in _Probe.__dict__
+
+
+# Groups read whole by construction, not by a consumer a read test could run.
+_READ_WHOLE = {"MeshConfig": "MeshConfig.sizes() reads every axis by name (MESH_AXES)"}
+
+
+def test_every_settings_family_and_group_is_named_by_a_read_test():
+    """Each `Variant` family (its base class: the read tests enumerate its ``VARIANTS``) and each plain
+    settings group appears in a test that runs a consumer under `tests.variant_reads`; a new family
+    or group without one fails here."""
+    from tests.core.test_config_fields import CLASSES
+
+    root = pathlib.Path(__file__).parents[1]
+    readers = [
+        p.read_text() for p in root.rglob("test_*.py") if re.search(r"unread_fields\(|recorded_reads\(", p.read_text())
+    ]
+    named = set(re.findall(r"\b[A-Z]\w+\b", "\n".join(readers)))
+    ours = [c for c in CLASSES if c.__module__.startswith("transformer_jax.")]
+    wanted = [c.__name__ for c in ours if not issubclass(c, Variant) or "VARIANTS" in vars(c)]
+    assert [n for n in wanted if n not in named and n not in _READ_WHOLE] == []
