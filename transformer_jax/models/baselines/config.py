@@ -77,11 +77,11 @@ class BaselineConfig(Config):
                 "set --set model.position=none (or build the config with baseline_model_config)",
             )
         if m.kind == "window_lm":
-            width = m.d_ff if m.d_ff is not None else 4 * m.d_model
-            if m.embeddings.tie and width != m.d_model:
+            width, d_model = m.dims.resolved_d_ff, m.dims.d_model
+            if m.embeddings.tie and width != d_model:
                 fail(
                     "model.embeddings.tie",
                     True,
-                    f"the window MLP's output width d_ff={width} differs from d_model={m.d_model}",
-                    "set model.embeddings.tie=false or model.d_ff=model.d_model",
+                    f"the window MLP's output width d_ff={width} differs from d_model={d_model}",
+                    "set model.embeddings.tie=false or model.dims.d_ff=model.dims.d_model",
                 )
