@@ -37,7 +37,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "no_qk_norm": ("shakespeare_speedrun.py", ["model.attention.qk_norm=false"]),
     "gelu_not_relu2": ("shakespeare_speedrun.py", ["model.ffn=gelu"]),
     "no_zero_init": ("shakespeare_speedrun.py", ["model.init.zero_out=false"]),
-    "no_softcap": ("shakespeare_speedrun.py", ["model.final_softcap=null"]),
+    "no_softcap": ("shakespeare_speedrun.py", ["model.embeddings.final_softcap=null"]),
     "tied": ("shakespeare_speedrun.py", ["model.embeddings.tie=true"]),
     "nanogpt": ("shakespeare_char.py", []),
     "llama": ("shakespeare_char_llama.py", []),

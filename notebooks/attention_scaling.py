@@ -188,7 +188,7 @@ plt.show()
 # %% [markdown]
 # ## Part 2: training with and without the factor
 # The character-level Shakespeare model (4 layers, d_model 128, Pre-LN) with the head count fixed
-# at 4 and the head size d_k varied through `model.head_dim` (16 and 64), so that only d_k changes;
+# at 4 and the head size d_k varied through `model.dims.head_dim` (16 and 64), so that only d_k changes;
 # the unscaled arm sets `model.attention.scale=1.0`. The claim's own setting: every weight starts
 # with std 1/sqrt(d_model) (`model.init.std`), so q and k have unit-variance entries at init
 # (their input is normalised) and the unscaled logits q.k start with std ~sqrt(d_k), where the
@@ -201,19 +201,19 @@ plt.show()
 
 # %%
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
-ceiling = math.log(base.model.vocab_size)
-HEADS = base.model.n_heads
+ceiling = math.log(base.model.dims.vocab_size)
+HEADS = base.model.dims.n_heads
 HEAD_DIMS = ablation.pick(smoke=[8, 32], full=[16, 64])
 GRID = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3))
 configs, curves, final, at_init, sweeps = {}, {}, {}, {}, {}
-tokens = jax.random.randint(jax.random.key(0), (8, base.data.seq_len), 0, base.model.vocab_size)
+tokens = jax.random.randint(jax.random.key(0), (8, base.data.seq_len), 0, base.model.dims.vocab_size)
 for d_k in HEAD_DIMS:
     for scaled in (True, False):
         name = f"d_k={d_k} {'scaled' if scaled else 'unscaled'}"
-        model = dataclasses.replace(
+        model = with_changes(
             base.model,
             head_dim=d_k,
-            init=InitConfig(scheme="normal", std=base.model.d_model**-0.5),
+            init=InitConfig(scheme="normal", std=base.model.dims.d_model**-0.5),
             attention=SoftmaxAttention(scale=None if scaled else 1.0),
         )
         sweeps[name] = ablation.sweep_lr(dataclasses.replace(base, model=model), name, GRID, NOTEBOOK)

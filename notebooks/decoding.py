@@ -287,7 +287,7 @@ plt.show()
 
 # %%
 positions = ablation.pick(smoke=(16, 32, 64), full=(64, 128, 256, 512, 1024))
-lm_cfg = dataclasses.replace(get_preset("nanogpt_char"), max_len=2 * max(positions) + 256, dropout=0.0)
+lm_cfg = get_preset("nanogpt_char", max_len=2 * max(positions) + 256, dropout=0.0)
 timing = {"k": ablation.pick(smoke=(4, 12), full=(16, 112)), "reps": ablation.pick(smoke=2, full=7)}
 kept = ablation.kept_measurement(
     NOTEBOOK,

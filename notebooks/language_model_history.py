@@ -91,6 +91,7 @@ from transformer_jax.models import (
     RNNLMConfig,
     WindowLMConfig,
     baseline_model_config,
+    with_changes,
 )
 
 NOTEBOOK = "language_model_history"
@@ -164,7 +165,7 @@ CLAIMS = ablation.register(
 transformer = ablation.shakespeare_config(
     NOTEBOOK, steps=STEPS, **ablation.pick(smoke={}, full={"eval": {"every": STEPS}})
 )
-V = transformer.model.vocab_size
+V = transformer.model.dims.vocab_size
 
 
 def baseline(kind: str, settings: BaselineConfig, **model) -> Any:
@@ -207,7 +208,7 @@ GRIDS = {
 
 def long_context(name: str, cfg: Any) -> Any:
     """``cfg`` at context LONG with the same characters per step (the Transformer's table grown to LONG)."""
-    model = dataclasses.replace(cfg.model, max_len=LONG) if name == TF else cfg.model
+    model = with_changes(cfg.model, max_len=LONG) if name == TF else cfg.model
     same_chars = dataclasses.replace(cfg.train, batch_size=max(1, tokens_per_step // LONG))
     return dataclasses.replace(cfg, model=model, data=dataclasses.replace(cfg.data, seq_len=LONG), train=same_chars)
 

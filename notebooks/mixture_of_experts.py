@@ -142,7 +142,7 @@ for c in CLAIMS:
 dense = ablation.shakespeare_config(
     NOTEBOOK, steps=STEPS, **ablation.pick(smoke={}, full={"eval": {"every": STEPS // 4}})
 )
-F = dense.model.d_ff
+F = dense.model.dims.d_ff
 
 
 def moe(**kw) -> object:
@@ -189,7 +189,7 @@ curves = {
     for name, cfg in configs.items()
     for seed in SEEDS
 }
-ceiling = math.log(dense.model.vocab_size)
+ceiling = math.log(dense.model.dims.vocab_size)
 
 # %% [markdown]
 # ## Loss against tokens
@@ -228,7 +228,7 @@ def load_of(c: ablation.Curves) -> np.ndarray:
     return (
         np.asarray(load, dtype=float)
         if load
-        else np.full((dense.model.n_layers, configs["gshard top-2"].model.moe.n_experts), np.nan)
+        else np.full((dense.model.dims.n_layers, configs["gshard top-2"].model.moe.n_experts), np.nan)
     )
 
 

@@ -234,12 +234,12 @@ base = dataclasses.replace(
         scan_layers=True,
     ),
 )
-ceiling = math.log(base.model.vocab_size)
+ceiling = math.log(base.model.dims.vocab_size)
 unigram = ablation.with_steps(
     dataclasses.replace(
         base,
         model=baseline_model_config(
-            "ngram", NgramConfig(ngram_order=1, smoothing=AddKSmoothing()), vocab_size=base.model.vocab_size
+            "ngram", NgramConfig(ngram_order=1, smoothing=AddKSmoothing()), vocab_size=base.model.dims.vocab_size
         ),
     ),
     1,
@@ -254,7 +254,7 @@ print(f"ln V = {ceiling:.3f}; unigram loss: dev {floor['dev']:.3f}, validation {
 
 
 def variant(placement: str, depth: int, *, optimizer: str = "adam", lr: float = 1e-3, warmup: bool = True):
-    model = dataclasses.replace(base.model, placement=placement, n_layers=depth)
+    model = with_changes(base.model, placement=placement, n_layers=depth)
     cfg = ablation.with_lr(dataclasses.replace(base, model=model), lr)
     settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
     return ablation.with_optim(cfg, optimizer=settings, warmup_steps=WARMUP if warmup else 0, grad_clip=None)
@@ -285,7 +285,7 @@ final = lambda runs: [c.final_or(ceiling) for c in runs]
 
 # %%
 probe_tokens = jax.random.randint(
-    jax.random.key(0), ablation.pick(smoke=(4, 32), full=(8, 64)), 0, base.model.vocab_size
+    jax.random.key(0), ablation.pick(smoke=(4, 32), full=(8, 64)), 0, base.model.dims.vocab_size
 )
 grad_norms, var_ratio = {}, {}
 for placement in PLACEMENTS:

@@ -67,7 +67,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import EmbeddingsConfig, InitConfig, SoftmaxAttention, build_model
+from transformer_jax.models import EmbeddingsConfig, InitConfig, SoftmaxAttention, build_model, with_changes
 from transformer_jax.ops.rope import apply_rope
 
 NOTEBOOK = "positional_encoding"
@@ -158,7 +158,7 @@ CLAIMS = ablation.register(
 
 # %%
 base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS)
-base = dataclasses.replace(base, model=dataclasses.replace(base.model, max_len=max(EVAL_LENS)))
+base = dataclasses.replace(base, model=with_changes(base.model, max_len=max(EVAL_LENS)))
 equivariance = {}
 for position in ("none", "learned", "rope"):
     cfg = dataclasses.replace(
@@ -167,7 +167,7 @@ for position in ("none", "learned", "rope"):
     equivariance[position] = []
     for seed in SEEDS:
         model = build_model(cfg, seed=seed)
-        tokens = jax.random.randint(jax.random.key(seed), (2, TRAIN_LEN), 0, base.model.vocab_size)
+        tokens = jax.random.randint(jax.random.key(seed), (2, TRAIN_LEN), 0, base.model.dims.vocab_size)
         perm = np.random.default_rng(seed).permutation(TRAIN_LEN)
         logits, _ = model(tokens)
         logits_perm, _ = model(tokens[:, perm])

@@ -23,11 +23,11 @@ import time
 
 RECIPE = "shakespeare_char"
 TINY = [
-    "model.d_model=32",
-    "model.n_heads=2",
-    "model.d_ff=64",
-    "model.n_layers=2",
-    "model.max_len=32",
+    "model.dims.d_model=32",
+    "model.dims.n_heads=2",
+    "model.dims.d_ff=64",
+    "model.dims.n_layers=2",
+    "model.dims.max_len=32",
     "data.seq_len=32",
     "train.batch_size=8",
     "train.eval.batches=1",

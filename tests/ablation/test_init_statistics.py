@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from transformer_jax.models import ModelConfig, build_model
+from transformer_jax.models import ModelConfig, ModelDims, build_model
 from transformer_jax.nn.init import InitConfig
 
 D, H, F = 64, 4, 256
@@ -22,12 +22,7 @@ D, H, F = 64, 4, 256
 def kernels(placement: str, n_layers: int, init: str = "xavier") -> tuple[dict[str, np.ndarray], float, float]:
     """Every layer's kernels pooled by name, and the blocks' (alpha, beta)."""
     cfg = ModelConfig(
-        vocab_size=16,
-        d_model=D,
-        n_heads=H,
-        d_ff=F,
-        n_layers=n_layers,
-        max_len=8,
+        dims=ModelDims(vocab_size=16, d_model=D, n_heads=H, d_ff=F, n_layers=n_layers, max_len=8),
         placement=placement,
         init=InitConfig(scheme=init),
     )

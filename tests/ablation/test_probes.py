@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from transformer_jax.ablation import probes
-from transformer_jax.models import ModelConfig, build_model, with_changes
+from transformer_jax.models import ModelConfig, ModelDims, build_model, with_changes
 from transformer_jax.nn.init import InitConfig
 
 B, T, V = 2, 6, 11
@@ -18,12 +18,7 @@ B, T, V = 2, 6, 11
 
 def tiny(placement="post", **fields):
     cfg = ModelConfig(
-        vocab_size=V,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_layers=2,
-        max_len=T,
+        dims=ModelDims(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=T),
         placement=placement,
         init=InitConfig(scheme="xavier"),
     )

@@ -13,6 +13,7 @@ import pytest
 from transformer_jax import ablation
 from transformer_jax.ablation import paths, runs, store, tuning
 from transformer_jax.data import TextData
+from transformer_jax.models import with_changes
 from transformer_jax.train.actions import UNFINISHED_STOPS
 
 
@@ -33,7 +34,7 @@ def test_config_hash_follows_the_numbers_not_the_name(tmp_path):
     base = cfg()
     assert store.config_hash(base) == store.config_hash(dataclasses.replace(base, name="other"))
     assert store.config_hash(base) == store.config_hash(
-        dataclasses.replace(base, model=dataclasses.replace(base.model, vocab_size=99))
+        dataclasses.replace(base, model=with_changes(base.model, vocab_size=99))
     )
     assert store.config_hash(base) != store.config_hash(cfg(3e-3))
     assert store.config_hash(base) != store.config_hash(ablation.with_seed(base, 1))

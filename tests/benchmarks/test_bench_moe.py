@@ -14,7 +14,7 @@ def test_variants_are_dense_and_one_moe_per_dispatch_at_equal_active_width(monke
     v = moe_variants(cfg, ("padded", "ragged"))
     assert list(v) == ["dense", "moe_padded", "moe_ragged"] and v["dense"].model.moe is None
     moe = v["moe_padded"].model.moe
-    assert (moe.n_experts, moe.top_k, moe.top_k * moe.d_expert, moe.dispatch) == (8, 2, cfg.model.d_ff, "padded")
+    assert (moe.n_experts, moe.top_k, moe.top_k * moe.d_expert, moe.dispatch) == (8, 2, cfg.model.dims.d_ff, "padded")
     own = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, moe=MoEConfig(n_experts=4, top_k=1)))
     assert moe_variants(own)["moe_auto"].model.moe.n_experts == 4
 

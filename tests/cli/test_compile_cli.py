@@ -9,7 +9,12 @@ from tests.train.aot_helpers import needs_libtpu
 
 @needs_libtpu
 def test_compile_reports_a_step_that_does_not_fit_and_exits_2():
-    args = ["model.n_layers=16", "model.execution.scan_layers=true", "model.max_len=1024", "data.seq_len=1024"]
+    args = [
+        "model.dims.n_layers=16",
+        "model.execution.scan_layers=true",
+        "model.dims.max_len=1024",
+        "data.seq_len=1024",
+    ]
     proc = cli("compile", "--config", "shakespeare_char_llama", "--target", "v5e-1",
                "--set", "train.batch_size=64", "mesh.data=1", *args, check=False)  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -29,7 +34,7 @@ def test_compile_names_an_unknown_target():
 def test_train_that_does_not_fit_the_machine_exits_2_with_the_bytes(tmp_path):
     """A learned position table of 10^9 rows (512 GB) cannot be allocated on this machine."""
     proc = cli("train", "--config", "shakespeare_char", "--workdir", str(tmp_path / "w"),
-               "--set", "model.max_len=1000000000", "train.steps=2", check=False)  # fmt: skip
+               "--set", "model.dims.max_len=1000000000", "train.steps=2", check=False)  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "out of device memory (476.8 GiB in one buffer)" in proc.stderr and "512000000000 bytes" in proc.stderr
     assert "model.execution.remat=full" in proc.stderr and "Traceback" not in proc.stderr

@@ -139,7 +139,8 @@ def test_fine_tune_from_hf_and_export(hf_dir, corpus, tmp_path):
     )
     saved = json.loads(pathlib.Path(workdir, "config.json").read_text())
     assert saved["train"]["init_from"] == os.path.abspath(path)
-    assert (saved["model"]["d_model"], saved["model"]["n_kv_heads"], saved["model"]["vocab_size"]) == (32, 2, len(tok))
+    dims = saved["model"]["dims"]
+    assert (dims["d_model"], dims["n_kv_heads"], dims["vocab_size"]) == (32, 2, len(tok))
     assert json.loads(pathlib.Path(workdir, "tokenizer", "tokenizer.json").read_text())["type"] == "huggingface"
     tokens = np.random.default_rng(1).integers(3, len(tok), (2, 12))
     start = _run_logits(workdir, tokens, fresh_in=str(tmp_path / "start"))
@@ -211,14 +212,20 @@ def _bad_dirs(tmp, hf):
         ),
         (["train", "--init-from", "{file}", "--workdir", "{tmp}/w"], "is a file"),
         (["train", "--init-from", "{bert}", "--workdir", "{tmp}/w"], "model_type='bert' is not supported"),
-        (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "model.n_layers=3"], "model.n_layers=3"),
+        (
+            ["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "model.dims.n_layers=3"],
+            "model.dims.n_layers=3",
+        ),
         (
             ["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "data.dataset.tokenizer=byte"],
             "data.dataset.tokenizer",
         ),
         (["train", "--init-from", "{hf}", "--workdir", "{tmp}/w", "--set", "train.lora.rank=4"], "train.lora=on"),
         (["train", "--workdir", "{tmp}/w"], "{tmp}/w holds no config.json of an earlier run to resume"),
-        (["train", "--config", TINY, "--workdir", "{tmp}/w", "--set", "train.init_from={hf}"], "vocab_size=65 differs"),
+        (
+            ["train", "--config", TINY, "--workdir", "{tmp}/w", "--set", "train.init_from={hf}"],
+            "model.dims.d_ff=64 differs",
+        ),
         (["sample", "--hf", "{missing}"], "--hf {missing}: no such directory"),
         (["sample", "--hf", "{bert}"], "model_type='bert' is not supported"),
         (["sample", "--hf", "{hf}", "--best"], "sample --hf does not read --best"),

@@ -61,7 +61,7 @@ def test_unread_field_on_the_command_line_is_refused_before_training(tmp_path):
 
 
 def test_options_a_command_does_not_read_are_refused(tmp_path):
-    _refused(cli("bench", "train", "--set", "model.n_layers=2", check=False), "bench train does not read --set")
+    _refused(cli("bench", "train", "--set", "model.dims.n_layers=2", check=False), "bench train does not read --set")
     _refused(cli("bench", "compile", "--config", TINY, check=False), "bench compile does not read --config")
     # --steps 0 was replaced by 10
     _refused(cli("bench", "moe", "--steps", "0", check=False), "--steps=0: must be a finite positive number")

@@ -9,7 +9,7 @@ import pytest
 from transformer_jax.core.configlib import ConfigError, _scalar_fields
 from transformer_jax.data import DataConfig
 from transformer_jax.decode.strategies import TopK
-from transformer_jax.models import ModelConfig
+from transformer_jax.models import ModelConfig, ModelDims
 from transformer_jax.models.lora import LoraConfig
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
@@ -24,6 +24,7 @@ from transformer_jax.train.optim import OptimConfig
 
 CONFIGS = {
     "model": ModelConfig(),
+    "model.dims": ModelDims(),
     "model.attention": LocalGlobalAttention(),
     "model.moe": MoEConfig(),
     "model.mla": MLAConfig(),
@@ -59,7 +60,7 @@ def test_every_config_class_has_typed_scalar_fields_checked():
     """The enumeration above is not empty by accident (annotations read as strings)."""
     counts = {prefix: len(_scalar_fields(type(cfg))) for prefix, cfg in CONFIGS.items()}
     assert all(n >= 2 for n in counts.values()), counts
-    assert counts["model"] >= 15
+    assert counts["model.dims"] >= 9
 
 
 def test_the_three_values_the_issue_found_are_refused():
@@ -69,5 +70,5 @@ def test_the_three_values_the_issue_found_are_refused():
         LayerNormConfig(eps=math.nan)  # model.norm_eps before the norm settings were a class per kind
     with pytest.raises(ConfigError, match=r"model\.moe\.balance\.coef=nan"):
         MoEConfig(balance=BalanceLossConfig(coef=math.nan))  # model.moe.balance_coef before the balance group
-    with pytest.raises(ConfigError, match=r"model\.d_model=128\.5: must be an integer"):
-        ModelConfig(d_model=128.5, n_heads=1)
+    with pytest.raises(ConfigError, match=r"model\.dims\.d_model=128\.5: must be an integer"):
+        ModelConfig(dims=ModelDims(d_model=128.5, n_heads=1))

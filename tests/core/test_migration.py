@@ -18,6 +18,7 @@ from transformer_jax.models import (
     LinearAttention,
     LocalGlobalAttention,
     ModelConfig,
+    ModelDims,
     RelativeBiasPositions,
     RopePositions,
     SlidingWindowAttention,
@@ -185,3 +186,33 @@ def test_old_embedding_fields_become_the_group_and_map_back():
     assert {k: v for k, v in migration.legacy(configlib.to_dict(cfg), whole=False).items() if k in flat} == flat
     with pytest.raises(ConfigError, match=r"'model.tie_embeddings' was renamed: model.embeddings.tie"):
         apply_overrides(Config(), ["model.tie_embeddings=false"])
+
+
+@pytest.mark.parametrize(
+    "flat",
+    [
+        {"vocab_size": 65, "d_model": 64, "n_heads": 2, "n_layers": 3, "max_len": 32, "final_softcap": 15.0},
+        {"kind": "encoder_decoder", "n_encoder_layers": 2, "d_ff": 96, "tie_embeddings": False, "final_softcap": None},
+    ],
+)
+def test_old_size_fields_become_the_dims_group_final_softcap_the_embeddings_and_map_back(flat):
+    cfg = configlib.from_dict(ModelConfig, migration.upgrade(flat, whole=False))
+    sizes = {k: v for k, v in flat.items() if k in ModelDims.__dataclass_fields__}
+    assert cfg.dims == ModelDims(**sizes)
+    assert cfg.embeddings.final_softcap == flat["final_softcap"]
+    back = migration.legacy(configlib.to_dict(cfg), whole=False)
+    assert {k: back[k] for k in flat} == flat and "dims" not in back
+    assert (
+        "final_softcap" not in configlib.to_dict(cfg)
+        and configlib.from_dict(ModelConfig, migration.upgrade(back, whole=False)) == cfg
+    )
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [("model.d_model=64", "model.dims.d_model"), ("model.n_layers=2", "model.dims.n_layers"),
+     ("model.final_softcap=15", "model.embeddings.final_softcap")],
+)  # fmt: skip
+def test_an_old_size_or_softcap_key_names_its_new_key(old, new):
+    with pytest.raises(ConfigError, match=rf"'{old.split('=')[0]}' was renamed: {new}"):
+        apply_overrides(Config(), [old])

@@ -12,7 +12,7 @@ from transformer_jax.core import configlib, unread
 from transformer_jax.core.configlib import ConfigError, ConfigWarning
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.registry import Registry
-from transformer_jax.models import ModelConfig, baseline_model_config
+from transformer_jax.models import ModelConfig, ModelDims, baseline_model_config
 from transformer_jax.train.config import Config
 from transformer_jax.train.experiment import load_experiment
 
@@ -25,13 +25,13 @@ def test_repeated_set_flags_accumulate_and_a_repeated_key_warns():
     from transformer_jax.cli import build_parser
 
     args = build_parser().parse_args(
-        ["train", "--config", TINY, "--workdir", "w", "--set", "train.steps=3", "--set", "model.n_layers=1"]
+        ["train", "--config", TINY, "--workdir", "w", "--set", "train.steps=3", "--set", "model.dims.n_layers=1"]
     )
-    assert args.set == ["train.steps=3", "model.n_layers=1"]
+    assert args.set == ["train.steps=3", "model.dims.n_layers=1"]
     cfg = load_experiment(TINY, args.set)
-    assert cfg.train.steps == 3 and cfg.model.n_layers == 1  # both groups applied, not only the last
+    assert cfg.train.steps == 3 and cfg.model.dims.n_layers == 1  # both groups applied, not only the last
     with pytest.warns(ConfigWarning, match=r"--set train.steps is given twice \('3', then '5'\); using '5'"):
-        assert load_experiment(TINY, ["train.steps=3", "model.n_layers=1", "train.steps=5"]).train.steps == 5
+        assert load_experiment(TINY, ["train.steps=3", "model.dims.n_layers=1", "train.steps=5"]).train.steps == 5
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert parse_overrides(["a=1", "a=1"]) == {"a": "1"}  # the same value twice is no conflict
@@ -83,7 +83,7 @@ def test_a_non_default_unread_field_in_an_experiment_file_is_an_error(tmp_path):
 def test_baseline_kinds_refuse_transformer_fields():
     model = baseline_model_config("ngram", vocab_size=10, n_heads=8)
     problems = unread.unread_fields(Config(model=model), explicit=())
-    assert any("model.n_heads=8 is not read with model.kind='ngram'" in p for p in problems), problems
+    assert any("model.dims.n_heads=8 is not read with model.kind='ngram'" in p for p in problems), problems
     with pytest.raises(
         ConfigError, match=r"the n-gram smoothing 'add_k' has no setting 'discount' \(its settings: k\)"
     ):
@@ -149,11 +149,11 @@ def test_changed_fields_lists_each_differing_leaf_by_dotted_name():
 def test_a_replaced_section_and_the_overrides_are_validated_once_together():
     """``--init-from`` swaps in the pretrained model: a 32-position table with the default 64-token
     rows is invalid on its own, valid with the ``data.seq_len=32`` override applied in the same pass."""
-    small = ModelConfig(max_len=32)
-    with pytest.raises(ConfigError, match="data.seq_len=64: is longer than model.max_len=32"):
+    small = ModelConfig(dims=ModelDims(max_len=32))
+    with pytest.raises(ConfigError, match="data.seq_len=64: is longer than model.dims.max_len=32"):
         apply_overrides(Config(), [], replace={"model": small})
-    cfg = apply_overrides(Config(), ["data.seq_len=32", "model.n_layers=2"], replace={"model": small})
-    assert (cfg.model.max_len, cfg.model.n_layers, cfg.data.seq_len) == (32, 2, 32)
+    cfg = apply_overrides(Config(), ["data.seq_len=32", "model.dims.n_layers=2"], replace={"model": small})
+    assert (cfg.model.dims.max_len, cfg.model.dims.n_layers, cfg.data.seq_len) == (32, 2, 32)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jax._src.interpreters import partial_eval as pe
 
 from transformer_jax.core.tracing import cheap_tracer_errors
-from transformer_jax.models import ModelConfig
+from transformer_jax.models import ModelConfig, ModelDims
 from transformer_jax.models.util import abstract_model
 
 
@@ -49,6 +49,6 @@ def test_abstract_model_shapes_match_a_built_model():
 
     from transformer_jax.models import build_model
 
-    cfg = ModelConfig(vocab_size=17, d_model=16, n_heads=2, d_ff=32, n_layers=3, max_len=8)
+    cfg = ModelConfig(dims=ModelDims(vocab_size=17, d_model=16, n_heads=2, d_ff=32, n_layers=3, max_len=8))
     shapes = lambda m: jax.tree.map(lambda x: (x.shape, x.dtype), nnx.to_pure_dict(nnx.state(m)))
     assert shapes(abstract_model(cfg)) == shapes(build_model(cfg))

@@ -84,7 +84,7 @@ def test_lm_stops_at_eos_and_pads():
 
 def test_learned_positions_limit_is_checked():
     model = _lm("learned")  # max_len 128
-    with pytest.raises(ValueError, match="model.max_len=128"):
+    with pytest.raises(ValueError, match="model.dims.max_len=128"):
         generate(model, prompt_BP=PROMPT, max_new_tokens=200)
 
 

@@ -14,7 +14,7 @@ from flax import nnx
 from transformer_jax.decode import generate
 from transformer_jax.decode import speculative as spec
 from transformer_jax.decode.cache import rewind
-from transformer_jax.models import DecoderLM, ModelConfig, build_model
+from transformer_jax.models import DecoderLM, ModelConfig, ModelDims, build_model
 from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.init import InitConfig
 
@@ -22,12 +22,7 @@ MAX_LEN = 24
 # init.std 0.5: a sharp random model whose greedy tokens depend on the context, so a stale cache slot
 # (a rollback left out) changes them; at 0.02 the tokens barely depend on it and such a bug passes.
 CFG = ModelConfig(
-    vocab_size=16,
-    d_model=16,
-    n_heads=2,
-    d_ff=32,
-    n_layers=2,
-    max_len=MAX_LEN,
+    dims=ModelDims(vocab_size=16, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=MAX_LEN),
     mtp=MTPConfig(depth=2),
     init=InitConfig(std=0.5),
 )
@@ -56,7 +51,7 @@ def test_drafts_right_in_a_pattern_give_greedy_tokens_to_the_last_position(model
         drafts, caches = real_draft(model, h, seq, caches, p, s, width)
         pos_D = p + 1 + jnp.arange(drafts.shape[1])
         right = jax.vmap(lambda row: jax.lax.dynamic_slice_in_dim(row, p + 1, drafts.shape[1]))(truth_BC)
-        return jnp.where(pos_D % 3 == 0, (right + 1) % CFG.vocab_size, right), caches
+        return jnp.where(pos_D % 3 == 0, (right + 1) % CFG.dims.vocab_size, right), caches
 
     monkeypatch.setattr(spec, "_draft", oracle)  # traced anew: no other test uses this max_new_tokens
     got = spec.speculative_generate(model, prompt_BP=PROMPT, max_new_tokens=new)

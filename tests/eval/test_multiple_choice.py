@@ -164,7 +164,7 @@ def test_per_choice_loglikelihoods_match_transformers(hf_dir):
 
     path, model, tok, files, _ = hf_dir
     cfg, ours = from_pretrained(path)
-    scorer = Scorer(ours, max_len=cfg.max_len, batch_size=3, progress=False)
+    scorer = Scorer(ours, max_len=cfg.dims.max_len, batch_size=3, progress=False)
     encode = context_encoder(HFTokenizer.from_pretrained(path))
     for name, file in files.items():
         got = evaluate_task(scorer, encode, name, file)

@@ -87,8 +87,8 @@ def greedy_by_recompute(model, prompt_BP, n):
 def grad_matrix(model, T, **kw):
     """G[t, s] = sum |d (logits[:, t] . w) / d embeddings[:, s]| (one jitted Jacobian)."""
     graphdef, state = nnx.split(model)
-    emb = jax.random.normal(jax.random.key(0), (2, T, model.cfg.d_model))
-    w = jax.random.normal(jax.random.key(1), (model.cfg.vocab_size,))
+    emb = jax.random.normal(jax.random.key(0), (2, T, model.cfg.dims.d_model))
+    w = jax.random.normal(jax.random.key(1), (model.cfg.dims.vocab_size,))
 
     @jax.jit
     def jac(state, emb):

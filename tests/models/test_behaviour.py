@@ -46,7 +46,7 @@ def _input_grad_rows(fn, emb_BTD, t):
 def test_decoder_lm_is_causal_by_gradient(variant):
     model = build_lm(_cfg(variant))
     T = 8
-    emb = jax.random.normal(jax.random.key(0), (2, T, model.cfg.d_model))
+    emb = jax.random.normal(jax.random.key(0), (2, T, model.cfg.dims.d_model))
     fn = lambda e: model(jnp.zeros((2, T), jnp.int32), embeddings_BTD=e)[0]
     for t in (0, 3, T - 1):
         rows = _input_grad_rows(fn, emb, t)
@@ -71,11 +71,11 @@ def test_sliding_window_gradient_stops_at_the_receptive_field(preset, n_layers, 
     )
     model = build_lm(cfg)
     T, t_B = 12, np.array([1, 6, 11])  # batch row b probes output t_B[b]: one backward pass for all
-    emb_BTD = jax.random.normal(jax.random.key(0), (len(t_B), T, cfg.d_model))
+    emb_BTD = jax.random.normal(jax.random.key(0), (len(t_B), T, cfg.dims.d_model))
     probe_BTV = (
-        jnp.zeros((len(t_B), T, cfg.vocab_size))
+        jnp.zeros((len(t_B), T, cfg.dims.vocab_size))
         .at[np.arange(len(t_B)), t_B]
-        .set(jax.random.normal(jax.random.key(7), (len(t_B), cfg.vocab_size)))
+        .set(jax.random.normal(jax.random.key(7), (len(t_B), cfg.dims.vocab_size)))
     )
     fn = lambda e: jnp.sum(model(jnp.zeros(e.shape[:2], jnp.int32), embeddings_BTD=e)[0] * probe_BTV)
     rows_BT = np.abs(np.asarray(jax.grad(fn)(emb_BTD))).sum(-1)
@@ -90,7 +90,7 @@ def test_encoder_decoder_decoder_is_causal_by_gradient():
     src = random_tokens(jax.random.key(1), (2, 6), 100)
     memory, _ = model.encode(src)
     T = 7
-    emb = jax.random.normal(jax.random.key(0), (2, T, model.cfg.d_model))
+    emb = jax.random.normal(jax.random.key(0), (2, T, model.cfg.dims.d_model))
     fn = lambda e: model.decode(jnp.zeros((2, T), jnp.int32), memory, tgt_embeddings_BTD=e)[0]
     for t in (0, 2, T - 1):
         rows = _input_grad_rows(fn, emb, t)
@@ -206,7 +206,7 @@ def test_scan_equals_loop_and_remat_changes_nothing(preset):
     scanned = scanned_copy(model)
     src_BS = random_tokens(jax.random.key(0), (2, 6), 100)
     tgt_BT = random_tokens(jax.random.key(1), (2, 6), 100)
-    w_BTV = jax.random.normal(jax.random.key(2), (2, 6, cfg.vocab_size))
+    w_BTV = jax.random.normal(jax.random.key(2), (2, 6, cfg.dims.vocab_size))
 
     def loss(m):
         logits_BTV = m(tgt_BT)[0] if preset == "llama_tiny" else m(src_BS, tgt_BT)[0]
@@ -266,7 +266,7 @@ def test_bfloat16_compute_keeps_float32_params_and_close_logits():
     u, per_layer = 2.0**-8, 15
     a_BTV, b_BTV = np.asarray(a_BTV), np.asarray(b_BTV)
     rms = lambda x: float(np.sqrt(np.mean(x**2)))
-    bound = float(np.sqrt(2 + per_layer * cfg.n_layers) * u * a_BTV.std())
+    bound = float(np.sqrt(2 + per_layer * cfg.dims.n_layers) * u * a_BTV.std())
     assert rms(a_BTV - b_BTV) <= bound, ("logits", rms(a_BTV - b_BTV), bound)
     assert np.abs(a_BTV - b_BTV).max() <= 4 * bound, ("logits", np.abs(a_BTV - b_BTV).max(), 4 * bound)
     a_LBTD, b_LBTD = np.asarray(a_aux["hidden"]), np.asarray(b_aux["hidden"], np.float32)

@@ -12,20 +12,20 @@ from transformer_jax.nn.norm_config import LayerNormConfig
 from transformer_jax.train.config import Config
 
 INVALID = [
-    (dict(d_model=100, n_heads=8), "model.d_model", "divisible"),
-    (dict(n_heads=8, n_kv_heads=3, d_model=64), "model.n_kv_heads", "divide"),
-    (dict(position="rope", d_model=36, n_heads=4), "model.head_dim", "even"),
+    (dict(d_model=100, n_heads=8), "model.dims.d_model", "divisible"),
+    (dict(n_heads=8, n_kv_heads=3, d_model=64), "model.dims.n_kv_heads", "divide"),
+    (dict(position="rope", d_model=36, n_heads=4), "model.dims.head_dim", "even"),
     (dict(placement="psot"), "model.placement", "post"),
     (dict(position="sinusodal"), "model.position", "sinusoidal"),
     (dict(norm="batchnorm"), "model.norm", "layernorm"),
     (dict(ffn="swish"), "model.ffn", "swiglu"),
     (dict(attention_impl="flash"), "model.execution.attention_impl", "chunked"),
     (dict(attention="sliding_windw"), "model.attention", "sliding_window"),
-    (dict(kind="encoder_decoder", n_encoder_layers=0), "model.n_encoder_layers", "encoder"),
-    (dict(n_encoder_layers=2), "model.n_encoder_layers", "encoder_decoder"),
+    (dict(kind="encoder_decoder", n_encoder_layers=0), "model.dims.n_encoder_layers", "encoder"),
+    (dict(n_encoder_layers=2), "model.dims.n_encoder_layers", "encoder_decoder"),
     (dict(dropout=1.5), "model.dropout", "< 1"),
-    (dict(vocab_size=0), "model.vocab_size", ">= 2"),
-    (dict(n_layers=0), "model.n_layers", ">= 1"),
+    (dict(vocab_size=0), "model.dims.vocab_size", ">= 2"),
+    (dict(n_layers=0), "model.dims.n_layers", ">= 1"),
     (dict(attention="linear", position="alibi"), "model.position", "linear attention"),
     (dict(dtype="float64"), "model.execution.dtype", "bfloat16"),
     (dict(remat="sometimes"), "model.execution.remat", "save_dots"),
@@ -82,8 +82,8 @@ def test_a_bias_exists_only_on_the_norm_that_has_one():
 
 def test_presets_are_valid_and_overridable():
     cfg = get_preset("llama_tiny", n_layers=3)
-    assert cfg.n_layers == 3 and cfg.position == RopePositions()
-    with pytest.raises(ConfigError, match="model.n_kv_heads"):
+    assert cfg.dims.n_layers == 3 and cfg.position == RopePositions()
+    with pytest.raises(ConfigError, match="model.dims.n_kv_heads"):
         get_preset("llama_tiny", n_kv_heads=3)
 
 
@@ -97,18 +97,18 @@ def test_overrides_parse_types_and_suggest_names():
     cfg = apply_overrides(
         _Outer(),
         [
-            "model.n_layers=8",
+            "model.dims.n_layers=8",
             "model.attention.scale=None",
             "steps=1_000",
             "model.use_bias=false",
             "model.dropout=0.25",
         ],
     )
-    assert cfg.model.n_layers == 8 and cfg.steps == 1000 and cfg.model.use_bias is False
+    assert cfg.model.dims.n_layers == 8 and cfg.steps == 1000 and cfg.model.use_bias is False
     assert cfg.model.dropout == 0.25
-    with pytest.raises(ConfigError, match="model.n_layers"):
+    with pytest.raises(ConfigError, match="model.dims.n_layers"):
         apply_overrides(_Outer(), ["model.n_layer=8"])
     with pytest.raises(ConfigError, match="expected an integer"):
-        apply_overrides(_Outer(), ["model.n_layers=eight"])
-    with pytest.raises(ConfigError, match="model.d_model"):
-        apply_overrides(_Outer(), ["model.d_model=100", "model.n_heads=8"])
+        apply_overrides(_Outer(), ["model.dims.n_layers=eight"])
+    with pytest.raises(ConfigError, match="model.dims.d_model"):
+        apply_overrides(_Outer(), ["model.dims.d_model=100", "model.dims.n_heads=8"])

@@ -5,6 +5,8 @@ trained for a loss where the field is a training one, and decoded a step with it
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -12,25 +14,31 @@ from flax import nnx
 
 from tests.variant_reads import recorded_reads
 from transformer_jax.models import (
+    MODELS,
+    BaselineConfig,
+    EmbeddingsConfig,
     ExecutionConfig,
     ModelConfig,
+    ModelDims,
     NormConfig,
     PositionConfig,
     RopePositions,
+    baseline_model_config,
     build_model,
     get_preset,
+    with_changes,
 )
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.position_config import RopeScalingConfig
 
-TINY = dict(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16)
+TINY = dict(dims=ModelDims(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16))
 
 
 def _use(cfg: ModelConfig, *, decode: bool = True) -> None:
     """Forward, the gradient of a loss (what remat and scan change), and a prefill plus one cached step."""
     model = build_model(cfg)
-    tokens_BT = jnp.arange(12).reshape(2, 6) % cfg.vocab_size
+    tokens_BT = jnp.arange(12).reshape(2, 6) % cfg.dims.vocab_size
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def loss(params):
@@ -98,10 +106,32 @@ def test_every_mla_and_mtp_setting_is_read():
 def test_every_model_field_is_read_by_its_kind():
     """ModelConfig's own fields: a decoder_lm reads all but the baselines' settings, an
     encoder-decoder all but those and MTP's (`models.kinds` refuses either when set)."""
-    lm = ModelConfig(**TINY, position=RopePositions(), final_softcap=30.0, dropout=0.1)
+    lm = ModelConfig(**TINY, position=RopePositions(), embeddings=EmbeddingsConfig(final_softcap=30.0), dropout=0.1)
     assert _unread(lm, lm) == ["baseline"]
-    seq2seq = get_preset("original_tiny", final_softcap=30.0)
-    tokens_BT = jnp.arange(12).reshape(2, 6) % seq2seq.vocab_size
+    tiny = get_preset("original_tiny")
+    seq2seq = with_changes(tiny, embeddings=dataclasses.replace(tiny.embeddings, final_softcap=30.0))
+    tokens_BT = jnp.arange(12).reshape(2, 6) % seq2seq.dims.vocab_size
     with recorded_reads([ModelConfig]) as reads:
         build_model(seq2seq)(tokens_BT, tokens_BT)
     assert sorted(f for f in vars(seq2seq) if (ModelConfig, f) not in reads) == ["baseline", "mtp"]
+
+
+_NEURAL_KINDS = {  # a small model of each kind that has a forward pass
+    "decoder_lm": lambda: ModelConfig(**TINY, position=RopePositions()),
+    "encoder_decoder": lambda: get_preset("original_tiny"),
+    "window_lm": lambda: baseline_model_config("window_lm", vocab_size=40, d_model=16, d_ff=16, n_layers=2),
+    "rnn_lm": lambda: baseline_model_config("rnn_lm", BaselineConfig(cell="lstm"), vocab_size=40, d_model=16),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_NEURAL_KINDS))
+def test_each_kind_reads_exactly_the_sizes_its_reads_list_names(kind):
+    """``models.kinds`` names the ``model.dims`` fields each kind reads (a size another kind reads is
+    refused when set): the list is what building and running the model reads, no more, no less."""
+    cfg = _NEURAL_KINDS[kind]()
+    tokens_BT = jnp.arange(12).reshape(2, 6) % cfg.dims.vocab_size
+    with recorded_reads([ModelDims]) as reads:
+        model = build_model(cfg)
+        model(tokens_BT, tokens_BT) if kind == "encoder_decoder" else model(tokens_BT)
+    listed = sorted(name.removeprefix("dims.") for name in MODELS.reads(kind) if name.startswith("dims."))
+    assert sorted(name for _, name in reads) == listed

@@ -28,7 +28,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from tests.models.test_hf_families import SEQ, hf_logits, hf_model, tokens, torch_blocked  # noqa: E402
 from transformer_jax.core.sharding import logical_to_spec  # noqa: E402
-from transformer_jax.models import Llama3Scaling, RopePositions  # noqa: E402
+from transformer_jax.models import Llama3Scaling, ModelDims, RopePositions  # noqa: E402
 from transformer_jax.models.config import ModelConfig  # noqa: E402
 from transformer_jax.models.hf import (  # noqa: E402
     CheckpointReader,
@@ -215,9 +215,9 @@ def test_scanned_stack_loads_and_saves_like_the_per_layer_model(llama_dir, tmp_p
     cfg, scanned = from_pretrained(path, scan_layers=True)
     dotted = lambda model: {".".join(map(str, k)): v for k, v in _params(model).items()}
     stacked, per_layer = dotted(scanned), dotted(loop)
-    assert cfg.execution.scan_layers and stacked["layers.layers.self_attn.q.kernel"].shape[0] == cfg.n_layers > 1
+    assert cfg.execution.scan_layers and stacked["layers.layers.self_attn.q.kernel"].shape[0] == cfg.dims.n_layers > 1
     for name in ("self_attn.q.kernel", "ffn.w_out.kernel", "self_attn_norm.scale"):
-        for i in range(cfg.n_layers):
+        for i in range(cfg.dims.n_layers):
             np.testing.assert_array_equal(stacked[f"layers.layers.{name}"][i], per_layer[f"layers.layers.{i}.{name}"])
     x = tokens((2, SEQ))
     np.testing.assert_allclose(np.asarray(scanned(x)[0]), hf_logits(hf, x), atol=1e-4, rtol=0)
@@ -312,8 +312,8 @@ def test_unexpected_or_missing_tensors_are_errors_naming_them(llama_dir, tmp_pat
 def test_save_refuses_what_hugging_face_cannot_express(llama_dir, tmp_path):
     from transformer_jax.models import build_model
 
-    post = ModelConfig(vocab_size=50, d_model=32, n_heads=2, n_layers=1, norm="rmsnorm", position="rope",
-                       ffn="swiglu", use_bias=False, placement="post")  # fmt: skip
+    post = ModelConfig(dims=ModelDims(vocab_size=50, d_model=32, n_heads=2, n_layers=1), norm="rmsnorm",
+                       position="rope", ffn="swiglu", use_bias=False, placement="post")  # fmt: skip
     with pytest.raises(ValueError, match=r"llama: cannot express placement='post' \(becomes 'pre'\)"):
         save_pretrained(build_model(post), tmp_path)
     _, path = llama_dir

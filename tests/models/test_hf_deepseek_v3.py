@@ -42,8 +42,8 @@ def test_config_maps_mla_dense_first_layers_and_routing(saved):
     assert cfg.mla is not None and cfg.moe is not None
     assert (cfg.mla.q_lora_rank, cfg.mla.kv_lora_rank, cfg.mla.qk_nope_head_dim) == (24, 16, 16)
     assert (cfg.mla.qk_rope_head_dim, cfg.mla.v_head_dim, cfg.mla.norm_eps) == (8, 16, 1e-6)
-    assert (cfg.position, cfg.d_ff, cfg.use_bias) == (RopePositions(pairing="adjacent"), 96, False)
-    assert cfg.n_kv_heads is None and cfg.head_dim is None
+    assert (cfg.position, cfg.dims.d_ff, cfg.use_bias) == (RopePositions(pairing="adjacent"), 96, False)
+    assert cfg.dims.n_kv_heads is None and cfg.dims.head_dim is None
     moe = cfg.moe
     assert (moe.n_experts, moe.top_k, moe.n_shared, moe.n_routed, moe.routed_k) == (9, 3, 1, 8, 2)
     assert (moe.first_dense, moe.every, moe.d_expert, moe.segments) == (1, 1, 32, 1)

@@ -38,12 +38,12 @@ def saved(tmp_path_factory):
 
 def test_configs_map_qk_norm_head_dim_and_the_expert_layers(saved):
     dense = config_from_hf(saved["qwen3"][2])
-    assert (dense.attention.qk_norm, dense.norm, dense.head_dim) == (True, RMSNormConfig(eps=1e-6), 24)
+    assert (dense.attention.qk_norm, dense.norm, dense.dims.head_dim) == (True, RMSNormConfig(eps=1e-6), 24)
     assert not dense.use_bias and dense.moe is None and dense.position.kind == "rope"
     hf = saved["qwen3_moe"][2]
     assert hf["num_local_experts"] == 4 and "num_experts" not in hf  # how transformers 5 writes it
     cfg = config_from_hf(hf)
-    assert cfg.moe is not None and cfg.attention.qk_norm and cfg.d_ff == 96
+    assert cfg.moe is not None and cfg.attention.qk_norm and cfg.dims.d_ff == 96
     assert (cfg.moe.n_experts, cfg.moe.top_k, cfg.moe.every, cfg.moe.d_expert) == (4, 2, 2, 32)
     assert cfg.moe.router.renormalize and cfg.moe.capacity is None and cfg.moe.n_shared == 0
     published = {k: v for k, v in hf.items() if k not in ("num_local_experts", "mlp_only_layers")}

@@ -19,7 +19,7 @@ tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
 from transformer_jax.data import HFTokenizer, load_tokenizer  # noqa: E402
-from transformer_jax.models import ModelConfig, build_model  # noqa: E402
+from transformer_jax.models import ModelConfig, ModelDims, build_model  # noqa: E402
 from transformer_jax.models.hf import save_pretrained  # noqa: E402
 from transformer_jax.nn.embed import EmbeddingsConfig  # noqa: E402
 
@@ -143,8 +143,9 @@ def test_saved_with_a_run_and_exported_back(pair, tmp_path):
 
 def test_written_beside_an_exported_model(pair, tmp_path):
     ours, _, _ = pair
-    cfg = ModelConfig(vocab_size=ours.vocab_size, d_model=32, n_heads=2, n_layers=1, norm="rmsnorm", position="rope",
-                      ffn="swiglu", use_bias=False, embeddings=EmbeddingsConfig(tie=False))  # fmt: skip
+    cfg = ModelConfig(dims=ModelDims(vocab_size=ours.vocab_size, d_model=32, n_heads=2, n_layers=1), norm="rmsnorm",
+                      position="rope", ffn="swiglu", use_bias=False,
+                      embeddings=EmbeddingsConfig(tie=False))  # fmt: skip
     save_pretrained(build_model(cfg), tmp_path, tokenizer=ours)
     assert HFTokenizer.from_pretrained(tmp_path) == ours
     _same(ours, transformers.AutoTokenizer.from_pretrained(tmp_path))

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.models import RopePositions, build_model
+from transformer_jax.models import EmbeddingsConfig, RopePositions, build_model
 from transformer_jax.nn.attention_config import LocalGlobalAttention, SlidingWindowAttention
 
 from .helpers import random_tokens, tiny
@@ -24,7 +24,7 @@ CASES = {
         preset="llama_tiny",
         attention=LocalGlobalAttention(local_window=3, softcap=2.0, qk_norm=True, qkv_bias=True),
         position=RopePositions(local_theta=100.0),
-        final_softcap=5.0,
+        embeddings=EmbeddingsConfig(tie=False, final_softcap=5.0),
         placement="sandwich",
         norm="rmsnorm_plus_one",
         ffn="geglu_tanh",

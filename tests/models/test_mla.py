@@ -183,7 +183,7 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
     assert layer.k_BKDS.shape == (2, 1, cfg.mla.qk_rope_head_dim, 16)
     assert layer.v_BKDS.shape == (2, 1, cfg.mla.kv_lora_rank, 16)
     per_token = sum(x.size * x.dtype.itemsize for c in cache for x in (c["self"].k_BKDS, c["self"].v_BKDS)) / 32
-    assert per_token == cfg.n_layers * (32 + 8) * 4  # (C + R) float32 numbers per layer
+    assert per_token == cfg.dims.n_layers * (32 + 8) * 4  # (C + R) float32 numbers per layer
 
 
 @pytest.mark.parametrize(
@@ -191,8 +191,8 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
     [
         (dict(attention="linear"), "model.attention"),
         (dict(position="learned"), "model.position"),
-        (dict(head_dim=16), "model.head_dim"),
-        (dict(n_kv_heads=2), "model.n_kv_heads"),
+        (dict(head_dim=16), "model.dims.head_dim"),
+        (dict(n_kv_heads=2), "model.dims.n_kv_heads"),
         (dict(attention=SoftmaxAttention(qk_norm=True)), "model.attention.qk_norm"),
         (dict(attention=SoftmaxAttention(qkv_bias=True)), "model.attention.qkv_bias"),
         (dict(position=RopePositions(scaling=YarnScaling(factor=4.0))), "model.position.scaling"),
@@ -258,8 +258,8 @@ def test_the_flops_formula_counts_attention_at_mla_width():
 
     cfg = get_preset("deepseek_v3_tiny", moe=None)
     assert cfg.mla is not None
-    width = cfg.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2  # 4 * (24 + 16) / 2 = 80, d_model 64
-    assert model_flops_per_token(cfg, 32) == 6 * count_active_params(cfg) + 12 * cfg.n_layers * width * 32
+    width = cfg.dims.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2  # 4 * (24 + 16) / 2 = 80, d_model 64
+    assert model_flops_per_token(cfg, 32) == 6 * count_active_params(cfg) + 12 * cfg.dims.n_layers * width * 32
 
 
 def test_cached_decoding_refuses_a_context_axis():

@@ -29,7 +29,7 @@ def test_the_first_layers_are_dense_and_the_rest_routed_with_the_scaling_factor(
     model = abstract_model(_cfg(first_dense=2, router=dataclasses.replace(base.moe.router, scaling_factor=2.5)))
     ffns = [layer.ffn for layer in model.layers.layers]  # type: ignore[attr-defined]
     assert [isinstance(f, MoE) for f in ffns] == [False, False, True]
-    assert ffns[0].w_in.kernel.shape == (64, model.cfg.resolved_d_ff)  # type: ignore[attr-defined]
+    assert ffns[0].w_in.kernel.shape == (64, model.cfg.dims.resolved_d_ff)  # type: ignore[attr-defined]
     assert ffns[2].spec.router.scaling_factor == 2.5
     names = {".".join(map(str, p)) for p, _ in nnx.to_flat_state(nnx.state(model))}
     assert "layers.layers.1.ffn.router.kernel" not in names and "layers.layers.2.ffn.router.kernel" in names

@@ -49,7 +49,7 @@ def _scanned_like(model, **overrides):
     cfg = with_changes(model.cfg, scan_layers=True, **overrides)
     scanned = build_model(cfg, seed=1)
     every = cfg.moe.every if cfg.moe else 1
-    L = cfg.n_layers
+    L = cfg.dims.n_layers
     moe_ids = [i for i in range(L) if (i + 1) % every == 0]
     groups = {"layers": [i for i in range(L) if every == 1 or i not in moe_ids], "moe_layers": moe_ids}
     src = dict(nnx.to_flat_state(nnx.state(model)))
@@ -71,8 +71,8 @@ def test_presets_report_aux(name):
     graphdef, state = nnx.split(model)
     tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
     logits, aux = jax.eval_shape(lambda s, t: nnx.merge(graphdef, s)(t, dropout_key=jax.random.key(0)), state, tokens)
-    assert logits.shape == (2, 8, cfg.vocab_size)
-    n_moe = cfg.n_layers // cfg.moe.every
+    assert logits.shape == (2, 8, cfg.dims.vocab_size)
+    n_moe = cfg.dims.n_layers // cfg.moe.every
     assert set(aux["losses"]) == {"moe_balance"} and aux["losses"]["moe_balance"].shape == ()
     assert aux["metrics"]["moe_load"].shape == (n_moe, cfg.moe.n_routed)
     assert aux["metrics"]["moe_load_max_over_mean"].shape == (n_moe,)
@@ -92,7 +92,7 @@ def test_moe_replaces_the_ffn_in_every_nth_layer():
 def _v3_every2():
     """deepseek_v3_tiny (balancing bias) with MoE in layers 1 and 3 of 4."""
     base = get_preset("deepseek_v3_tiny")
-    return build_model(dataclasses.replace(base, n_layers=4, moe=dataclasses.replace(base.moe, every=2)))
+    return build_model(with_changes(base, n_layers=4, moe=dataclasses.replace(base.moe, every=2)))
 
 
 def test_scan_over_groups_equals_loop():
@@ -178,7 +178,7 @@ def test_invalid_moe_config_names_field(kwargs, field, hint):
     "kwargs,hint",
     [
         (dict(n_layers=2, moe=MoEConfig(every=3)), "leaves a stack without MoE"),
-        (dict(n_layers=3, scan_layers=True, moe=MoEConfig(every=2)), "does not divide model.n_layers=3"),
+        (dict(n_layers=3, scan_layers=True, moe=MoEConfig(every=2)), "does not divide model.dims.n_layers=3"),
         (
             dict(kind="encoder_decoder", n_encoder_layers=2, n_layers=2, scan_layers=True, moe=MoEConfig(every=2)),
             "not supported for encoder_decoder",
@@ -220,7 +220,7 @@ def test_fine_grained_preset_has_the_flops_of_its_coarse_counterpart():
         fine, moe=dataclasses.replace(fine.moe, capacity=CapacityConfig(factor=1.0), dispatch="padded")
     )
     coarse = dataclasses.replace(fine, moe=dataclasses.replace(fine.moe, segments=1, n_shared=0))
-    assert count_params(fine) - count_params(coarse) == fine.n_layers * 64 * (15 - 4)  # router centroids
+    assert count_params(fine) - count_params(coarse) == fine.dims.n_layers * 64 * (15 - 4)  # router centroids
     tokens = random_tokens(jax.random.key(0), (4, 30), 200)
     f_fine, f_coarse = _flops_per_token(fine, tokens), _flops_per_token(coarse, tokens)
     assert abs(f_fine / f_coarse - 1) < 0.04, (f_fine, f_coarse)

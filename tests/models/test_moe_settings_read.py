@@ -16,7 +16,7 @@ from tests.variant_reads import recorded_reads
 from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
-from transformer_jax.models import ModelConfig, build_model
+from transformer_jax.models import ModelConfig, ModelDims, build_model
 from transformer_jax.models.forward import FORWARDS
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.moe_config import (
@@ -34,7 +34,9 @@ from transformer_jax.train.optim import OptimConfig, make_optimizer
 from transformer_jax.train.state import init_state, model_graph
 from transformer_jax.train.step import make_train_step
 
-TINY = dict(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16, position="rope", norm="rmsnorm")
+TINY = dict(
+    dims=ModelDims(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16), position="rope", norm="rmsnorm"
+)
 
 
 def _moe(kind: str) -> MoEConfig:
@@ -65,7 +67,7 @@ def _moe(kind: str) -> MoEConfig:
 def _forward_train_and_decode(cfg: ModelConfig) -> None:
     """A forward pass, a real train step (aux losses, the bias update), a prefill and a cached step."""
     model = build_model(cfg)
-    tokens_BT = jnp.arange(24).reshape(2, 12) % cfg.vocab_size
+    tokens_BT = jnp.arange(24).reshape(2, 12) % cfg.dims.vocab_size
     _, aux = model(tokens_BT)
     assert {"moe_balance", "router_z"} <= set(aux["losses"])
     _, aux = model(tokens_BT[:, :3], cache=model.init_cache(2, 8))

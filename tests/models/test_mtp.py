@@ -13,7 +13,7 @@ import pytest
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.core.unread import check_reads
-from transformer_jax.models import ModelConfig, abstract_model, build_model
+from transformer_jax.models import ModelConfig, ModelDims, abstract_model, build_model
 from transformer_jax.models.config import with_changes
 from transformer_jax.models.model_roles import is_param_info, model_param_infos
 from transformer_jax.models.mtp_config import MTPConfig
@@ -21,7 +21,9 @@ from transformer_jax.models.param_roles import path_names, role_table
 from transformer_jax.ops.losses import cross_entropy, mtp_nll_sums
 from transformer_jax.train.config import Config
 
-TINY = ModelConfig(vocab_size=16, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16, mtp=MTPConfig(depth=2))
+TINY = ModelConfig(
+    dims=ModelDims(vocab_size=16, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16), mtp=MTPConfig(depth=2)
+)
 
 
 @pytest.mark.parametrize(
@@ -41,9 +43,9 @@ def test_bad_mtp_settings_are_refused_by_name(kwargs, message):
 
 def test_mtp_needs_a_decoder_lm_and_room_for_its_targets():
     with pytest.raises(ConfigError, match=r"model.mtp=.*needs model.kind='decoder_lm'"):
-        ModelConfig(kind="encoder_decoder", n_encoder_layers=1, mtp=MTPConfig())
-    with pytest.raises(ConfigError, match=r"model.mtp.depth=3: leaves no target within model.max_len=4"):
-        ModelConfig(max_len=4, mtp=MTPConfig(depth=3))
+        ModelConfig(kind="encoder_decoder", dims=ModelDims(n_encoder_layers=1), mtp=MTPConfig())
+    with pytest.raises(ConfigError, match=r"model.mtp.depth=3: leaves no target within model.dims.max_len=4"):
+        ModelConfig(dims=ModelDims(max_len=4), mtp=MTPConfig(depth=3))
 
 
 def test_set_turns_mtp_on_and_sets_its_fields_like_moe():

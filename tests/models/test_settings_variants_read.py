@@ -8,16 +8,26 @@ import jax.numpy as jnp
 import pytest
 
 from tests.variant_reads import unread_fields
-from transformer_jax.models import AttentionConfig, EmbeddingsConfig, InitConfig, ModelConfig, build_model, get_preset
+from transformer_jax.models import (
+    AttentionConfig,
+    EmbeddingsConfig,
+    InitConfig,
+    ModelConfig,
+    ModelDims,
+    build_model,
+    get_preset,
+)
 from transformer_jax.nn.init import INIT_SCHEMES
 
-TINY = dict(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16, position="rope", norm="rmsnorm")
+TINY = dict(
+    dims=ModelDims(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16), position="rope", norm="rmsnorm"
+)
 
 
 def _forward_and_decode(cfg: ModelConfig) -> None:
     """A forward pass, then (where the kind decodes with a KV cache: not linear) a prefill and a step."""
     model = build_model(cfg)
-    tokens_BT = jnp.arange(12).reshape(2, 6) % cfg.vocab_size
+    tokens_BT = jnp.arange(12).reshape(2, 6) % cfg.dims.vocab_size
     model(tokens_BT)
     if cfg.attention.kind == "linear":
         return
@@ -41,7 +51,7 @@ def test_every_embedding_setting_is_read_by_an_encoder_decoder_and_all_but_share
     """``share`` (one table for source and target) exists for the encoder-decoder only; a decoder_lm
     that sets it is refused by its kind's reads (models.kinds)."""
     seq2seq = get_preset("original_tiny", embeddings=EmbeddingsConfig(tie=True, scale=True, share=False))
-    tokens_BT = jnp.arange(12).reshape(2, 6) % seq2seq.vocab_size
+    tokens_BT = jnp.arange(12).reshape(2, 6) % seq2seq.dims.vocab_size
     assert unread_fields(lambda: build_model(seq2seq)(tokens_BT, tokens_BT), seq2seq.embeddings) == []
     lm = ModelConfig(**TINY, embeddings=EmbeddingsConfig(tie=False, scale=True))
     assert unread_fields(lambda: _forward_and_decode(lm), lm.embeddings) == ["share"]

@@ -16,6 +16,7 @@ from transformer_jax.models import (
     Llama3Scaling,
     LocalGlobalAttention,
     ModelConfig,
+    ModelDims,
     RopePositions,
     SoftmaxAttention,
     build_model,
@@ -25,12 +26,14 @@ from transformer_jax.models.config import with_changes
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.init import InitConfig
 
-BASE = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, position="rope", norm="rmsnorm", use_bias=False)
+BASE = dict(
+    dims=ModelDims(vocab_size=50, d_model=32, n_heads=4, n_layers=2), position="rope", norm="rmsnorm", use_bias=False
+)
 
 
 def _input_grad_support(model, T=10, t=9):
     """|d logits_t / d embedding_s| summed over features, for every s (one row)."""
-    emb = jax.random.normal(jax.random.key(0), (1, T, model.cfg.d_model))
+    emb = jax.random.normal(jax.random.key(0), (1, T, model.cfg.dims.d_model))
     tokens = jnp.zeros((1, T), jnp.int32)
     g = jax.grad(lambda e: model(tokens, embeddings_BTD=e)[0][0, t].sum())(emb)
     return np.abs(np.asarray(g[0])).sum(-1)
@@ -38,7 +41,9 @@ def _input_grad_support(model, T=10, t=9):
 
 @pytest.mark.parametrize("every,local", [(2, True), (1, False)])
 def test_local_layers_see_only_their_window(every, local):
-    cfg = ModelConfig(**{**BASE, "n_layers": 1}, attention=LocalGlobalAttention(global_every=every, local_window=3))
+    cfg = with_changes(
+        ModelConfig(**BASE), n_layers=1, attention=LocalGlobalAttention(global_every=every, local_window=3)
+    )
     support = _input_grad_support(build_model(cfg))
     if local:  # one local layer: position 9 sees 7, 8, 9 only
         assert np.all(support[:7] == 0) and np.all(support[7:] > 0)
@@ -47,8 +52,10 @@ def test_local_layers_see_only_their_window(every, local):
 
 
 def test_local_global_alternates_and_local_layers_take_their_rope_base():
-    cfg = ModelConfig(
-        **{**BASE, "n_layers": 4, "position": RopePositions(theta=1e6, scaling=LinearScaling(4.0), local_theta=100.0)},
+    cfg = with_changes(
+        ModelConfig(**BASE),
+        n_layers=4,
+        position=RopePositions(theta=1e6, scaling=LinearScaling(4.0), local_theta=100.0),
         attention=LocalGlobalAttention(local_window=5),
     )
     layers = build_model(cfg).layers.layers
@@ -93,7 +100,9 @@ def test_init_zero_out_makes_every_block_the_identity():
 def test_final_softcap_bounds_logits():
     tokens = jnp.arange(12).reshape(2, 6) % 50
     uncapped, _ = build_model(ModelConfig(**BASE, init=InitConfig(std=1.0)))(tokens)
-    capped, _ = build_model(ModelConfig(**BASE, final_softcap=0.5, init=InitConfig(std=1.0)))(tokens)
+    capped, _ = build_model(
+        ModelConfig(**BASE, embeddings=EmbeddingsConfig(final_softcap=0.5), init=InitConfig(std=1.0))
+    )(tokens)
     assert float(jnp.abs(uncapped).max()) > 2.0  # the same weights (same seed) give large logits
     np.testing.assert_allclose(np.asarray(capped), 0.5 * np.tanh(np.asarray(uncapped) / 0.5), atol=1e-6)
 
@@ -138,7 +147,7 @@ def test_presets_still_build_unchanged():
 
 def test_gemma_like_model_is_the_same_through_chunked_attention():
     cfg = ModelConfig(
-        **{**BASE, "n_layers": 2},
+        **BASE,
         attention=LocalGlobalAttention(local_window=3, softcap=1.0, qk_norm=True),
         placement="sandwich",
         init=InitConfig(std=0.5),

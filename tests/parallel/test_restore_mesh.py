@@ -15,9 +15,9 @@ from transformer_jax.train.run import setup
 pytestmark = pytest.mark.slow
 EXPERIMENT = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
 BASE = [
-    "model.d_model=64",
-    "model.n_heads=8",
-    "model.d_ff=128",
+    "model.dims.d_model=64",
+    "model.dims.n_heads=8",
+    "model.dims.d_ff=128",
     "train.batch_size=8",
     "train.eval.every=100",
     "train.checkpoint.every=2",

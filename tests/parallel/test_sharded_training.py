@@ -16,7 +16,7 @@ from transformer_jax.train.state import model_graph
 from transformer_jax.train.step import make_train_step
 
 EXPERIMENT = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
-MODEL = ["model.d_model=64", "model.n_heads=8", "model.d_ff=128", "train.batch_size=8"]
+MODEL = ["model.dims.d_model=64", "model.dims.n_heads=8", "model.dims.d_ff=128", "train.batch_size=8"]
 
 
 def _steps(tmp_path, name, mesh_sets, devices, n=3, extra=()):

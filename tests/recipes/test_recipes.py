@@ -29,10 +29,10 @@ def test_the_experiment_file_is_the_packaged_recipe(name):
 
 
 def test_config_takes_a_name_or_a_file_with_the_same_overrides():
-    sets = ["train.steps=7", "model.n_layers=1"]
+    sets = ["train.steps=7", "model.dims.n_layers=1"]
     by_name = load_config("shakespeare_char", sets)
     by_file = load_config(os.path.join(ROOT, "experiments", "shakespeare_char.py"), sets)
-    assert by_name == by_file and by_name.train.steps == 7 and by_name.model.n_layers == 1
+    assert by_name == by_file and by_name.train.steps == 7 and by_name.model.dims.n_layers == 1
 
 
 def test_an_unknown_name_lists_the_recipes_and_the_closest():

@@ -17,14 +17,14 @@ from transformer_jax.train.run import setup
 TINY = os.path.join(os.path.dirname(__file__), "..", "train", "tiny_experiment.py")
 
 BAD = [  # (overrides, field the message must start with, a word of the fix)
-    (["model.d_model=30", "model.n_heads=4"], "model.d_model", "n_heads"),
-    (["model.n_kv_heads=3"], "model.n_kv_heads", "divisor"),
+    (["model.dims.d_model=30", "model.dims.n_heads=4"], "model.dims.d_model", "n_heads"),
+    (["model.dims.n_kv_heads=3"], "model.dims.n_kv_heads", "divisor"),
     (["model.placement=postln"], "model.placement", "post"),
-    (["model.position=rope", "model.head_dim=15"], "model.head_dim", "even"),
+    (["model.position=rope", "model.dims.head_dim=15"], "model.dims.head_dim", "even"),
     (["model.attention=sliding_window", "model.attention.window=0"], "model.attention.window", ">= 1"),
     (["model.dropout=1.0"], "model.dropout", "< 1"),
-    (["model.max_len=16"], "data.seq_len", "raise model.max_len"),
-    (["model.kind=encoder_decoder", "model.n_encoder_layers=1"], "model.kind", "decoder_lm"),
+    (["model.dims.max_len=16"], "data.seq_len", "raise model.dims.max_len"),
+    (["model.kind=encoder_decoder", "model.dims.n_encoder_layers=1"], "model.kind", "decoder_lm"),
     (["train.batch_size=6", "train.grad_accum=4"], "train.grad_accum", "divisor"),
     (["train.optim.optimizer=adamm"], "train.optim.optimizer", "adam"),
     (["train.optim.lr=-1"], "train.optim.lr", "must be > 0.0"),

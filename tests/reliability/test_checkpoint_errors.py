@@ -36,7 +36,7 @@ def _params(workdir):
 def test_other_architecture_lists_mismatched_parameters(tmp_path):
     train(tmp_path / "run", *SHORT)
     summary, proc = train(
-        tmp_path / "run", *SHORT, "model.n_layers=3", "model.d_model=48", "train.steps=4", check=False
+        tmp_path / "run", *SHORT, "model.dims.n_layers=3", "model.dims.d_model=48", "train.steps=4", check=False
     )
     assert proc.returncode == 2 and summary is None
     err = proc.stderr

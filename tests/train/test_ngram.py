@@ -64,7 +64,7 @@ def test_train_dispatches_and_writes_the_workdir(trained):
     for name in (NGRAM_FILE, "config.json", "tokenizer/tokenizer.json", "metrics.jsonl"):
         assert os.path.isfile(os.path.join(workdir, name)), name
     cfg, model, tokenizer = load_ngram(workdir)
-    assert cfg.model.vocab_size == tokenizer.vocab_size == model.vocab_size
+    assert cfg.model.dims.vocab_size == tokenizer.vocab_size == model.vocab_size
     assert summary["params"] == model.n_entries
 
 

@@ -50,7 +50,7 @@ def test_bench_train_profile_and_flops_cross_check(tmp_path):
 def test_moe_flops_count_only_the_active_experts():
     dense = gpt_config("small")  # d_ff 512
     moe = dataclasses.replace(dense, moe=MoEConfig(n_experts=8, top_k=2, d_expert=256))
-    router = sum(dense.d_model * 8 for _ in range(dense.n_layers))  # no biases in this preset
+    router = sum(dense.dims.d_model * 8 for _ in range(dense.dims.n_layers))  # no biases in this preset
     assert count_params(moe) > 2.5 * count_params(dense)  # 8 experts of 256 against one FFN of 512
     assert count_active_params(moe) == count_params(dense) + router  # 2 x 256 active = the dense 512
     seq = CONFIGS["small"]["seq_len"]
@@ -66,5 +66,5 @@ def test_formula_and_cost_analysis_agree_on_a_small_dense_model():
     assert 0.9 <= ratio <= 1.1, (ratio, out["xla_flops_per_token"], out["flops_per_token"])
     c = CONFIGS["small"]
     cfg = gpt_config("small")
-    n = count_params(cfg) - cfg.max_len * cfg.d_model
+    n = count_params(cfg) - cfg.dims.max_len * cfg.dims.d_model
     assert out["flops_per_token"] == decoder_flops_per_token(n, c["n_layers"], c["d_model"], c["seq_len"])

@@ -58,7 +58,7 @@ def _start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array, "B T 
 
 
 def _logits(model: Any, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
-    return output_logits(x_BTD, model.final_norm, model.lm_head, model.embed, model.cfg.final_softcap)
+    return output_logits(x_BTD, model.final_norm, model.lm_head, model.embed, model.cfg.embeddings.final_softcap)
 
 
 def perturbed_logits(
@@ -88,7 +88,7 @@ def next_token_loss(logits_BTV: Float[Array, "B T V"], tokens_BT: Int[Array, "B 
 def _loss_and_hidden_grads(graphdef, state, tokens_BT):
     model = nnx.merge(graphdef, state)
     B, T = tokens_BT.shape
-    zeros = jnp.zeros((len(model.layers.layers) + 1, B, T, model.cfg.d_model), model.cfg.compute_dtype)
+    zeros = jnp.zeros((len(model.layers.layers) + 1, B, T, model.cfg.dims.d_model), model.cfg.compute_dtype)
     loss_fn = lambda d: next_token_loss(perturbed_logits(model, tokens_BT, d)[0], tokens_BT)
     return jax.value_and_grad(loss_fn)(zeros)
 

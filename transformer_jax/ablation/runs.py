@@ -25,7 +25,7 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     ``ModelConfig`` to use instead; ``train``: `TrainConfig` fields to override, a dict setting some
     fields of a group (``eval={"every": 500}``)."""
     from transformer_jax.data import CharSettings, DataConfig, ShakespeareData
-    from transformer_jax.models import get_preset
+    from transformer_jax.models import get_preset, with_changes
     from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
     from transformer_jax.train.config import TrainConfig
     from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
@@ -33,7 +33,7 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     if model is None:
         model = get_preset("nanogpt_char", max_len=64, dropout=0.0)
         if smoke():
-            model = dataclasses.replace(model, d_model=32, n_heads=2, d_ff=64, n_layers=1)
+            model = with_changes(model, d_model=32, n_heads=2, d_ff=64, n_layers=1)
     optim = OptimConfig(
         optimizer=AdamW(b1=0.9, b2=0.99, weight_decay=0.1),
         lr=1e-3,
@@ -151,7 +151,7 @@ def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | Non
         return None
     wanted = json.loads(json.dumps(configlib.to_dict(cfg)))
     for d in (saved, wanted):  # training sets the vocabulary size from the data, which is compared
-        d.get("model", {}).pop("vocab_size", None)
+        d.get("model", {}).get("dims", {}).pop("vocab_size", None)
     if saved != wanted:
         return None
     try:

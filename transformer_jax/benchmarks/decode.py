@@ -31,7 +31,7 @@ from flax import nnx
 
 from transformer_jax.core import compiler
 from transformer_jax.decode import generate
-from transformer_jax.models import ModelConfig, build_model, get_preset
+from transformer_jax.models import ModelConfig, build_model, get_preset, with_changes
 from transformer_jax.models.common import make_self_caches
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.train.timing import alternating_rounds
@@ -156,7 +156,7 @@ def cache_bytes_per_token(cfg: ModelConfig, dtype=None) -> float:
     """Bytes one layer's KV cache holds per token: the shapes ``init_cache`` allocates (not
     allocated here: ``jax.eval_shape``), keys and values of every slot, divided by the slots."""
     slots = 64
-    caches = jax.eval_shape(lambda: make_self_caches(dataclasses.replace(cfg, n_layers=1), 1, 1, slots, dtype))
+    caches = jax.eval_shape(lambda: make_self_caches(with_changes(cfg, n_layers=1), 1, 1, slots, dtype))
     return sum(x.size * x.dtype.itemsize for x in (caches[0]["self"].k_BKDS, caches[0]["self"].v_BKDS)) / slots
 
 
@@ -167,11 +167,11 @@ def cache_bytes_table(
     width: n_heads heads of ``head_dim`` (None: d_model / n_heads) for MHA, ``kv_heads`` of them for
     GQA, ``mla``'s latent and RoPE key for MLA."""
     base = get_preset("llama_tiny", d_model=d_model, n_heads=n_heads, n_kv_heads=None, d_ff=d_model, n_layers=1)
-    mha = dataclasses.replace(base, head_dim=head_dim)
-    head = mha.resolved_head_dim
+    mha = with_changes(base, head_dim=head_dim)
+    head = mha.dims.resolved_head_dim
     rows = {
         f"MHA ({n_heads} heads of {head})": mha,
-        f"GQA ({kv_heads} kv heads of {head})": dataclasses.replace(mha, n_kv_heads=kv_heads),
+        f"GQA ({kv_heads} kv heads of {head})": with_changes(mha, n_kv_heads=kv_heads),
         f"MLA (latent {mla.kv_lora_rank} + rope key {mla.qk_rope_head_dim})": dataclasses.replace(base, mla=mla),
     }
     return {name: cache_bytes_per_token(cfg, dtype) for name, cfg in rows.items()}
@@ -182,12 +182,12 @@ def cache_bytes_report(cfg: ModelConfig) -> dict:
     ratios to the head size: latent 4 Dh, RoPE key Dh / 2), float32; and at DeepSeek-V3's (d_model
     7168, 128 heads of 128 as the DeepSeek-V2 paper's MHA baseline, GQA 8 kv heads, latent 512,
     RoPE key 64), bfloat16."""
-    Dh = cfg.d_model // cfg.n_heads
+    Dh = cfg.dims.d_model // cfg.dims.n_heads
     ours = MLAConfig(kv_lora_rank=4 * Dh, qk_nope_head_dim=Dh, qk_rope_head_dim=Dh // 2, v_head_dim=Dh)
     v3 = MLAConfig(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
     return {
-        f"d_model={cfg.d_model} float32": cache_bytes_table(
-            cfg.d_model, cfg.n_heads, kv_heads=max(1, cfg.n_heads // 4), mla=ours
+        f"d_model={cfg.dims.d_model} float32": cache_bytes_table(
+            cfg.dims.d_model, cfg.dims.n_heads, kv_heads=max(1, cfg.dims.n_heads // 4), mla=ours
         ),
         "d_model=7168 (DeepSeek-V3) bfloat16": cache_bytes_table(
             7168, 128, kv_heads=8, mla=v3, head_dim=128, dtype=jnp.bfloat16
@@ -198,7 +198,7 @@ def cache_bytes_report(cfg: ModelConfig) -> dict:
 def bench_model(cfg: ModelConfig | None = None, max_len: int = 2048) -> ModelConfig:
     """torch_gpt.py's ``small`` model (our ``nanogpt_char``) with a position table for ``max_len``."""
     cfg = cfg if cfg is not None and cfg.kind == "decoder_lm" else get_preset("nanogpt_char")
-    return dataclasses.replace(cfg, max_len=max(cfg.max_len, max_len), dropout=0.0)
+    return with_changes(cfg, max_len=max(cfg.dims.max_len, max_len), dropout=0.0)
 
 
 def bench_decode(

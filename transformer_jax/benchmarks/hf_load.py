@@ -31,7 +31,7 @@ from pathlib import Path
 import jax
 from flax import nnx
 
-from transformer_jax.models import ModelConfig, RMSNormConfig, RopePositions, build_model, count_params
+from transformer_jax.models import ModelConfig, ModelDims, RMSNormConfig, RopePositions, build_model, count_params
 from transformer_jax.models.hf import from_pretrained, save_pretrained
 from transformer_jax.nn.embed import EmbeddingsConfig
 
@@ -57,13 +57,15 @@ print(json.dumps({"base_kib": base, "peak_kib": status_kib("VmHWM")}))
 
 def llama_like(d_model: int = 1024, n_layers: int = 22, d_ff: int = 2816, vocab: int = 32000) -> ModelConfig:
     return ModelConfig(
-        vocab_size=vocab,
-        d_model=d_model,
-        n_heads=d_model // 64,
-        n_kv_heads=d_model // 64,
-        d_ff=d_ff,
-        n_layers=n_layers,
-        max_len=2048,
+        dims=ModelDims(
+            vocab_size=vocab,
+            d_model=d_model,
+            n_heads=d_model // 64,
+            n_kv_heads=d_model // 64,
+            d_ff=d_ff,
+            n_layers=n_layers,
+            max_len=2048,
+        ),
         norm=RMSNormConfig(),
         position=RopePositions(),
         ffn="swiglu",

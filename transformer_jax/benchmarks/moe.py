@@ -36,7 +36,7 @@ def moe_variants(cfg: Config, dispatches=("auto",)) -> dict[str, Config]:
     moe = cfg.model.moe or MoEConfig(
         n_experts=8,
         top_k=2,
-        d_expert=(cfg.model.d_ff or 4 * cfg.model.d_model) // 2,
+        d_expert=(cfg.model.dims.d_ff or 4 * cfg.model.dims.d_model) // 2,
         router=SoftmaxRouter(renormalize=True),
         balance=BalanceLossConfig(loss="switch", coef=0.01),
     )

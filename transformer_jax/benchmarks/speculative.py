@@ -59,7 +59,7 @@ def bench_speculative(cfg, workdir: str | None = None, *, new_tokens: int = 256,
     if model_cfg.mtp is None:
         raise ConfigError("bench decode --speculative needs a model with MTP modules: --set model.mtp=on")
     if model_cfg.position.kind == "learned":  # the table ends at max_len: shorten the generation to fit
-        new_tokens = min(new_tokens, model_cfg.max_len - len(ids))
+        new_tokens = min(new_tokens, model_cfg.dims.max_len - len(ids))
     out = {
         "bench": "decode_speculative",
         "workdir": workdir,

@@ -71,7 +71,7 @@ def time_train_step(
     tx, schedule = make_optimizer(tc.optim, 10_000, infos=model_infos(cfg))
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     graphdef, _, _ = model_graph(cfg)
-    batches = random_lm_batches(steps + warmup, batch, seq_len, cfg.vocab_size)
+    batches = random_lm_batches(steps + warmup, batch, seq_len, cfg.dims.vocab_size)
     step = compiler.jit(make_train_step(graphdef, tx, FORWARDS.get("lm"), tc, schedule), donate_argnums=(0,))
     key = jax.random.key(0)
     with sharding_context(mesh):

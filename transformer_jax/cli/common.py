@@ -22,7 +22,7 @@ def add_run_args(p, *, config: bool, restore: bool = True, workdir_required: boo
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="override config fields, e.g. train.steps=500 model.n_layers=8 (repeatable; a later key wins)",
+        help="override config fields, e.g. train.steps=500 model.dims.n_layers=8 (repeatable; a later key wins)",
     )
     if restore:
         p.add_argument(

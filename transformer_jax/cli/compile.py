@@ -26,9 +26,11 @@ def register(sub) -> None:
     p.add_argument("--slices", type=int, default=1, help="slices of the TPU target (multi-slice; data axis over DCN)")
     p.add_argument("--what", choices=("train", "decode", "both"), default="train", help="which programs to compile")
     p.add_argument("--decode-batch", type=int, default=None, help="generation batch (default: train.batch_size)")
-    p.add_argument("--prompt-len", type=int, default=None, help="prompt tokens (default: a quarter of model.max_len)")
     p.add_argument(
-        "--new-tokens", type=int, default=None, help="generated tokens (default: a quarter of model.max_len)"
+        "--prompt-len", type=int, default=None, help="prompt tokens (default: a quarter of model.dims.max_len)"
+    )
+    p.add_argument(
+        "--new-tokens", type=int, default=None, help="generated tokens (default: a quarter of model.dims.max_len)"
     )
     p.add_argument(
         "--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE", help="override config fields (repeatable)"
@@ -86,7 +88,7 @@ def run(args) -> dict:
     if args.what in ("train", "both"):
         reports["train"] = aot.compile_train(cfg, target)
     if args.what in ("decode", "both"):
-        quarter = max(1, cfg.model.max_len // 4)
+        quarter = max(1, cfg.model.dims.max_len // 4)
         reports["decode"] = aot.compile_decode(
             cfg,
             target,

@@ -120,7 +120,7 @@ def benchmarks(args, tasks: dict[str, str]) -> dict:
     else:
         refuse_unread_options("eval --workdir", args, ("dtype",), ())
         cfg, model, tok = _load_run(args)
-    scorer = Scorer(model, max_len=cfg.max_len, batch_size=16 if args.batch_size is None else args.batch_size)
+    scorer = Scorer(model, max_len=cfg.dims.max_len, batch_size=16 if args.batch_size is None else args.batch_size)
     result: dict = {"model": args.hf or args.workdir}
     if args.corpus:
         result["corpus"] = corpus_metrics(scorer, tok, args.corpus, args.window)

@@ -160,9 +160,9 @@ def sample_pretrained(
         raise ConfigError(f"--hf {path}: {e}") from e
     check_prompt(tok, prompt, strict=strict_prompt)
     ids = tok.encode(prompt, add_special_tokens=True) or [tok.bos_id]
-    room = max_new_tokens if cfg.position.kind != "learned" else min(max_new_tokens, cfg.max_len - len(ids))
+    room = max_new_tokens if cfg.position.kind != "learned" else min(max_new_tokens, cfg.dims.max_len - len(ids))
     if room < 1:
-        raise ValueError(f"--prompt is {len(ids)} tokens: no room left in the model's {cfg.max_len} positions")
+        raise ValueError(f"--prompt is {len(ids)} tokens: no room left in the model's {cfg.dims.max_len} positions")
     prompt_BP = np.asarray([ids], np.int32)
     if beam is not None:
         out = beam_search(

@@ -157,12 +157,12 @@ def merge(graphdef, params):
 
 
 def check_length(cfg, length: int, what: str) -> None:
-    """Learned position tables (of the Transformer kinds) end at ``model.max_len``; a model of
+    """Learned position tables (of the Transformer kinds) end at ``model.dims.max_len``; a model of
     another project (``cfg`` None or not ours) is trusted with its own lengths."""
     if getattr(cfg, "position", None) is None:
         return
-    if cfg.kind in ("decoder_lm", "encoder_decoder") and cfg.position.kind == "learned" and length > cfg.max_len:
+    if cfg.kind in ("decoder_lm", "encoder_decoder") and cfg.position.kind == "learned" and length > cfg.dims.max_len:
         raise ValueError(
-            f"{what}: decoding needs {length} positions but model.max_len={cfg.max_len} (a learned "
+            f"{what}: decoding needs {length} positions but model.dims.max_len={cfg.dims.max_len} (a learned "
             "position table); lower max_new_tokens or shorten the prompt"
         )

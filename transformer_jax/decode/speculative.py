@@ -57,7 +57,7 @@ def _positions(cfg, start, T: int, B: int):
     """Slot indices start..start+T-1; a learned table's positions clamped to its last row (only
     uncommitted draft slots go past it, and ``jnp.take`` would fill them with NaN)."""
     pos_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
-    return jnp.minimum(pos_BT, cfg.max_len - 1) if cfg.position.kind == "learned" else pos_BT
+    return jnp.minimum(pos_BT, cfg.dims.max_len - 1) if cfg.position.kind == "learned" else pos_BT
 
 
 def _draft(model, h_BCD, seq_BC, caches, p, s, width: int):
@@ -88,7 +88,7 @@ def _speculate(graphdef, params, prompt_BP, *, max_new_tokens: int, eos_id: int 
     C = L + 2 * D + 2  # room for the last verify (slots up to L + D) and draft windows past it
     seq_BC = jnp.zeros((B, C), jnp.int32).at[:, :P].set(prompt_BP)
     logits_BPV, aux = model(prompt_BP, cache=model.init_cache(B, C), positions_BT=_positions(model.cfg, 0, P, B))
-    h_BCD = jnp.zeros((B, C, model.cfg.d_model), aux["last_hidden"].dtype).at[:, :P].set(aux["last_hidden"])
+    h_BCD = jnp.zeros((B, C, model.cfg.dims.d_model), aux["last_hidden"].dtype).at[:, :P].set(aux["last_hidden"])
     seq_BC = set_column(seq_BC, P, jnp.argmax(logits_BPV[:, -1], axis=-1))
     drafts_BD, mtp_caches = _draft(model, h_BCD, seq_BC, model.mtp.init_cache(B, C), P, 0, P)
     slot_C = jnp.arange(C)

@@ -42,7 +42,7 @@ class JaxLM(TemplateLM):
         from transformer_jax.models.hf import from_pretrained
 
         cfg, model = from_pretrained(path, dtype=dtype)
-        return cls(model, HFTokenizer.from_pretrained(path), max_len=cfg.max_len, **kwargs)
+        return cls(model, HFTokenizer.from_pretrained(path), max_len=cfg.dims.max_len, **kwargs)
 
     @property
     def eot_token_id(self) -> int:

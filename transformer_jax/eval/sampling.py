@@ -36,7 +36,7 @@ def _continue_lm(
     run, params, ids: list[int], *, max_new_tokens: int, sampling, beam: int | None, alpha: float, seed: int
 ) -> list[int]:
     tok = run.data.tokenizer
-    context = run.cfg.model.max_len if run.cfg.model.position.kind == "learned" else None
+    context = run.cfg.model.dims.max_len if run.cfg.model.position.kind == "learned" else None
     if beam is not None:
         prompt = ids if context is None else ids[-(context - 1) :]
         room = max_new_tokens if context is None else min(max_new_tokens, context - len(prompt))

@@ -165,7 +165,7 @@ def run_translate_config(run, *, search: TranslateSearch, batch_size: int = 64) 
     """A TranslateConfig fitted to a run's shapes: sources cut like in training
     (``data.dataset.max_src_len``), translations of at most ``data.seq_len`` tokens (EOS included)."""
     d, m = run.cfg.data, run.cfg.model
-    n_new = d.seq_len if m.position.kind != "learned" else min(d.seq_len, m.max_len - 1)
+    n_new = d.seq_len if m.position.kind != "learned" else min(d.seq_len, m.dims.max_len - 1)
     return TranslateConfig(search=search, batch_size=batch_size, max_src_len=d.max_src_len, max_new_tokens=n_new)
 
 

@@ -22,6 +22,7 @@ from transformer_jax.models.baselines.rnn import RNNLM
 from transformer_jax.models.baselines.window import WindowLM
 from transformer_jax.models.config import ModelConfig, with_changes
 from transformer_jax.models.decoder_lm import DecoderLM
+from transformer_jax.models.dims_config import ModelDims
 from transformer_jax.models.encoder_decoder import EncoderDecoder
 from transformer_jax.models.kinds import MODELS
 from transformer_jax.models.moe_config import MoEConfig
@@ -87,6 +88,7 @@ __all__ = [
     "LocalGlobalAttention",
     "MoEConfig",
     "ModelConfig",
+    "ModelDims",
     "NGramLM",
     "NgramConfig",
     "NoPositions",

@@ -17,10 +17,10 @@ from transformer_jax.ops.softcap import softcap as softcap_logits
 
 
 def make_embed(cfg: ModelConfig, rngs: nnx.Rngs) -> Embed:
-    init = cfg.init_scheme().embedding(cfg.d_model, scaled=cfg.embeddings.scale)
+    init = cfg.init_scheme().embedding(cfg.dims.d_model, scaled=cfg.embeddings.scale)
     return Embed(
-        cfg.vocab_size,
-        cfg.d_model,
+        cfg.dims.vocab_size,
+        cfg.dims.d_model,
         init=init,
         scale=cfg.embeddings.scale,
         dtype=cfg.compute_dtype,
@@ -33,15 +33,15 @@ def make_final_norm(cfg: ModelConfig, rngs: nnx.Rngs) -> Norm | None:
     """Pre-LN stacks end with a norm (the stream is never normalised otherwise); Post-LN ones do not."""
     if not residual.PLACEMENTS.get(cfg.placement).final_norm:
         return None
-    return Norm(cfg.d_model, **cfg.norm.module_kwargs(), param_dtype=cfg.params_dtype, rngs=rngs)
+    return Norm(cfg.dims.d_model, **cfg.norm.module_kwargs(), param_dtype=cfg.params_dtype, rngs=rngs)
 
 
 def make_lm_head(cfg: ModelConfig, rngs: nnx.Rngs) -> DenseGeneral | None:
     if cfg.embeddings.tie:
         return None
     return DenseGeneral(
-        cfg.d_model,
-        cfg.vocab_size,
+        cfg.dims.d_model,
+        cfg.dims.vocab_size,
         axes=("embed", "vocab"),
         use_bias=False,
         kernel_init=cfg.init_scheme().kernel(0, 1),
@@ -72,7 +72,9 @@ def make_self_caches(cfg: ModelConfig, n_layers: int, batch: int, max_len: int, 
     dtype = dtype or cfg.compute_dtype
     mla = cfg.mla
     if mla is None:
-        one = lambda: {"self": init_kv_cache(batch, max_len, cfg.resolved_kv_heads, cfg.resolved_head_dim, dtype)}
+        one = lambda: {
+            "self": init_kv_cache(batch, max_len, cfg.dims.resolved_kv_heads, cfg.dims.resolved_head_dim, dtype)
+        }
     else:  # MLA: one key head, the RoPE key; one value head, the latent (nn.mla)
         one = lambda: {
             "self": init_kv_cache(batch, max_len, 1, mla.qk_rope_head_dim, dtype, value_dim=mla.kv_lora_rank)

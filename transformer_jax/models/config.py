@@ -8,6 +8,7 @@ from typing import ClassVar
 from transformer_jax.core import migration
 from transformer_jax.core.configlib import Config, ConfigError, fail, setting
 from transformer_jax.models.baselines.config import BaselineConfig
+from transformer_jax.models.dims_config import DIMS_NAMES, ModelDims
 from transformer_jax.models.kinds import MODELS, TRANSFORMER_KINDS
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
@@ -34,8 +35,9 @@ INIT_FIELDS = ("init",)
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(Config):
-    """Architecture of a ``DecoderLM`` or ``EncoderDecoder`` (``kind``).
+    """Architecture of a ``DecoderLM`` or ``EncoderDecoder`` (``kind``, or a baseline's).
 
+    ``dims``: the sizes (models.dims_config.ModelDims: ``model.dims.d_model``, ``model.dims.n_layers``...).
     Variants are chosen by name from registries: ``placement`` (ops.residual.PLACEMENTS),
     ``norm`` (one settings class per kind, nn.norm_config; ``model.norm=rmsnorm``, ``model.norm.eps=...``),
     ``position`` (one settings class per encoding, nn.position_config; ``model.position=rope``,
@@ -43,29 +45,18 @@ class ModelConfig(Config):
     softmax, sliding_window, local_global, linear; ``model.attention.qk_norm=true``), ``ffn``
     (ops.activations.FFN_ACTIVATIONS), ``init`` (how fresh weights are drawn, nn.init.InitConfig:
     ``model.init.scheme=xavier``, ``model.init.std``, ``model.init.zero_out``).
-
-    ``final_softcap``: cap * tanh(x / cap) on the output logits (Gemma 2).
     """
 
     kind: str = setting("decoder_lm", choice=MODELS)
-    vocab_size: int = setting(256, ge=2)
-    d_model: int = setting(128, ge=1)
-    n_heads: int = setting(4, ge=1)
-    n_kv_heads: int | None = setting(None, ge=1)  # None: as many as n_heads (MHA); 1: MQA; else GQA
-    head_dim: int | None = setting(None, ge=1)  # None: d_model // n_heads
-    d_ff: int | None = setting(None, ge=1)  # None: 4 * d_model
-    n_layers: int = setting(4, ge=1)  # decoder layers (the whole DecoderLM, or the decoder of EncoderDecoder)
-    n_encoder_layers: int = setting(0, ge=0)  # EncoderDecoder only
-    max_len: int = setting(1024, ge=1)  # longest sequence (size of a learned position table)
+    dims: ModelDims = setting(factory=ModelDims)  # models.dims_config: sizes, heads, layers, max_len
     placement: str = setting("pre", choice=residual.PLACEMENTS)
     norm: NormConfig = setting(factory=LayerNormConfig)  # nn.norm_config; model.norm=rmsnorm, model.norm.eps=...
     position: PositionConfig = setting(factory=LearnedPositions)  # nn.position_config
     ffn: str = setting("gelu", choice=activations.FFN_ACTIVATIONS)
     use_bias: bool = True
-    embeddings: EmbeddingsConfig = setting(factory=EmbeddingsConfig)  # nn.embed: tie, scale, share
+    embeddings: EmbeddingsConfig = setting(factory=EmbeddingsConfig)  # nn.embed: tie, scale, share, final_softcap
     dropout: float = setting(0.0, ge=0, lt=1)
     attention: AttentionConfig = setting(factory=SoftmaxAttention)  # nn.attention_config
-    final_softcap: float | None = setting(None, gt=0)
     init: InitConfig = setting(factory=InitConfig)  # nn.init: scheme, std, zero_out
     execution: ExecutionConfig = setting(factory=ExecutionConfig)  # dtypes, kernels, scan, remat
     moe: MoEConfig | None = None  # Mixture-of-Experts in place of the FFN (None: dense)
@@ -96,18 +87,6 @@ class ModelConfig(Config):
     # Derived values --------------------------------------------------------------------------
 
     @property
-    def resolved_head_dim(self) -> int:
-        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
-
-    @property
-    def resolved_kv_heads(self) -> int:
-        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
-
-    @property
-    def resolved_d_ff(self) -> int:
-        return self.d_ff if self.d_ff is not None else 4 * self.d_model
-
-    @property
     def compute_dtype(self):
         return self.execution.compute_dtype
 
@@ -121,16 +100,16 @@ class ModelConfig(Config):
     def init_scheme(self) -> InitScheme:
         """GPT-2 scales residual output projections by 1/sqrt(number of residual sublayers)."""
         if self.kind == "encoder_decoder":
-            n_sublayers = 2 * self.n_encoder_layers + 3 * self.n_layers
+            n_sublayers = 2 * self.dims.n_encoder_layers + 3 * self.dims.n_layers
         else:
-            n_sublayers = 2 * self.n_layers
+            n_sublayers = 2 * self.dims.n_layers
         return InitScheme(self.init, n_residual_layers=n_sublayers)
 
     def position_dims(self, *, bidirectional: bool) -> PositionDims:
         return PositionDims(
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            max_len=self.max_len,
+            d_model=self.dims.d_model,
+            n_heads=self.dims.n_heads,
+            max_len=self.dims.max_len,
             bidirectional=bidirectional,
             init_std=self.init.std,
             dtype=self.compute_dtype,
@@ -139,13 +118,13 @@ class ModelConfig(Config):
 
     def moe_spec(self) -> MoESpec | None:
         """The layer-level MoE settings (fine-grained sizes resolved), or None for a dense model."""
-        return None if self.moe is None else self.moe.spec(self.resolved_d_ff, self.ffn)
+        return None if self.moe is None else self.moe.spec(self.dims.resolved_d_ff, self.ffn)
 
     def block_configs(self, *, side: str, rope: RopeSpec | None) -> tuple[BlockConfig, ...]:
         """One ``BlockConfig`` per layer of the ``side`` stack: the local layers of
         ``attention=local_global`` are sliding-window (with RoPE base ``position.local_theta``,
         unscaled, when set)."""
-        n = self.n_encoder_layers if side == "encoder" else self.n_layers
+        n = self.dims.n_encoder_layers if side == "encoder" else self.dims.n_layers
         local_rope = rope
         if rope is not None and isinstance(self.position, RopePositions) and self.position.local_theta is not None:
             local_rope = self.position.spec(local=True)
@@ -166,17 +145,17 @@ class ModelConfig(Config):
         placement = residual.PLACEMENTS.get(self.placement)
         alpha, beta = placement.constants(
             architecture=self.architecture(),
-            n_encoder_layers=self.n_encoder_layers,
-            n_decoder_layers=self.n_layers,
+            n_encoder_layers=self.dims.n_encoder_layers if self.kind == "encoder_decoder" else 0,
+            n_decoder_layers=self.dims.n_layers,
             side=side,
         )
         return BlockConfig(
             dims=LayerDims(
-                d_model=self.d_model,
-                n_heads=self.n_heads,
-                n_kv_heads=self.resolved_kv_heads,
-                head_dim=self.resolved_head_dim,
-                d_ff=self.resolved_d_ff,
+                d_model=self.dims.d_model,
+                n_heads=self.dims.n_heads,
+                n_kv_heads=self.dims.resolved_kv_heads,
+                head_dim=self.dims.resolved_head_dim,
+                d_ff=self.dims.resolved_d_ff,
             ),
             ffn=self.ffn,
             use_bias=self.use_bias,
@@ -198,30 +177,26 @@ class ModelConfig(Config):
 # Cross-field rules of a Transformer ModelConfig ----------------------------------------------
 
 
-def _head_sizes(m: ModelConfig) -> None:
-    if m.head_dim is None and m.d_model % m.n_heads:
+def _heads_split_d_model(m: ModelConfig) -> None:
+    """A Transformer's heads split d_model (a baseline has no heads: ``ModelDims`` cannot say it)."""
+    d = m.dims
+    if d.head_dim is None and d.d_model % d.n_heads:
         fail(
-            "model.d_model",
-            m.d_model,
-            f"is not divisible by n_heads={m.n_heads}",
-            "change d_model or n_heads, or set head_dim explicitly",
-        )
-    if m.n_kv_heads is not None and m.n_heads % m.n_kv_heads:
-        fail(
-            "model.n_kv_heads",
-            m.n_kv_heads,
-            f"does not divide n_heads={m.n_heads}",
-            "use a divisor of n_heads (1 = multi-query attention)",
+            "model.dims.d_model",
+            d.d_model,
+            f"is not divisible by model.dims.n_heads={d.n_heads}",
+            "change d_model or n_heads, or set model.dims.head_dim explicitly",
         )
 
 
 def _encoder_layers(m: ModelConfig) -> None:
-    if m.kind == "encoder_decoder" and m.n_encoder_layers < 1:
-        fail("model.n_encoder_layers", m.n_encoder_layers, "an encoder_decoder needs at least 1 encoder layer")
-    if m.kind != "encoder_decoder" and m.n_encoder_layers:
+    n = m.dims.n_encoder_layers
+    if m.kind == "encoder_decoder" and n < 1:
+        fail("model.dims.n_encoder_layers", n, "an encoder_decoder needs at least 1 encoder layer")
+    if m.kind != "encoder_decoder" and n:
         fail(
-            "model.n_encoder_layers",
-            m.n_encoder_layers,
+            "model.dims.n_encoder_layers",
+            n,
             "is only used by kind='encoder_decoder'",
             "set it to 0 or change model.kind",
         )
@@ -229,15 +204,15 @@ def _encoder_layers(m: ModelConfig) -> None:
 
 def _position_fits(m: ModelConfig) -> None:
     kind = m.position.kind
-    if kind == "rope" and m.resolved_head_dim % 2:
+    if kind == "rope" and m.dims.resolved_head_dim % 2:
         fail(
-            "model.head_dim",
-            m.resolved_head_dim,
+            "model.dims.head_dim",
+            m.dims.resolved_head_dim,
             "RoPE rotates pairs of dimensions, so head_dim must be even",
-            "change d_model/n_heads or head_dim",
+            "change model.dims.d_model/n_heads or head_dim",
         )
-    if kind == "sinusoidal" and m.d_model % 2:
-        fail("model.d_model", m.d_model, "sinusoidal positions need an even d_model")
+    if kind == "sinusoidal" and m.dims.d_model % 2:
+        fail("model.dims.d_model", m.dims.d_model, "sinusoidal positions need an even d_model")
     if m.attention.kind == "linear" and kind in _BIAS_POSITIONS:
         fail(
             "model.position",
@@ -265,21 +240,28 @@ def _local_global_unscanned(m: ModelConfig) -> None:
         )
 
 
-TRANSFORMER_RULES = (_head_sizes, _encoder_layers, _position_fits, _local_global_unscanned)
+TRANSFORMER_RULES = (_heads_split_d_model, _encoder_layers, _position_fits, _local_global_unscanned)
 
 
-_EXECUTION_NAMES = frozenset(f.name for f in dataclasses.fields(ExecutionConfig))
+# The groups whose field names `with_changes` takes directly.
+_ROUTED = {
+    "dims": DIMS_NAMES,
+    "execution": frozenset(f.name for f in dataclasses.fields(ExecutionConfig)),
+}
 
 
 def with_changes(cfg: ModelConfig, **changes) -> ModelConfig:
-    """``dataclasses.replace(cfg, **changes)``, except that the names of ``ExecutionConfig``'s fields
-    (``dtype``, ``scan_layers``, ``attention_impl``...) replace those of ``cfg.execution``; a renamed
-    field (``qk_norm``, ``init_std``...) is an error naming where it went."""
+    """``dataclasses.replace(cfg, **changes)``, except that the names of ``ModelDims``' fields
+    (``d_model``, ``n_layers``...) replace those of ``cfg.dims`` and the names of ``ExecutionConfig``'s
+    (``dtype``, ``scan_layers``...) those of ``cfg.execution``; a renamed field (``qk_norm``,
+    ``init_std``...) is an error naming where it went."""
+    routed = frozenset().union(*_ROUTED.values())
     for name in changes:
         moved = migration.renamed_key(f"model.{name}")
-        if moved is not None and name not in _EXECUTION_NAMES:
+        if moved is not None and name not in routed:
             raise ConfigError(f"model field {name!r} was renamed: {moved} (CHANGELOG lists every renamed key)")
-    execution = {k: changes.pop(k) for k in list(changes) if k in _EXECUTION_NAMES}
-    if execution:
-        changes["execution"] = dataclasses.replace(changes.get("execution", cfg.execution), **execution)
+    for group, names in _ROUTED.items():
+        fields = {k: changes.pop(k) for k in list(changes) if k in names}
+        if fields:
+            changes[group] = dataclasses.replace(changes.get(group, getattr(cfg, group)), **fields)
     return dataclasses.replace(cfg, **changes)

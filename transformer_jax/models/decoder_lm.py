@@ -47,7 +47,7 @@ class DecoderLM(nnx.Module):
         self.positions = build_positions(cfg.position, cfg.position_dims(bidirectional=False), rngs=rngs)
         self.layers = Stack(
             cfg.block_configs(side="decoder", rope=self.positions.rope),
-            cfg.n_layers,
+            cfg.dims.n_layers,
             scan=cfg.execution.scan_layers,
             remat=cfg.execution.remat,
             rngs=rngs,
@@ -58,7 +58,7 @@ class DecoderLM(nnx.Module):
 
     def init_cache(self, batch: int, max_len: int, dtype=None):
         """Empty KV caches for decoding up to ``max_len`` positions."""
-        return make_self_caches(self.cfg, self.cfg.n_layers, batch, max_len, dtype)
+        return make_self_caches(self.cfg, self.cfg.dims.n_layers, batch, max_len, dtype)
 
     def __call__(
         self,
@@ -106,7 +106,7 @@ class DecoderLM(nnx.Module):
 
     def head(self, x_BTD: Float[Array, "B T D"], final_norm) -> Float[Array, "B T V"]:
         """The output head (shared with the MTP modules, each with its own final norm)."""
-        return output_logits(x_BTD, final_norm, self.lm_head, self.embed, self.cfg.final_softcap)
+        return output_logits(x_BTD, final_norm, self.lm_head, self.embed, self.cfg.embeddings.final_softcap)
 
     def block_inputs(self, B: int, T: int, start, cache, positions_BT=None, segment_ids_BT=None) -> BlockInputs:
         """Mask, positions and position bias for T tokens written at cache slot ``start``

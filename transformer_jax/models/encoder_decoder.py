@@ -56,7 +56,7 @@ class EncoderDecoder(nnx.Module):
         self.tgt_positions = build_positions(cfg.position, cfg.position_dims(bidirectional=False), rngs=rngs)
         self.encoder = Stack(
             cfg.block_configs(side="encoder", rope=self.src_positions.rope),
-            cfg.n_encoder_layers,
+            cfg.dims.n_encoder_layers,
             scan=cfg.execution.scan_layers,
             remat=cfg.execution.remat,
             rngs=rngs,
@@ -64,7 +64,7 @@ class EncoderDecoder(nnx.Module):
         self.encoder_norm = make_final_norm(cfg, rngs)
         self.decoder = Stack(
             cfg.block_configs(side="decoder", rope=self.tgt_positions.rope),
-            cfg.n_layers,
+            cfg.dims.n_layers,
             scan=cfg.execution.scan_layers,
             remat=cfg.execution.remat,
             rngs=rngs,
@@ -101,7 +101,7 @@ class EncoderDecoder(nnx.Module):
     def init_cache(self, memory_BSD: Float[Array, "B S D"], max_len: int, dtype=None):
         """Decoder caches: empty self-attention caches plus cross-attention keys/values of the
         memory, computed once here and reused at every decoding step."""
-        caches = make_self_caches(self.cfg, self.cfg.n_layers, memory_BSD.shape[0], max_len, dtype)
+        caches = make_self_caches(self.cfg, self.cfg.dims.n_layers, memory_BSD.shape[0], max_len, dtype)
         if self.cfg.execution.scan_layers:
             graphdef, states = nnx.split(self.decoder.layers)
             project = jax.vmap(lambda s: _cross_kv(cast(Block, nnx.merge(graphdef, s)), memory_BSD))
@@ -166,7 +166,7 @@ class EncoderDecoder(nnx.Module):
             cross_mask=cross_mask,
         )
         x_BTD, cache, aux = self.decoder(x_BTD, inputs, caches=cache, dropout_key=k_layers, return_hidden=return_hidden)
-        logits = output_logits(x_BTD, self.decoder_norm, self.lm_head, self.tgt_embed, cfg.final_softcap)
+        logits = output_logits(x_BTD, self.decoder_norm, self.lm_head, self.tgt_embed, cfg.embeddings.final_softcap)
         if cache is not None:
             aux["cache"] = cache
         return logits, aux

@@ -19,19 +19,19 @@ def _all_of(group: type, name: str) -> tuple[str, ...]:
 
 
 # What both Transformer kinds read: the settings groups whole (attention, norm, position, MoE, MLA),
-# or field by field where a baseline reads a part (execution, init, embeddings).
+# or field by field where a baseline reads a part (dims, execution, init, embeddings).
 _TRANSFORMER = (
-    "vocab_size", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "n_layers", "max_len", "placement",
-    "norm", "position", "attention", "ffn", "use_bias", "dropout", "final_softcap", "moe", "mla",
-    *_all_of(ExecutionConfig, "execution"), *_all_of(InitConfig, "init"), "embeddings.tie", "embeddings.scale",
+    "dims.vocab_size", "dims.d_model", "dims.n_heads", "dims.n_kv_heads", "dims.head_dim", "dims.d_ff",
+    "dims.n_layers", "dims.max_len", "placement", "norm", "position", "attention", "ffn", "use_bias", "dropout",
+    "moe", "mla", *_all_of(ExecutionConfig, "execution"), *_all_of(InitConfig, "init"), "embeddings.tie",
+    "embeddings.scale", "embeddings.final_softcap",
 )  # fmt: skip
-ENCODER_DECODER_READS = (*_TRANSFORMER, "n_encoder_layers", "embeddings.share")
+ENCODER_DECODER_READS = (*_TRANSFORMER, "dims.n_encoder_layers", "embeddings.share")
 DECODER_LM_READS = (*_TRANSFORMER, "mtp")  # multi-token prediction: decoder-only
 _NEURAL_BASELINE = (
-    "vocab_size", "d_model", "d_ff", "n_layers", "dropout", "init.std", "embeddings.tie", "execution.dtype",
-    "execution.param_dtype",
-    "position", "baseline",
+    "dims.vocab_size", "dims.d_model", "dims.n_layers", "dropout", "init.std", "embeddings.tie",
+    "execution.dtype", "execution.param_dtype", "position", "baseline",
 )  # fmt: skip
-WINDOW_LM_READS = _NEURAL_BASELINE  # model.baseline holds only the kind's own settings
+WINDOW_LM_READS = (*_NEURAL_BASELINE, "dims.d_ff")  # the RNN has no d_ff; model.baseline holds the kind's own
 RNN_LM_READS = _NEURAL_BASELINE
-NGRAM_READS = ("vocab_size", "position", "baseline")
+NGRAM_READS = ("dims.vocab_size", "position", "baseline")

@@ -80,13 +80,13 @@ def _needs_rope(mla: MLAConfig, model: Any) -> None:
 
 def _own_head_sizes(mla: MLAConfig, model: Any) -> None:
     for name in ("head_dim", "n_kv_heads"):
-        if getattr(model, name) is not None:
+        if getattr(model.dims, name) is not None:
             fail(
-                f"model.{name}",
-                getattr(model, name),
+                f"model.dims.{name}",
+                getattr(model.dims, name),
                 "MLA sizes its heads itself (model.mla.qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and "
                 "shares one latent across heads",
-                f"unset model.{name} with model.mla",
+                f"unset model.dims.{name} with model.mla",
             )
 
 

@@ -66,9 +66,9 @@ class MoEConfig(Config):
     def validate(self, model: Any) -> None:
         """The rules across ``model``'s fields (called by ``ModelConfig``): every stack keeps MoE
         layers, a scanned stack repeats whole groups of ``every`` layers, segments split d_ff."""
-        stacks = {"model.n_layers": model.n_layers}
+        stacks = {"model.dims.n_layers": model.dims.n_layers}
         if model.kind == "encoder_decoder":
-            stacks["model.n_encoder_layers"] = model.n_encoder_layers
+            stacks["model.dims.n_encoder_layers"] = model.dims.n_encoder_layers
         if self.every > min(stacks.values()):
             fail(
                 "model.moe.every",
@@ -92,11 +92,11 @@ class MoEConfig(Config):
             )
         if model.execution.scan_layers and self.every > 1:
             _check_scanned_groups(self, model, stacks)
-        if self.d_expert is None and model.resolved_d_ff % self.segments:
+        if self.d_expert is None and model.dims.resolved_d_ff % self.segments:
             fail(
                 "model.moe.segments",
                 self.segments,
-                f"does not divide the expert width d_ff={model.resolved_d_ff}",
+                f"does not divide the expert width d_ff={model.dims.resolved_d_ff}",
                 "set model.moe.d_expert to a multiple of segments",
             )
 

@@ -41,7 +41,7 @@ class MTPLayer(nnx.Module):
     """One depth: norms, the 2D -> D projection, one Transformer block, its own final norm."""
 
     def __init__(self, cfg: ModelConfig, rope: RopeSpec | None, *, rngs: nnx.Rngs):
-        d = cfg.d_model
+        d = cfg.dims.d_model
         self.hidden_norm = Norm(d, kind="rmsnorm", eps=cfg.norm.eps, param_dtype=cfg.params_dtype)
         self.token_norm = Norm(d, kind="rmsnorm", eps=cfg.norm.eps, param_dtype=cfg.params_dtype)
         self.proj = DenseGeneral(

@@ -34,5 +34,5 @@ class MTPConfig(Config):
         if model.kind != "decoder_lm":
             fail("model.mtp", self, f"multi-token prediction needs model.kind='decoder_lm' (got {model.kind!r})",
                  "set model.mtp=none")  # fmt: skip
-        if self.depth + 1 >= model.max_len:
-            fail("model.mtp.depth", self.depth, f"leaves no target within model.max_len={model.max_len}")
+        if self.depth + 1 >= model.dims.max_len:
+            fail("model.mtp.depth", self.depth, f"leaves no target within model.dims.max_len={model.dims.max_len}")

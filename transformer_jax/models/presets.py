@@ -7,6 +7,7 @@ import dataclasses
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.baselines.config import BaselineConfig
 from transformer_jax.models.config import ModelConfig, with_changes
+from transformer_jax.models.dims_config import DIMS_NAMES, ModelDims
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig
 from transformer_jax.nn.embed import EmbeddingsConfig
@@ -36,12 +37,12 @@ def baseline_model_config(kind: str, baseline: BaselineConfig | None = None, **m
     defaults), ``position="none"`` (and, for ``window_lm``, an untied output layer unless
     ``d_ff == d_model``); ``model_fields`` set the rest."""
     fields = {"position": NoPositions(), **model_fields}
+    dims = ModelDims(**{name: fields.pop(name) for name in DIMS_NAMES if name in fields})
     if kind == "window_lm" and "embeddings" not in fields:
-        d_model = fields.get("d_model", ModelConfig.d_model)
-        fields["embeddings"] = EmbeddingsConfig(tie=fields.get("d_ff") == d_model)
+        fields["embeddings"] = EmbeddingsConfig(tie=dims.d_ff == dims.d_model)
     if baseline is None and kind in BaselineConfig.VARIANTS:
         baseline = BaselineConfig.VARIANTS.get(kind)()
-    return ModelConfig(kind=kind, baseline=baseline, **fields)
+    return ModelConfig(kind=kind, dims=dims, baseline=baseline, **fields)
 
 
 # The original Transformer (Vaswani et al. 2017, Table 3 "base"): 6+6 layers, d_model 512,
@@ -51,13 +52,15 @@ PRESETS.register(
     "original_base",
     ModelConfig(
         kind="encoder_decoder",
-        vocab_size=37000,
-        d_model=512,
-        n_heads=8,
-        d_ff=2048,
-        n_layers=6,
-        n_encoder_layers=6,
-        max_len=512,
+        dims=ModelDims(
+            vocab_size=37000,
+            d_model=512,
+            n_heads=8,
+            d_ff=2048,
+            n_layers=6,
+            n_encoder_layers=6,
+            max_len=512,
+        ),
         placement="post",
         norm=LayerNormConfig(),
         position=SinusoidalPositions(),
@@ -69,11 +72,11 @@ PRESETS.register(
     ),
 )
 PRESETS.register(
-    "original_big", dataclasses.replace(PRESETS.get("original_base"), d_model=1024, n_heads=16, d_ff=4096, dropout=0.3)
+    "original_big", with_changes(PRESETS.get("original_base"), d_model=1024, n_heads=16, d_ff=4096, dropout=0.3)
 )
 PRESETS.register(
     "original_tiny",
-    dataclasses.replace(
+    with_changes(
         PRESETS.get("original_base"),
         vocab_size=512,
         d_model=64,
@@ -87,7 +90,7 @@ PRESETS.register(
 # A CPU-sized translation model (3+3 layers, d 256) for Multi30k.
 PRESETS.register(
     "original_small",
-    dataclasses.replace(
+    with_changes(
         PRESETS.get("original_base"),
         vocab_size=8000,
         d_model=256,
@@ -105,12 +108,14 @@ PRESETS.register(
     "gpt2_small",
     ModelConfig(
         kind="decoder_lm",
-        vocab_size=50257,
-        d_model=768,
-        n_heads=12,
-        d_ff=3072,
-        n_layers=12,
-        max_len=1024,
+        dims=ModelDims(
+            vocab_size=50257,
+            d_model=768,
+            n_heads=12,
+            d_ff=3072,
+            n_layers=12,
+            max_len=1024,
+        ),
         placement="pre",
         norm=LayerNormConfig(eps=1e-5),
         position=LearnedPositions(),
@@ -122,21 +127,21 @@ PRESETS.register(
 )
 PRESETS.register(
     "gpt2_tiny",
-    dataclasses.replace(
-        PRESETS.get("gpt2_small"), vocab_size=256, d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128
-    ),
+    with_changes(PRESETS.get("gpt2_small"), vocab_size=256, d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128),
 )
 # nanoGPT's shakespeare_char model / ../shared/bench/torch_gpt.py: no biases, exact GELU.
 PRESETS.register(
     "nanogpt_char",
     ModelConfig(
         kind="decoder_lm",
-        vocab_size=65,
-        d_model=128,
-        n_heads=4,
-        d_ff=512,
-        n_layers=4,
-        max_len=64,
+        dims=ModelDims(
+            vocab_size=65,
+            d_model=128,
+            n_heads=4,
+            d_ff=512,
+            n_layers=4,
+            max_len=64,
+        ),
         placement="pre",
         norm=LayerNormConfig(bias=False),
         position=LearnedPositions(),
@@ -153,13 +158,15 @@ PRESETS.register(
     "llama_like",
     ModelConfig(
         kind="decoder_lm",
-        vocab_size=32000,
-        d_model=1024,
-        n_heads=16,
-        n_kv_heads=4,
-        d_ff=2816,
-        n_layers=24,
-        max_len=2048,
+        dims=ModelDims(
+            vocab_size=32000,
+            d_model=1024,
+            n_heads=16,
+            n_kv_heads=4,
+            d_ff=2816,
+            n_layers=24,
+            max_len=2048,
+        ),
         placement="pre",
         norm=RMSNormConfig(eps=1e-5),
         position=RopePositions(theta=10000.0),
@@ -171,7 +178,7 @@ PRESETS.register(
 )
 PRESETS.register(
     "llama_tiny",
-    dataclasses.replace(
+    with_changes(
         PRESETS.get("llama_like"),
         vocab_size=256,
         d_model=64,
@@ -230,7 +237,7 @@ PRESETS.register(
 # sequence-wise balance loss; 1 shared + top-2 of 8 routed.
 PRESETS.register(
     "deepseek_v3_tiny",
-    dataclasses.replace(
+    with_changes(
         PRESETS.get("llama_tiny"),
         n_kv_heads=None,
         position=RopePositions(pairing="adjacent"),

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.core.configlib import Config
+from transformer_jax.core.configlib import Config, setting
 
 Initializer = jax.nn.initializers.Initializer
 
@@ -21,12 +21,14 @@ class EmbeddingsConfig(Config):
     """The token embeddings (``model.embeddings``): ``tie``: the output projection is the table
     transposed (`Embed.attend`); ``scale``: lookups times sqrt(d_model) (Vaswani et al. 2017; the
     table then starts at std 1/sqrt(d_model)); ``share``: an encoder-decoder's source and target
-    tokens share one table (read by ``encoder_decoder`` only)."""
+    tokens share one table (read by ``encoder_decoder`` only); ``final_softcap``: cap * tanh(x / cap)
+    on the output logits (Gemma 2; None: off)."""
 
     PATH: typing.ClassVar[str] = "model.embeddings"
     tie: bool = True
     scale: bool = False
     share: bool = True
+    final_softcap: float | None = setting(None, gt=0)
 
 
 class Embed(nnx.Module):

@@ -12,7 +12,7 @@ def get_config():
     cfg = base_config()
     model = get_preset(
         "llama_tiny",
-        vocab_size=cfg.model.vocab_size,
+        vocab_size=cfg.model.dims.vocab_size,
         d_model=128,
         n_heads=4,
         n_kv_heads=4,

@@ -12,7 +12,7 @@ slower machine earlier. Measured by ``experiments/speedrun_sweep.py``: see
 
 import dataclasses
 
-from transformer_jax.models import ModelConfig
+from transformer_jax.models import ModelConfig, ModelDims
 from transformer_jax.nn.attention_config import SoftmaxAttention
 from transformer_jax.nn.embed import EmbeddingsConfig
 from transformer_jax.nn.init import InitConfig
@@ -28,21 +28,15 @@ STEPS = 850  # what fits the budget at ~1.6 steps/s with five evaluations (measu
 def model_config(vocab_size: int) -> ModelConfig:
     return ModelConfig(
         kind="decoder_lm",
-        vocab_size=vocab_size,
-        d_model=192,
-        n_heads=6,
-        d_ff=768,
-        n_layers=4,
-        max_len=SEQ_LEN,
+        dims=ModelDims(vocab_size=vocab_size, d_model=192, n_heads=6, d_ff=768, n_layers=4, max_len=SEQ_LEN),
         placement="pre",
         norm=RMSNormConfig(),
         position=RopePositions(),
         ffn="relu2",
         use_bias=False,
-        embeddings=EmbeddingsConfig(tie=False),
+        embeddings=EmbeddingsConfig(tie=False, final_softcap=15.0),
         attention=SoftmaxAttention(qk_norm=True),
         init=InitConfig(zero_out=True),
-        final_softcap=15.0,
         dropout=0.0,
     )
 
@@ -69,7 +63,7 @@ def get_config():
     return dataclasses.replace(
         cfg,
         name="shakespeare_speedrun",
-        model=model_config(cfg.model.vocab_size),
+        model=model_config(cfg.model.dims.vocab_size),
         data=dataclasses.replace(cfg.data, seq_len=SEQ_LEN),
         train=train,
     )

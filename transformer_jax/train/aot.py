@@ -116,7 +116,7 @@ def _xla_cost_corrected(cfg: Config, mesh, raw: dict) -> tuple[dict, str]:
     period): cost(L) = cost(p) + (L / p - 1) * (cost(2p) - cost(p))."""
     if not cfg.model.execution.scan_layers or raw["flops"] is None:
         return raw, "XLA cost_analysis"
-    p, L = _scan_period(cfg), cfg.model.n_layers
+    p, L = _scan_period(cfg), cfg.model.dims.n_layers
     costs = []
     for n in (p, 2 * p):
         model = with_changes(cfg.model, n_layers=n, scan_layers=False)

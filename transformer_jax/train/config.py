@@ -125,23 +125,23 @@ class Config:
                 f"use model.kind={task_kind!r} (or another dataset)",
             )
         longest = max(d.seq_len, d.dataset.src_len() or 0 if d.task == "seq2seq" else 0)
-        if m.position.kind == "learned" and longest > m.max_len:
+        if m.position.kind == "learned" and longest > m.dims.max_len:
             fail(
                 "data.seq_len",
                 d.seq_len,
-                f"is longer than model.max_len={m.max_len} (the learned position table)",
-                "raise model.max_len or lower data.seq_len",
+                f"is longer than model.dims.max_len={m.dims.max_len} (the learned position table)",
+                "raise model.dims.max_len or lower data.seq_len",
             )
         schedule = self.train.optim.schedule
-        if isinstance(schedule, InverseSqrtSchedule) and schedule.d_model not in (None, m.d_model):
-            fail("train.optim.schedule.d_model", schedule.d_model, f"differs from model.d_model={m.d_model}")
+        if isinstance(schedule, InverseSqrtSchedule) and schedule.d_model not in (None, m.dims.d_model):
+            fail("train.optim.schedule.d_model", schedule.d_model, f"differs from model.dims.d_model={m.dims.d_model}")
 
 
 def resolve(cfg: Config) -> Config:
     """Fills values one section derives from another (e.g. the inverse-sqrt schedule's d_model)."""
     schedule = cfg.train.optim.schedule
     if isinstance(schedule, InverseSqrtSchedule) and schedule.d_model is None:
-        optim = dataclasses.replace(cfg.train.optim, schedule=InverseSqrtSchedule(d_model=cfg.model.d_model))
+        optim = dataclasses.replace(cfg.train.optim, schedule=InverseSqrtSchedule(d_model=cfg.model.dims.d_model))
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, optim=optim))
     return cfg
 

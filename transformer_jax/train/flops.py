@@ -104,9 +104,9 @@ def model_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     contributes its router, shared experts and only ``top_k`` of its routed experts:
     `count_active_params`), without a learned position table. With MLA the attention term's d is
     H (qk_head_dim + v_head_dim) / 2, the width its scores and weighted sum run at."""
-    positions = cfg.max_len * cfg.d_model if cfg.position.kind == "learned" else 0
-    width = cfg.d_model if cfg.mla is None else cfg.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2
-    return decoder_flops_per_token(count_active_params(cfg) - positions, cfg.n_layers, width, seq_len)
+    positions = cfg.dims.max_len * cfg.dims.d_model if cfg.position.kind == "learned" else 0
+    width = cfg.dims.d_model if cfg.mla is None else cfg.dims.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2
+    return decoder_flops_per_token(count_active_params(cfg) - positions, cfg.dims.n_layers, width, seq_len)
 
 
 def compiled_flops(jitted: Any, *args: Any) -> float | None:

@@ -91,8 +91,8 @@ def train_ngram(cfg: Config, workdir: str) -> dict[str, Any]:
     root = user_path(workdir, "--workdir")  # a gs:// workdir where the environment provides it
     root.mkdir(parents=True, exist_ok=True)
     data = build_data(cfg.data, batch_size=cfg.train.batch_size)
-    if cfg.model.vocab_size != data.vocab_size:
-        cfg = apply_overrides(cfg, [f"model.vocab_size={data.vocab_size}"])
+    if cfg.model.dims.vocab_size != data.vocab_size:
+        cfg = apply_overrides(cfg, [f"model.dims.vocab_size={data.vocab_size}"])
     (root / "config.json").write_text(configlib.to_json(cfg))
     data.tokenizer.save(root / "tokenizer")
     n_train = sum(len(s) for s in training_sequences(data))

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from transformer_jax.core import unread
+from transformer_jax.core import configlib, unread
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.core.overrides import apply_overrides, parse_overrides
 from transformer_jax.core.paths import require_local
@@ -125,23 +125,23 @@ def check_model(
     did (a config whose ``train.init_from`` was set by ``--set`` may differ anywhere)."""
     pretrained = pretrained_model_config(path) if pretrained is None else pretrained
     differ = [
-        f.name
-        for f in dataclasses.fields(ModelConfig)
-        if f.name not in RUNTIME_FIELDS and getattr(model, f.name) != getattr(pretrained, f.name)
+        (f"model.{name}", before, after)
+        for name, before, after in configlib.changed_fields(configlib.to_dict(pretrained), configlib.to_dict(model))
+        if name.split(".")[0] not in RUNTIME_FIELDS
     ]
     if not differ:
         return
     for key, value in (explicit or {}).items():
-        if key.startswith("model.") and key.split(".")[1] in differ:
-            name = key.split(".")[1]
-            raise ConfigError(
-                f"--set {key}={value}: conflicts with the pretrained model "
-                f"(model.{name}={getattr(pretrained, name)!r} in {path}/config.json); with --init-from only "
-                f"{', '.join('model.' + f for f in RUNTIME_FIELDS)} may be set"
-            )
-    name = differ[0]
+        for name, before, _ in differ:
+            if name == key or name.startswith(f"{key}."):
+                raise ConfigError(
+                    f"--set {key}={value}: conflicts with the pretrained model "
+                    f"({name}={before!r} in {path}/config.json); with --init-from only "
+                    f"{', '.join('model.' + f for f in RUNTIME_FIELDS)} may be set"
+                )
+    name, before, after = differ[0]
     raise ConfigError(
-        f"model.{name}={getattr(model, name)!r} differs from the pretrained model's {getattr(pretrained, name)!r} "
+        f"{name}={after!r} differs from the pretrained model's {before!r} "
         f"({path}){f' (and {len(differ) - 1} more fields)' if len(differ) > 1 else ''}: with train.init_from "
         "the model config comes from it; use train --init-from DIR"
     )

@@ -25,6 +25,7 @@ from flax import nnx
 from transformer_jax.core import configlib
 from transformer_jax.core.paths import user_path
 from transformer_jax.data import Data, build_data, tokenizer_from_json
+from transformer_jax.models.config import with_changes
 from transformer_jax.models.lora import apply_lora, join_adapters, split_adapters
 from transformer_jax.parallel import batch_sharding, make_mesh, sharding_context
 from transformer_jax.parallel.context import check_context, context_devices, lay_out
@@ -96,14 +97,14 @@ def _data_and_model(cfg: Config, tokenizer) -> tuple[Config, Any, Any]:
         process_count=n_proc,
     )
     if cfg.train.init_from is not None:
-        if data.vocab_size > cfg.model.vocab_size:
+        if data.vocab_size > cfg.model.dims.vocab_size:
             configlib.fail(
-                "model.vocab_size",
-                cfg.model.vocab_size,
+                "model.dims.vocab_size",
+                cfg.model.dims.vocab_size,
                 f"is smaller than the pretrained tokenizer's {data.vocab_size} ids ({cfg.train.init_from})",
             )
-    elif cfg.model.vocab_size != data.vocab_size:
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=data.vocab_size))
+    elif cfg.model.dims.vocab_size != data.vocab_size:
+        cfg = dataclasses.replace(cfg, model=with_changes(cfg.model, vocab_size=data.vocab_size))
     return cfg, data, model_graph(cfg.model, cfg.train.lora)[0]
 
 

@@ -1,5 +1,5 @@
-"""The model section's renamed keys: norm, position, execution, attention, init, embeddings and the
-MoE's router, capacity and balance loss became nested groups.
+"""The model section's renamed keys: norm, position, execution, attention, init, embeddings, dims and
+the MoE's router, capacity and balance loss became nested groups.
 
 Each step is an (upgrade, legacy) pair acting in place on the section's dict (see the package doc)."""
 
@@ -203,6 +203,36 @@ def _legacy_embeddings(model: dict[str, Any]) -> None:
     model.update({theirs: new.get(ours, default) for theirs, (ours, default) in _EMBEDDINGS.items()})
 
 
+# model.dims: the sizes (were flat fields of the model); final_softcap went to model.embeddings.
+_DIMS = (
+    "vocab_size",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "d_ff",
+    "n_layers",
+    "n_encoder_layers",
+    "max_len",
+)
+
+
+def _upgrade_dims(model: dict[str, Any]) -> None:
+    if "final_softcap" in model:
+        model.setdefault("embeddings", {})["final_softcap"] = model.pop("final_softcap")
+    if "dims" in model or not any(name in model for name in _DIMS):
+        return
+    model["dims"] = {name: model.pop(name) for name in _DIMS if name in model}
+
+
+def _legacy_dims(model: dict[str, Any]) -> None:
+    if isinstance(model.get("dims"), dict):
+        model.update(model.pop("dims"))
+    embeddings = model.get("embeddings")
+    if isinstance(embeddings, dict) and "final_softcap" in embeddings:
+        model["final_softcap"] = embeddings.pop("final_softcap")
+
+
 # model.moe.router, .capacity, .balance: groups with the fields their choice reads (were flat in model.moe).
 _OLD_MOE_DEFAULTS: dict[str, Any] = {
     "router": "softmax_topk",
@@ -323,6 +353,7 @@ STEPS = (
     (_upgrade_attention, _legacy_attention),
     (_upgrade_init, _legacy_init),
     (_upgrade_embeddings, _legacy_embeddings),
+    (_upgrade_dims, _legacy_dims),  # after embeddings: final_softcap moves into that group
     (_upgrade_moe, _legacy_moe),
     (_upgrade_baseline, _legacy_baseline),
 )
@@ -348,6 +379,8 @@ RENAMED: dict[str, str] = {
     "model.init_std": "model.init.std",
     "model.zero_init_out": "model.init.zero_out",
     **{f"model.{old}": f"model.embeddings.{new}" for old, (new, _) in _EMBEDDINGS.items()},
+    **{f"model.{name}": f"model.dims.{name}" for name in _DIMS},
+    "model.final_softcap": "model.embeddings.final_softcap",
     "model.moe.renormalize": "model.moe.router.renormalize",
     "model.moe.routed_scaling_factor": "model.moe.router.scaling_factor",
     "model.moe.bias_update_rate": "model.moe.router.bias_update_rate",

@@ -14,8 +14,8 @@ from transformer_jax.nn.linear import DenseGeneral
 def make_embed(cfg, rngs: nnx.Rngs) -> Embed:
     """Embedding table [V, d_model] drawn from N(0, init.std^2)."""
     return Embed(
-        cfg.vocab_size,
-        cfg.d_model,
+        cfg.dims.vocab_size,
+        cfg.dims.d_model,
         init=initializers.normal(cfg.init.std),
         dtype=cfg.compute_dtype,
         param_dtype=cfg.params_dtype,
@@ -34,7 +34,7 @@ class OutputLayer(nnx.Module):
             if tie
             else DenseGeneral(
                 d_in,
-                cfg.vocab_size,
+                cfg.dims.vocab_size,
                 axes=("mlp", "vocab"),
                 kernel_init=initializers.lecun_normal(),
                 dtype=cfg.compute_dtype,
@@ -42,7 +42,7 @@ class OutputLayer(nnx.Module):
                 rngs=rngs,
             )
         )
-        self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), cfg.params_dtype), logical_axes=("vocab",), role="bias")
+        self.bias = nnx.Param(jnp.zeros((cfg.dims.vocab_size,), cfg.params_dtype), logical_axes=("vocab",), role="bias")
 
     def __call__(self, x: Float[Array, "... D"]) -> Float[Array, "... V"]:
         if self.proj is None:

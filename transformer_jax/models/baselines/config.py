@@ -5,10 +5,11 @@ al. 2003, `WindowLMConfig`), ``rnn_lm`` (`RNNLMConfig`); ``--set model.baseline=
 ``model.baseline.tbptt=32`` sets its field. The n-gram's smoothing and the RNN's cell are chosen the
 same way (``model.baseline.smoothing=add_k``, ``model.baseline.smoothing.k=0.5``).
 
-The neural baselines also read these ``ModelConfig`` fields: ``vocab_size``, ``d_model``
-(embedding width; the RNN hidden size), ``d_ff`` (the window MLP's hidden width, default
-4 * d_model), ``n_layers`` (tanh layers of the window MLP / stacked RNN layers), ``dropout``,
-``init.std``, ``embeddings.tie``, ``dtype``, ``param_dtype``. They have no position encoding:
+The neural baselines also read these ``ModelConfig`` fields: ``dims.vocab_size``, ``dims.d_model``
+(embedding width; the RNN hidden size), ``dims.d_ff`` (the window MLP's hidden width, default
+4 * d_model; window_lm only), ``dims.n_layers`` (tanh layers of the window MLP / stacked RNN layers),
+``dropout``, ``init.std``, ``embeddings.tie``, ``execution.dtype``, ``execution.param_dtype``. They have
+no position encoding:
 ``model.position`` must be ``"none"`` (``models.presets.baseline_model_config`` sets it).
 """
 
@@ -142,13 +143,13 @@ class WindowLMConfig(_NeuralBaseline):
     def validate(self, model_cfg: Any) -> None:
         super().validate(model_cfg)
         m = model_cfg
-        width = m.d_ff if m.d_ff is not None else 4 * m.d_model
-        if m.embeddings.tie and width != m.d_model:
+        width, d_model = m.dims.resolved_d_ff, m.dims.d_model
+        if m.embeddings.tie and width != d_model:
             fail(
                 "model.embeddings.tie",
                 True,
-                f"the window MLP's output width d_ff={width} differs from d_model={m.d_model}",
-                "set model.embeddings.tie=false or model.d_ff=model.d_model",
+                f"the window MLP's output width d_ff={width} differs from d_model={d_model}",
+                "set model.embeddings.tie=false or model.dims.d_ff=model.dims.d_model",
             )
 
 

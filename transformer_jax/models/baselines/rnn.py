@@ -160,7 +160,7 @@ class RNNLM(nnx.Module):
         settings = cfg.baseline
         assert isinstance(settings, RNNLMConfig)  # ModelConfig requires it for this kind
         cell_cls = CELLS.get(settings.cell.kind)
-        D = cfg.d_model
+        D = cfg.dims.d_model
         self.embed = make_embed(cfg, rngs)
         self.layers = nnx.List(
             [
@@ -172,7 +172,7 @@ class RNNLM(nnx.Module):
                     param_dtype=cfg.params_dtype,
                     rngs=rngs,
                 )
-                for _ in range(cfg.n_layers)
+                for _ in range(cfg.dims.n_layers)
             ]
         )
         self.head = OutputLayer(cfg, D, self.embed, tie=cfg.embeddings.tie, rngs=rngs)

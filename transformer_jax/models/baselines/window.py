@@ -1,7 +1,7 @@
 """Fixed-window neural language model (Bengio, Ducharme, Vincent & Jauvin 2003).
 
     x_t = [C(w_{t-N+1}); ...; C(w_t)]                  concatenated embeddings of the last N tokens
-    h_t = tanh(H x_t + d)                              (``model.n_layers`` such layers, width d_ff)
+    h_t = tanh(H x_t + d)                              (``model.dims.n_layers`` such layers, width d_ff)
     y_t = b + U h_t (+ W x_t with ``model.baseline.direct``)  logits of token t + 1
 
 Positions before the start of the sequence (or of the token's segment in a packed row) take a
@@ -58,7 +58,7 @@ class WindowLM(nnx.Module):
         self.cfg = cfg
         assert isinstance(cfg.baseline, WindowLMConfig)  # ModelConfig requires it for this kind
         self.window = N = cfg.baseline.window
-        D, F = cfg.d_model, cfg.resolved_d_ff
+        D, F = cfg.dims.d_model, cfg.dims.resolved_d_ff
         self.embed = make_embed(cfg, rngs)
         self.boundary_embed = nnx.Param(
             initializers.normal(cfg.init.std)(rngs.params(), (D,), cfg.params_dtype),
@@ -68,12 +68,12 @@ class WindowLM(nnx.Module):
         dense: dict[str, Any] = dict(use_bias=True, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
         self.hidden = nnx.List(
             [DenseGeneral((N, D), F, axes=(None, "embed", "mlp"), **dense)]
-            + [DenseGeneral(F, F, axes=(None, "mlp"), **dense) for _ in range(cfg.n_layers - 1)]
+            + [DenseGeneral(F, F, axes=(None, "mlp"), **dense) for _ in range(cfg.dims.n_layers - 1)]
         )
         self.direct = (
             DenseGeneral(
                 (N, D),
-                cfg.vocab_size,
+                cfg.dims.vocab_size,
                 axes=(None, "embed", "vocab"),
                 use_bias=False,
                 kernel_init=initializers.zeros,
@@ -90,7 +90,7 @@ class WindowLM(nnx.Module):
         """Empty window (``max_len`` is ignored: the cache holds N - 1 tokens whatever the length)."""
         dtype = dtype or self.cfg.compute_dtype
         n = self.window - 1
-        return {"x": jnp.zeros((batch, n, self.cfg.d_model), dtype), "valid": jnp.zeros((batch, n), bool)}
+        return {"x": jnp.zeros((batch, n, self.cfg.dims.d_model), dtype), "valid": jnp.zeros((batch, n), bool)}
 
     def __call__(
         self,

@@ -42,24 +42,25 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
     reader = ConfigReader(hf, family.name)
     fields = family.to_config(reader)
     reader.finish()
-    return with_changes(ModelConfig(**fields), **overrides)
+    return with_changes(with_changes(ModelConfig(), **fields), **overrides)
 
 
 def _canonical(cfg: ModelConfig) -> dict[str, Any]:
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in EXECUTION_FIELDS}
-    d.update(
-        n_kv_heads=cfg.resolved_kv_heads,
-        head_dim=cfg.resolved_head_dim,
-        d_ff=cfg.resolved_d_ff,
-    )
+    d["dims"] = {
+        **configlib.to_dict(cfg.dims),
+        "n_kv_heads": cfg.dims.resolved_kv_heads,
+        "head_dim": cfg.dims.resolved_head_dim,
+        "d_ff": cfg.dims.resolved_d_ff,
+    }
     attention = configlib.to_dict(cfg.attention)
     attention["qkv_bias"] = cfg.use_bias if cfg.attention.qkv_bias is None else cfg.attention.qkv_bias
     if "scale" in attention:
-        attention["scale"] = attention["scale"] or cfg.resolved_head_dim**-0.5
+        attention["scale"] = attention["scale"] or cfg.dims.resolved_head_dim**-0.5
     d["attention"] = attention
     if cfg.moe is not None:
         moe = _flat(configlib.to_dict(cfg.moe))
-        moe.update(d_expert=cfg.moe.d_expert or cfg.resolved_d_ff, ffn=cfg.moe.ffn or cfg.ffn)
+        moe.update(d_expert=cfg.moe.d_expert or cfg.dims.resolved_d_ff, ffn=cfg.moe.ffn or cfg.ffn)
         d["moe"] = {k: v for k, v in moe.items() if k not in _MOE_EXECUTION_FIELDS}
     return d
 

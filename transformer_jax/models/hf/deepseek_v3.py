@@ -127,7 +127,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     groups, balance = moe.router.groups, moe.balance
     return {
         **decoder_hf(cfg),
-        "num_key_value_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.dims.n_heads,
         "head_dim": mla.qk_rope_head_dim,
         "qk_head_dim": mla.qk_head_dim,
         "rope_interleave": getattr(cfg.position, "pairing", None) == "adjacent",
@@ -136,7 +136,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         "n_routed_experts": moe.n_routed,
         "n_shared_experts": moe.n_shared,
         "num_experts_per_tok": moe.routed_k,
-        "moe_intermediate_size": (moe.d_expert or cfg.resolved_d_ff) // moe.segments,
+        "moe_intermediate_size": (moe.d_expert or cfg.dims.resolved_d_ff) // moe.segments,
         "first_k_dense_replace": moe.first_dense,
         "n_group": 1 if groups is None else groups.n_groups,
         "topk_group": 1 if groups is None else groups.topk_groups,
@@ -153,7 +153,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
 def _attention_links(cfg: ModelConfig, i: int, hf: str) -> list[Link]:
     """MLA's projections and latent norms (``nn.mla.MultiHeadLatentAttention``) of layer i."""
     assert cfg.mla is not None
-    m, D, H = cfg.mla, cfg.d_model, cfg.n_heads
+    m, D, H = cfg.mla, cfg.dims.d_model, cfg.dims.n_heads
     N, R, V, C = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
     ours = f"{layer(i)}.self_attn"
     if m.q_lora_rank is None:
@@ -178,8 +178,8 @@ PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 def _moe_links(cfg: ModelConfig, i: int, hf: str, names: AbstractSet[str] | None) -> list[Link]:
     """Router, bias, routed experts and the shared-experts MLP of MoE layer i (``hf``: ``...mlp``)."""
     assert cfg.moe is not None
-    spec = cfg.moe.spec(cfg.resolved_d_ff, cfg.ffn)
-    ffn, D, F = f"{layer(i)}.ffn", cfg.d_model, spec.n_shared * (spec.d_shared or spec.d_expert)
+    spec = cfg.moe.spec(cfg.dims.resolved_d_ff, cfg.ffn)
+    ffn, D, F = f"{layer(i)}.ffn", cfg.dims.d_model, spec.n_shared * (spec.d_shared or spec.d_expert)
     links = expert_links(cfg, ffn, f"{hf}.gate", f"{hf}.experts", names, PROJECTIONS, n_experts=spec.n_experts)
     links.append(copy(f"{hf}.gate.e_score_correction_bias", f"{ffn}.bias"))
     shared = (("gate_proj", "w_gate", (D,), (F,)), ("up_proj", "w_in", (D,), (F,)), ("down_proj", "w_out", (F,), (D,)))
@@ -190,7 +190,7 @@ def _moe_links(cfg: ModelConfig, i: int, hf: str, names: AbstractSet[str] | None
 def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
     assert cfg.moe is not None
     links = ends_links(cfg, names)
-    for i in range(cfg.n_layers):
+    for i in range(cfg.dims.n_layers):
         p = f"model.layers.{i}"
         links += _attention_links(cfg, i, f"{p}.self_attn")
         links += [
@@ -209,10 +209,10 @@ _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 def _mtp_layers(cfg: ModelConfig, names: AbstractSet[str]) -> tuple[AbstractSet[str], str]:
     """Tensors of layers num_hidden_layers... (the multi-token prediction modules)."""
-    found = {n for n in names if (m := _LAYER.match(n)) and int(m.group(1)) >= cfg.n_layers}
+    found = {n for n in names if (m := _LAYER.match(n)) and int(m.group(1)) >= cfg.dims.n_layers}
     why = (
         f"they are DeepSeek-V3's multi-token prediction layer(s) (num_nextn_predict_layers, stored after the "
-        f"{cfg.n_layers} decoder layers), which transformers' DeepseekV3ForCausalLM ignores as well: next-token "
+        f"{cfg.dims.n_layers} decoder layers), which transformers' DeepseekV3ForCausalLM ignores as well: next-token "
         "predictions need none of them"
     )
     return found, why

@@ -57,8 +57,7 @@ def gemma_fields(
         "use_bias": False,
         "placement": "sandwich",
         "norm": RMSNormPlusOneConfig(eps=kw["norm"].eps),
-        "embeddings": dataclasses.replace(kw["embeddings"], scale=True),
-        "final_softcap": r.get("final_logit_softcapping"),
+        "embeddings": dataclasses.replace(kw["embeddings"], scale=True, final_softcap=r.get("final_logit_softcapping")),
         "attention": LocalGlobalAttention(
             local_window=int(r.need("sliding_window")),
             global_every=local_global_every(r, kw["n_layers"], every),
@@ -76,7 +75,7 @@ def _local_global(cfg: ModelConfig) -> LocalGlobalAttention:
 
 
 def _pre_attn_scalar(cfg: ModelConfig) -> float | int:
-    q = (_local_global(cfg).scale or cfg.resolved_head_dim**-0.5) ** -2
+    q = (_local_global(cfg).scale or cfg.dims.resolved_head_dim**-0.5) ** -2
     return round(q) if math.isclose(q, round(q), rel_tol=1e-9) else q
 
 
@@ -88,9 +87,11 @@ def gemma_hf(cfg: ModelConfig) -> dict[str, Any]:
         "attention_bias": False,
         "query_pre_attn_scalar": _pre_attn_scalar(cfg),
         "attn_logit_softcapping": attention.softcap,
-        "final_logit_softcapping": cfg.final_softcap,
+        "final_logit_softcapping": cfg.embeddings.final_softcap,
         "sliding_window": attention.local_window,
-        "layer_types": ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(cfg.n_layers)],
+        "layer_types": [
+            "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(cfg.dims.n_layers)
+        ],
     }
 
 
@@ -103,7 +104,7 @@ def gemma_links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
         ("pre_feedforward_layernorm", "ffn_norm"),
         ("post_feedforward_layernorm", "ffn_post_norm"),
     )
-    for i in range(cfg.n_layers):
+    for i in range(cfg.dims.n_layers):
         p = f"model.layers.{i}"
         links += attention_links(cfg, i, f"{p}.self_attn") + mlp_links(cfg, i, f"{p}.mlp")
         links += [copy(f"{p}.{theirs}.weight", f"{layer(i)}.{ours}.scale") for theirs, ours in norms]

@@ -64,12 +64,12 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.ffn not in _ACT_NAMES:
         raise ValueError(f"model.ffn={cfg.ffn!r} has no GPT-2 equivalent (known: {', '.join(_ACT_NAMES)})")
     return {
-        "vocab_size": cfg.vocab_size,
-        "n_embd": cfg.d_model,
-        "n_head": cfg.n_heads,
-        "n_inner": cfg.resolved_d_ff,
-        "n_layer": cfg.n_layers,
-        "n_positions": cfg.max_len,
+        "vocab_size": cfg.dims.vocab_size,
+        "n_embd": cfg.dims.d_model,
+        "n_head": cfg.dims.n_heads,
+        "n_inner": cfg.dims.resolved_d_ff,
+        "n_layer": cfg.dims.n_layers,
+        "n_positions": cfg.dims.max_len,
         "layer_norm_epsilon": cfg.norm.eps,
         "activation_function": _ACT_NAMES[cfg.ffn],
         "tie_word_embeddings": cfg.embeddings.tie,
@@ -82,7 +82,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
 
 
 def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
-    D, H, Dh, F = cfg.d_model, cfg.n_heads, cfg.resolved_head_dim, cfg.resolved_d_ff
+    D, H, Dh, F = cfg.dims.d_model, cfg.dims.n_heads, cfg.dims.resolved_head_dim, cfg.dims.resolved_d_ff
     p = "transformer." if names is None or "transformer.wte.weight" in names else ""
     links = [
         copy(f"{p}wte.weight", "embed.embedding"),
@@ -91,10 +91,10 @@ def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
         copy(f"{p}ln_f.bias", "final_norm.bias"),
     ]
     if not cfg.embeddings.tie:
-        links.append(linear("lm_head.weight", "lm_head.kernel", (D,), (cfg.vocab_size,)))
+        links.append(linear("lm_head.weight", "lm_head.kernel", (D,), (cfg.dims.vocab_size,)))
     elif names is not None and "lm_head.weight" in names:
         links.append(equal_to("lm_head.weight", f"{p}wte.weight", "tie_word_embeddings is true"))
-    for i in range(cfg.n_layers):
+    for i in range(cfg.dims.n_layers):
         h, ours = f"{p}h.{i}", f"layers.layers.{i}"
         att = f"{ours}.self_attn"
         qkv = [f"{att}.{x}" for x in "qkv"]

@@ -72,14 +72,14 @@ def decoder_hf(cfg: ModelConfig, *, act_key: str = "hidden_act") -> dict[str, An
     if cfg.ffn not in _GATED_NAMES:
         raise ValueError(f"model.ffn={cfg.ffn!r} has no Hugging Face LLaMA-layout equivalent (gated FFNs only)")
     return {
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.resolved_kv_heads,
-        "head_dim": cfg.resolved_head_dim,
-        "intermediate_size": cfg.resolved_d_ff,
-        "num_hidden_layers": cfg.n_layers,
-        "max_position_embeddings": cfg.max_len,
+        "vocab_size": cfg.dims.vocab_size,
+        "hidden_size": cfg.dims.d_model,
+        "num_attention_heads": cfg.dims.n_heads,
+        "num_key_value_heads": cfg.dims.resolved_kv_heads,
+        "head_dim": cfg.dims.resolved_head_dim,
+        "intermediate_size": cfg.dims.resolved_d_ff,
+        "num_hidden_layers": cfg.dims.n_layers,
+        "max_position_embeddings": cfg.dims.max_len,
         "rms_norm_eps": cfg.norm.eps,
         act_key: _GATED_NAMES[cfg.ffn],
         "tie_word_embeddings": cfg.embeddings.tie,
@@ -95,7 +95,7 @@ def layer(i: int) -> str:
 def attention_links(cfg: ModelConfig, i: int, hf: str) -> list[Link]:
     """q/k/v/o projections of layer i (``hf``: the HF prefix, e.g. ``model.layers.3.self_attn``),
     their biases when the config has them, and QK-norm scales."""
-    D, H, K, Dh = cfg.d_model, cfg.n_heads, cfg.resolved_kv_heads, cfg.resolved_head_dim
+    D, H, K, Dh = cfg.dims.d_model, cfg.dims.n_heads, cfg.dims.resolved_kv_heads, cfg.dims.resolved_head_dim
     ours = f"{layer(i)}.self_attn"
     links = [
         linear(f"{hf}.q_proj.weight", f"{ours}.q.kernel", (D,), (H, Dh)),
@@ -116,7 +116,7 @@ def attention_links(cfg: ModelConfig, i: int, hf: str) -> list[Link]:
 
 def mlp_links(cfg: ModelConfig, i: int, hf: str) -> list[Link]:
     """gate/up/down projections of layer i's gated MLP (``hf``: e.g. ``model.layers.3.mlp``)."""
-    D, F = cfg.d_model, cfg.resolved_d_ff
+    D, F = cfg.dims.d_model, cfg.dims.resolved_d_ff
     ours = f"{layer(i)}.ffn"
     names = (("gate_proj", "w_gate", (D,), (F,)), ("up_proj", "w_in", (D,), (F,)), ("down_proj", "w_out", (F,), (D,)))
     links = [linear(f"{hf}.{theirs}.weight", f"{ours}.{w}.kernel", i_, o_) for theirs, w, i_, o_ in names]
@@ -130,7 +130,7 @@ def ends_links(cfg: ModelConfig, names: AbstractSet[str] | None, prefix: str = "
     embed = f"{prefix}.embed_tokens.weight"
     links = [copy(embed, "embed.embedding"), copy(f"{prefix}.norm.weight", "final_norm.scale")]
     if not cfg.embeddings.tie:
-        links.append(linear("lm_head.weight", "lm_head.kernel", (cfg.d_model,), (cfg.vocab_size,)))
+        links.append(linear("lm_head.weight", "lm_head.kernel", (cfg.dims.d_model,), (cfg.dims.vocab_size,)))
     elif names is not None and "lm_head.weight" in names:
         links.append(equal_to("lm_head.weight", embed, "tie_word_embeddings is true"))
     return links
@@ -139,7 +139,7 @@ def ends_links(cfg: ModelConfig, names: AbstractSet[str] | None, prefix: str = "
 def block_links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
     """A LLaMA-layout checkpoint: pre-norm blocks with a gated MLP."""
     links = ends_links(cfg, names)
-    for i in range(cfg.n_layers):
+    for i in range(cfg.dims.n_layers):
         p = f"model.layers.{i}"
         links += attention_links(cfg, i, f"{p}.self_attn")
         links += mlp_links(cfg, i, f"{p}.mlp")

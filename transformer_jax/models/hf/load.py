@@ -203,7 +203,7 @@ def load_params(
         refill()
         graphdef, state = nnx.split(abstract_model(model_cfg))
         flat = {_path(path): var for path, var in nnx.to_flat_state(state)}
-        slots = layer_slots(flat, model_cfg.n_layers)
+        slots = layer_slots(flat, model_cfg.dims.n_layers)
         targets = per_layer_shapes(flat, slots)
         check_params(family, links, targets)
         stacks = LayerStacks(flat, slots)
@@ -258,7 +258,7 @@ def load_state_dict(model: nnx.Module, sd: Mapping[str, np.ndarray], family: str
     fam = FAMILIES.get(family)
     cfg = model.cfg  # type: ignore[attr-defined]
     flat = {_path(path): var for path, var in nnx.to_flat_state(nnx.state(model))}
-    slots = layer_slots(flat, cfg.n_layers)
+    slots = layer_slots(flat, cfg.dims.n_layers)
     targets = per_layer_shapes(flat, slots)
     names = usable_names(fam, cfg, set(sd))
     links = fam.links(cfg, names)

@@ -95,7 +95,7 @@ def expert_links(
     ``n_experts``: the routed experts E (default ``model.moe.n_experts``, no shared ones)."""
     assert cfg.moe is not None
     E = cfg.moe.n_experts if n_experts is None else n_experts
-    links = [linear(f"{router}.weight", f"{ffn}.router.kernel", (cfg.d_model,), (E,))]
+    links = [linear(f"{router}.weight", f"{ffn}.router.kernel", (cfg.dims.d_model,), (E,))]
     if names is not None and f"{experts}.gate_up_proj" in names:
         fused = [_fused_gate_up(f"{experts}.gate_up_proj", ffn), _fused_down(f"{experts}.down_proj", f"{ffn}.w_out")]
         return links + fused
@@ -107,7 +107,7 @@ def expert_links(
 def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
     fused = names is not None and "model.layers.0.mlp.experts.gate_up_proj" in names
     links = ends_links(cfg, names)
-    for i in range(cfg.n_layers):
+    for i in range(cfg.dims.n_layers):
         p, ffn = f"model.layers.{i}", f"{layer(i)}.ffn"
         links += attention_links(cfg, i, f"{p}.self_attn")
         links += [

@@ -83,7 +83,7 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
         **qwen3_hf(cfg),
         "num_experts": moe.n_experts,
         "num_experts_per_tok": moe.top_k,
-        "moe_intermediate_size": moe.d_expert or cfg.resolved_d_ff,
+        "moe_intermediate_size": moe.d_expert or cfg.dims.resolved_d_ff,
         "norm_topk_prob": moe.router.renormalize,
         "decoder_sparse_step": moe.every,
         "mlp_only_layers": [],
@@ -97,7 +97,7 @@ PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 def _links(cfg: ModelConfig, names: AbstractSet[str] | None) -> list[Link]:
     assert cfg.moe is not None
     links = ends_links(cfg, names)
-    for i in range(cfg.n_layers):
+    for i in range(cfg.dims.n_layers):
         p, ffn = f"model.layers.{i}", f"{layer(i)}.ffn"
         links += attention_links(cfg, i, f"{p}.self_attn")
         links += [

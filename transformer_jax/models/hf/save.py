@@ -74,7 +74,7 @@ def save_pretrained(
         check_choice("dtype", dtype, DTYPES)
         cast, hf_config["dtype"] = np.dtype(DTYPES.get(dtype)), dtype
     flat = {_path(p): v for p, v in nnx.to_flat_state(nnx.state(model)) if p[0] != "mtp"}
-    slots = layer_slots(flat, cfg.n_layers)
+    slots = layer_slots(flat, cfg.dims.n_layers)
     links = fam.links(cfg, None)
     check_coverage(fam, links, {n for link in links for n in link.hf}, per_layer_shapes(flat, slots))
     get = host_getter(flat, slots)

@@ -345,16 +345,16 @@ def rope_hf(cfg: ModelConfig) -> dict[str, Any]:
 class Family:
     """One Hugging Face ``model_type``.
 
-    ``to_config(reader)``: ModelConfig keyword arguments from config.json (every key read, ignored
-    with a reason, or an error). ``to_hf(cfg)``: the config.json entries of a ModelConfig (the
-    caller checks that it maps back to the same config). ``links(cfg, names)``: the tensor mapping
-    for a config, given the checkpoint's tensor names when loading (a family may accept several
-    layouts) or None when saving. ``derived``: checkpoint tensors that carry nothing to load
-    (buffers recomputed from the config), by predicate on the name. ``skipped(cfg, names)``:
-    ``(tensors, why)``, checkpoint tensors that are real weights with no place in a DecoderLM of
-    ``cfg`` (DeepSeek-V3's multi-token prediction layers); loading leaves them unread with a
-    warning that names them and says why. ``architectures``: the ``architectures`` entries
-    accepted, the first one written.
+    ``to_config(reader)``: ModelConfig fields from config.json, as `models.config.with_changes` takes
+    them (``d_model``... set ``model.dims``'s; every key read, ignored with a reason, or an error).
+    ``to_hf(cfg)``: the config.json entries of a ModelConfig (the caller checks that it maps back to the
+    same config). ``links(cfg, names)``: the tensor mapping for a config, given the checkpoint's tensor
+    names when loading (a family may accept several layouts) or None when saving. ``derived``:
+    checkpoint tensors that carry nothing to load (buffers recomputed from the config), by predicate on
+    the name. ``skipped(cfg, names)``: ``(tensors, why)``, checkpoint tensors that are real weights with
+    no place in a DecoderLM of ``cfg`` (DeepSeek-V3's multi-token prediction layers); loading leaves
+    them unread with a warning that names them and says why. ``architectures``: the ``architectures``
+    entries accepted, the first one written.
     """
 
     name: str
