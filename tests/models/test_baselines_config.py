@@ -50,7 +50,7 @@ def corpus(tmp_path_factory):
 def _use_neural(model_cfg: ModelConfig) -> None:
     """Build, the gradient of a loss with dropout (what a training step reads), a cached decode step."""
     model = build_model(model_cfg)
-    tokens_BT = jnp.arange(12).reshape(2, 6) % model_cfg.vocab_size
+    tokens_BT = jnp.arange(12).reshape(2, 6) % model_cfg.dims.vocab_size
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def loss(params):

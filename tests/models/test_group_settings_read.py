@@ -15,13 +15,13 @@ from flax import nnx
 from tests.variant_reads import recorded_reads
 from transformer_jax.models import (
     MODELS,
-    BaselineConfig,
     EmbeddingsConfig,
     ExecutionConfig,
     ModelConfig,
     ModelDims,
     NormConfig,
     PositionConfig,
+    RNNLMConfig,
     RopePositions,
     baseline_model_config,
     build_model,
@@ -120,7 +120,7 @@ _NEURAL_KINDS = {  # a small model of each kind that has a forward pass
     "decoder_lm": lambda: ModelConfig(**TINY, position=RopePositions()),
     "encoder_decoder": lambda: get_preset("original_tiny"),
     "window_lm": lambda: baseline_model_config("window_lm", vocab_size=40, d_model=16, d_ff=16, n_layers=2),
-    "rnn_lm": lambda: baseline_model_config("rnn_lm", BaselineConfig(cell="lstm"), vocab_size=40, d_model=16),
+    "rnn_lm": lambda: baseline_model_config("rnn_lm", RNNLMConfig(), vocab_size=40, d_model=16),
 }
 
 
