@@ -178,4 +178,6 @@ def test_switching_a_variant_names_the_changed_settings_it_does_not_carry_over()
         warnings.simplefilter("error")
         switched = apply_overrides(cfg, ["model.attention=sliding_window", "model.attention.qk_norm=true"])
         apply_overrides(cfg, ["model.attention=softmax"])  # the same choice keeps its settings
+        sgd = apply_overrides(cfg, ["train.optim.optimizer=sgd"])
+        apply_overrides(sgd, ["train.optim.optimizer=muon"])  # momentum: each one's own default, not changed
     assert switched.model.attention.qk_norm

@@ -97,7 +97,7 @@ def _not_in_variant(cfg: Variant, full: str, prefix: str) -> ConfigError:
     """A key the chosen variant does not have: name its fields and the variants that have it."""
     name = full[len(prefix) :].split(".")[0]
     family = cfg.VARIANTS
-    owners = [k for k in family if name in {f.name for f in dataclasses.fields(family.get(k))}]
+    owners = _owners(family, name)
     own = ", ".join(f.name for f in dataclasses.fields(typing.cast(Any, cfg))) or "none"
     where = prefix.rstrip(".")
     why = f"the {family.kind} {cfg.kind!r} has no setting {name!r} (its settings: {own})"
@@ -106,6 +106,11 @@ def _not_in_variant(cfg: Variant, full: str, prefix: str) -> ConfigError:
     elif nested := _nested_owner(cfg, name, where):
         why += f"; did you mean {nested}?"
     return ConfigError(f"--set {full}: {why}")
+
+
+def _owners(family: Any, name: str) -> list[str]:
+    """The kinds of ``family`` (a ``VARIANTS`` registry) that have a field ``name``."""
+    return [k for k in family if name in {f.name for f in dataclasses.fields(family.get(k))}]
 
 
 def _nested_owner(cfg: Any, name: str, where: str) -> str | None:
@@ -118,12 +123,15 @@ def _nested_owner(cfg: Any, name: str, where: str) -> str | None:
         key = f"{where}.{f.name}.{name}"
         if name in {g.name for g in dataclasses.fields(group)}:
             return key
-        if isinstance(group, Variant):
-            family = group.VARIANTS
-            owners = [k for k in family if name in {g.name for g in dataclasses.fields(family.get(k))}]
-            if owners:
-                return f"{key} (with --set {where}.{f.name}={owners[0]})"
+        if isinstance(group, Variant) and (owners := _owners(group.VARIANTS, name)):
+            return f"{key} (with --set {where}.{f.name}={owners[0]})"
     return None
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
 def _same_choice(current: Any, new: Any) -> bool:
@@ -141,7 +149,7 @@ def _warn_dropped(old: Any, new: Any, path: str, *, set_now: tuple[str, ...]) ->
     dropped = [
         f"{path}.{f.name}={getattr(old, f.name)!r}"
         for f in dataclasses.fields(typing.cast(Any, old))
-        if f.name in shared and getattr(old, f.name) != getattr(new, f.name)
+        if f.name in shared and getattr(old, f.name) not in (getattr(new, f.name), _default(f))
     ]
     if dropped:
         warnings.warn(
