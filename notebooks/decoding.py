@@ -73,7 +73,7 @@ import numpy as np
 from transformer_jax import ablation
 from transformer_jax.benchmarks.decode import per_token_times
 from transformer_jax.data import DataConfig, ReverseTask
-from transformer_jax.decode import TopK, TopP
+from transformer_jax.decode import Greedy, TopK, TopP
 from transformer_jax.eval import Beam, Sampled, TranslateConfig, reference_pairs, translate_ids
 from transformer_jax.eval.bleu import corpus_bleu
 from transformer_jax.models import build_model, get_preset
@@ -223,7 +223,7 @@ strategies = {
 
 
 def with_seed(tc: TranslateConfig, seed: int) -> TranslateConfig:
-    if isinstance(tc.search, Sampled):
+    if isinstance(tc.search, Sampled) and not isinstance(tc.search.sampling, Greedy):  # greedy reads no seed
         return dataclasses.replace(tc, search=dataclasses.replace(tc.search, seed=seed))
     return tc
 

@@ -7,8 +7,9 @@ import pytest
 from flax import nnx
 
 from tests.variant_reads import unread_fields
+from transformer_jax.core.configlib import ConfigError
 from transformer_jax.data import CopyTask, DataConfig, build_data
-from transformer_jax.decode import translate_beam
+from transformer_jax.decode import TopK, translate_beam
 from transformer_jax.eval import (
     Beam,
     Sampled,
@@ -63,7 +64,7 @@ def test_validation_bleu_on_a_synthetic_task(model):
 
 
 def test_sampled_translation_is_seeded_and_top_k_1_is_greedy(model):
-    from transformer_jax.decode import Sample, TopK
+    from transformer_jax.decode import Sample
 
     graphdef, state = nnx.split(model)
     rng = np.random.default_rng(1)
@@ -87,3 +88,9 @@ def test_every_search_reads_all_its_settings(model, kind):
     cfg = TranslateConfig(search=search, batch_size=2, length_bucket=8, max_new_tokens=4, max_src_len=8, len_b=3)
     assert unread_fields(lambda: translate_ids(graphdef, state, [[5, 6], [7]], cfg), search) == []
     assert unread_fields(lambda: translate_ids(graphdef, state, [[5, 6], [7]], cfg), cfg) == []
+
+
+def test_a_seed_under_greedy_is_refused_it_is_never_read():
+    with pytest.raises(ConfigError, match=r"translate.search.seed=5: greedy decoding draws nothing"):
+        Sampled(seed=5)
+    assert Sampled(TopK(k=2), seed=5).seed == 5

@@ -16,7 +16,7 @@ from jaxtyping import Array, Float, Int
 from transformer_jax.core.configlib import Variant, setting, variant
 from transformer_jax.core.registry import Registry
 
-_HOT = "temperature 0 is greedy decoding: use strategy=greedy"
+_HOT = "temperature 0 is greedy decoding: use Greedy() (--strategy greedy)"
 
 
 class SamplingConfig(Variant):

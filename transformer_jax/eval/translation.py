@@ -15,7 +15,7 @@ from typing import ClassVar
 import jax
 import numpy as np
 
-from transformer_jax.core.configlib import Config, Variant, setting, variant
+from transformer_jax.core.configlib import Config, Variant, fail, setting, variant
 from transformer_jax.core.registry import Registry
 from transformer_jax.core.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.decode import Greedy, SamplingConfig, translate, translate_beam
@@ -46,6 +46,15 @@ class Sampled(TranslateSearch):
 
     sampling: SamplingConfig = Greedy()
     seed: int = 0
+
+    def check(self) -> None:
+        if isinstance(self.sampling, Greedy) and self.seed:
+            fail(
+                "translate.search.seed",
+                self.seed,
+                "greedy decoding draws nothing, so the seed is not read",
+                "leave it 0, or choose a sampling strategy",
+            )
 
 
 def search_for(beam_size: int, alpha: float = 0.6) -> TranslateSearch:
