@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from transformer_jax.core.configlib import ConfigError
 
@@ -47,15 +48,19 @@ def refuse_unread_options(mode: str, args, options: tuple[str, ...], reads: tupl
         )
 
 
-def check_workdir(path: str, *, create: bool) -> None:
+def check_workdir(path: str, *, create: bool, writable: bool = False) -> None:
     """A usable run directory: a directory (made when ``create``), writable when ``create``. A
-    ``gs://`` (or other epath) URL is checked through its backend: one missing here is an error."""
+    ``gs://`` (or other epath) URL is checked through its backend: one missing here is an error.
+    ``writable`` without ``create``: a local directory that could be made and written, checked
+    without making it (its nearest existing parent is a writable directory)."""
     from transformer_jax.core.paths import check_reachable, is_url, user_path
 
     where = user_path(path, "--workdir")
     check_reachable(where, "--workdir")
     if where.exists() and not where.is_dir():
         raise ConfigError(f"--workdir {path} is a file, not a directory; give a directory for the run")
+    if writable and not create and not is_url(where):
+        _check_could_write(path, Path(str(where)))
     if not create:
         return
     try:
@@ -64,6 +69,14 @@ def check_workdir(path: str, *, create: bool) -> None:
         raise ConfigError(f"--workdir {path} cannot be created: {e.strerror or e}; choose a writable place") from None
     if not is_url(where) and not os.access(where, os.W_OK | os.X_OK):
         raise ConfigError(f"--workdir {path} is not writable; choose a writable directory")
+
+
+def _check_could_write(path: str, where: Path) -> None:
+    parent = next(p for p in (where, *where.parents) if p.exists())
+    if not parent.is_dir():
+        raise ConfigError(f"--workdir {path} cannot be created: {parent} is a file; choose a writable place")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--workdir {path} is not writable ({parent}); choose a writable directory")
 
 
 _SHOWN: set[tuple[str, type]] = set()

@@ -59,7 +59,7 @@ def run(args) -> dict:
             f"train needs --config (a recipe name, e.g. shakespeare_char, or an experiment file) or --init-from "
             f"DIR: --workdir {args.workdir} holds no config.json of an earlier run to resume"
         )
-    check_workdir(args.workdir, create=False)  # made once the config holds: bad input leaves no directory
+    check_workdir(args.workdir, create=False, writable=True)  # made once the config holds
 
     initialize(
         DistributedConfig.from_env(
