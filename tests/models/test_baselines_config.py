@@ -15,7 +15,7 @@ from flax import nnx
 from tests.variant_reads import unread_fields
 from transformer_jax.core import configlib, migration
 from transformer_jax.core.configlib import ConfigError
-from transformer_jax.core.migration.model import _OLD_BASELINE_DEFAULTS
+from transformer_jax.core.migration.baseline import _OLD_BASELINE_DEFAULTS
 from transformer_jax.core.overrides import apply_overrides
 from transformer_jax.data import DataConfig, TextData
 from transformer_jax.models import (

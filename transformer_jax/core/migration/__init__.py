@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from transformer_jax.core.migration import data, model, optim, train
+from transformer_jax.core.migration import baseline, data, model, optim, train
 
-_SECTIONS = (model, data, train, optim)
+_SECTIONS = (model, baseline, data, train, optim)
 
 RENAMED_KEYS: dict[str, str] = {old: new for section in _SECTIONS for old, new in section.RENAMED.items()}
 
