@@ -108,6 +108,9 @@ def test_the_baseline_must_be_the_one_of_the_model_kind():
     with pytest.raises(ConfigError, match=r"model.kind='rnn_lm' needs its settings in model.baseline; set --set "
                        r"model.baseline=rnn_lm"):  # fmt: skip
         ModelConfig(kind="rnn_lm", position="none")
+    with pytest.raises(ConfigError, match=r"model.baseline='ngram': holds the settings of model.kind='ngram', and "
+                       r"model.kind='decoder_lm' reads none; set model.baseline=none"):  # fmt: skip
+        ModelConfig(baseline=NgramConfig())
     assert baseline_model_config("rnn_lm").baseline == RNNLMConfig()  # the kind's defaults
     assert ModelConfig(kind="ngram", position="none", baseline="ngram").baseline == NgramConfig()
 

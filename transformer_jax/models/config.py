@@ -78,6 +78,13 @@ class ModelConfig(Config):
                 )
             self.baseline.validate(self)
             return
+        if self.baseline is not None:
+            fail(
+                "model.baseline",
+                self.baseline.kind,
+                f"holds the settings of model.kind={self.baseline.kind!r}, and model.kind={self.kind!r} reads none",
+                "set model.baseline=none",
+            )
         for rule in TRANSFORMER_RULES:
             rule(self)
         for group in (self.moe, self.mla, self.mtp):
