@@ -73,10 +73,9 @@ def run(args) -> dict:
     import jax
 
     from transformer_jax.cli.sample import sample_text
-    from transformer_jax.decode import TopK
     from transformer_jax.recipes import base_config, load_config
     from transformer_jax.train.experiment import workdir_config
-    from transformer_jax.train.loop import train
+    from transformer_jax.train.loop import SAMPLING, train
 
     if args.init_from is not None:
         from transformer_jax.train.pretrained import init_from_experiment
@@ -95,7 +94,7 @@ def run(args) -> dict:
             args.workdir,
             prompt=cfg.train.sample.prompt,
             max_new_tokens=n_sample,
-            sampling=TopK(k=40, temperature=0.8),
+            sampling=SAMPLING,
             seed=cfg.train.seed,
         )
         if text is not None:

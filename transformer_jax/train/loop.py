@@ -37,6 +37,8 @@ from transformer_jax.train.run import checkpoint_view, setup
 from transformer_jax.train.step import jit_train_step
 from transformer_jax.train.step_view import MetricsStore, StepView, in_phase_order
 
+SAMPLING = TopK(k=40, temperature=0.8)  # how a training run's text samples are drawn (periodic and final)
+
 
 def train(cfg: Config, workdir: str, *, devices=None, restore_step: int | None = None) -> dict[str, Any]:
     """Trains ``cfg`` in ``workdir`` (resuming from its latest checkpoint that restores, or from
@@ -150,8 +152,7 @@ class Trainer:
         )
 
     def sample(self, state, prompt: str, max_new_tokens: int, *, seed: int) -> str:
-        sampling = TopK(k=40, temperature=0.8)
-        return sample_from(self.run_, state, prompt, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+        return sample_from(self.run_, state, prompt, max_new_tokens=max_new_tokens, sampling=SAMPLING, seed=seed)
 
     # The loop -------------------------------------------------------------------------------
 
