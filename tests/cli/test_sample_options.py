@@ -49,5 +49,6 @@ def test_a_flag_the_strategy_does_not_read_is_refused(strategy, given, message):
 
 
 def test_a_bad_value_names_the_setting_and_the_fix():
-    with pytest.raises(ConfigError, match="sample.temperature=0.0: must be > 0.0; .* use Greedy\(\) \(--strategy greedy\)"):
+    hint = r"use Greedy\(\) \(--strategy greedy\)"
+    with pytest.raises(ConfigError, match=r"sample.temperature=0.0: must be > 0.0; .* " + hint):
         sample.strategy_options(_args("top_k", temperature=0.0))
