@@ -19,8 +19,12 @@ def test_the_strategies_are_the_decoding_variants_and_beam_search():
 
 def test_the_flags_build_the_chosen_strategy():
     assert sample.strategy_options(_args("greedy")) == {"sampling": Greedy()}
-    built = sample.strategy_options(_args("top_k", top_k=5, temperature=0.7, uniform_top_k=True))
-    assert built == {"sampling": TopK(k=5, temperature=0.7, uniform=True)}
+    built = sample.strategy_options(_args("top_k", top_k=5, temperature=0.7))
+    assert built == {"sampling": TopK(k=5, temperature=0.7)}
+    built = sample.strategy_options(_args("top_k", top_k=5, uniform_top_k=True))
+    assert built == {"sampling": TopK(k=5, uniform=True)}
+    with pytest.raises(ConfigError, match=r"sample.temperature=0.7: has no effect with uniform=True"):
+        sample.strategy_options(_args("top_k", temperature=0.7, uniform_top_k=True))
     assert sample.strategy_options(_args("top_p", top_p=0.5)) == {"sampling": TopP(p=0.5)}
     assert sample.strategy_options(_args("beam", alpha=0.0)) == {"beam": 4, "alpha": 0.0}
 

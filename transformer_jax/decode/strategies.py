@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from transformer_jax.core.configlib import Variant, setting, variant
+from transformer_jax.core.configlib import Variant, fail, setting, variant
 from transformer_jax.core.registry import Registry
 
 _HOT = "temperature 0 is greedy decoding: use Greedy() (--strategy greedy)"
@@ -84,6 +84,15 @@ class TopK(SamplingConfig):
     k: int = setting(40, ge=1)
     temperature: float = setting(1.0, gt=0.0, hint=_HOT)
     uniform: bool = False
+
+    def check(self) -> None:
+        if self.uniform and self.temperature != 1.0:
+            fail(
+                "sample.temperature",
+                self.temperature,
+                "has no effect with uniform=True (the draw is uniform among the k)",
+                "leave it 1.0, or set uniform=False",
+            )
 
     def pick(self, logits_BV: Float[Array, "B V"], key: jax.Array | None) -> Int[Array, " B"]:
         filtered_BV = top_k_logits(logits_BV.astype(jnp.float32) / self.temperature, self.k)
