@@ -14,6 +14,7 @@ from tests.notebooks.verdict_cells import NOTEBOOKS, notebook_claims
 from transformer_jax import ablation
 
 RESULTS = NOTEBOOKS.parent / "experiments" / "results"
+NOTES = NOTEBOOKS.parent.parent / "shared" / "notes"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py") if p.stem != "conftest")
 
 # issue 39's audit: five criteria changed after the numbers were seen, and rows whose verdict is an identity
@@ -26,6 +27,9 @@ CHANGED_AFTER = {
     },
     "positional_encoding": {"Without positions, self-attention is permutation-equivariant"},
 }
+# a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
+# for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
+PENDING_RERUN: dict[str, str] = {}
 CHECKS = {
     "attention_scaling": {
         "Unscaled logits have variance ~ d_k; scaled ones ~ 1",
@@ -39,6 +43,24 @@ CHECKS = {
         "RoPE's dot product depends only on the relative offset",
     },
 }
+
+
+@pytest.mark.parametrize("notebook", NAMES)
+def test_every_verdict_names_the_lines_of_the_notes_that_make_its_claim(notebook):
+    for c in notebook_claims(notebook):
+        assert c.check or c.lines is not None, f"{notebook}: {c.name!r} names no lines of {c.notes}"
+
+
+@pytest.mark.skipif(not NOTES.is_dir(), reason=f"the lecture notes are not beside this checkout ({NOTES})")
+@pytest.mark.parametrize("notebook", NAMES)
+def test_the_named_lines_are_in_the_notes(notebook):
+    for c in notebook_claims(notebook):
+        if c.lines is None:
+            continue
+        text = (NOTES / c.notes).read_text(encoding="utf-8").splitlines()
+        first, last = c.lines
+        assert last <= len(text), f"{notebook}: {c.name!r} lines {c.lines} past the end of {c.notes} ({len(text)})"
+        assert any(text[i - 1].strip() for i in range(first, last + 1)), f"{notebook}: {c.name!r} lines {c.lines} blank"
 
 
 def _record(notebook: str) -> dict:
@@ -56,7 +78,11 @@ def test_committed_results_were_run_under_the_notebooks_current_claims(notebook)
     stored = _record(notebook).get("claims")
     current = json.loads(json.dumps(ablation.spec_record(notebook_claims(notebook))))
     assert stored is not None, f"{notebook}: the committed results.json stores no registered claims"
-    changed = sorted(k for k in {*stored, *current} if stored.get(k) != current.get(k))
+    spec = lambda specs, k: ablation.criterion_spec(specs[k]) if k in specs else None
+    changed = sorted(k for k in {*stored, *current} if spec(stored, k) != spec(current, k))
+    if notebook in PENDING_RERUN:
+        assert changed, f"{notebook}: its rerun has landed; remove it from PENDING_RERUN"
+        return
     assert not changed, (
         f"{notebook}: the registered claims {changed} differ from those its committed results were run under: "
         "rerun the notebook in FULL mode (a criterion changed after the numbers were seen keeps an "
@@ -66,6 +92,8 @@ def test_committed_results_were_run_under_the_notebooks_current_claims(notebook)
 
 @pytest.mark.parametrize("notebook", NAMES)
 def test_committed_comparisons_were_judged_by_the_registered_criteria_at_the_registered_n(notebook):
+    if notebook in PENDING_RERUN:
+        pytest.skip(f"{notebook}: claims registered for a rerun in progress ({PENDING_RERUN[notebook]})")
     record, specs = _record(notebook), notebook_claims(notebook)
     comparisons = {
         row: [_comparison(d) for d in (parts if isinstance(parts, list) else [parts])]

@@ -104,7 +104,9 @@ REGISTERED_AFTER_FULL_RUN = Revision(
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim as registered: ``name`` (the verdict row; rows ``name (…)`` belong to it too, e.g. one
-    per learning rate), the ``notes`` file and the claim in our words (``says``), the ``measure``, one
+    per learning rate), the ``notes`` file, the ``lines`` of the notes that make the claim (first,
+    last; required of a verdict, so that no row tests a claim the notes do not make) and the claim in
+    our words (``says``: the notes ask not to be copied), the ``measure``, one
     `Criterion` per part, ``why`` that direction or margin, ``n`` per arm (seeds, items or points)
     and the `Power` calculation behind it if any, ``check`` for an identity (never a verdict), and
     the ``history`` of its criterion."""
@@ -119,6 +121,11 @@ class Claim:
     power: Power | None = None
     check: bool = False
     history: tuple[Revision, ...] = ()
+    lines: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.lines is not None and not 1 <= self.lines[0] <= self.lines[1]:
+            raise ValueError(f"claim {self.name!r}: lines={self.lines} must be (first, last) with 1 <= first <= last")
 
     @property
     def alpha(self) -> float:
@@ -192,6 +199,15 @@ def check_claims(specs: Sequence[Claim], comparisons: Mapping[str, Comparison | 
 def spec_record(specs: Iterable[Claim]) -> dict[str, dict[str, Any]]:
     """The ``"claims"`` entry of results.json."""
     return {c.name: c.as_dict() for c in specs}
+
+
+WORDING = ("says", "lines")
+"""The fields of a spec that locate and word the notes' claim; changing them changes no criterion."""
+
+
+def criterion_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored spec (`spec_record`'s entry) without its `WORDING`: what a rerun must match."""
+    return {k: v for k, v in spec.items() if k not in WORDING}
 
 
 _TRAINED = re.compile(r"trained (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
