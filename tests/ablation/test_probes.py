@@ -114,24 +114,59 @@ def test_relative_change_is_the_mean_ratio_of_norms():
     np.testing.assert_allclose(probes.relative_change(h), want, rtol=1e-5)
 
 
-def test_attention_logits_of_the_first_layer():
-    model = tiny("pre", init=InitConfig(std=0.25))
-    got = probes.attention_logits(model, TOKENS)
-    block = model.layers.layers[0]
-    positions = jnp.broadcast_to(jnp.arange(T), (B, T))
-    x = np.asarray(model.embed(TOKENS)) + np.asarray(model.positions.embed(jnp.zeros((B, T, 16)), positions))
-    h = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
-    q = np.einsum("btd,dhk->bthk", h, np.asarray(block.self_attn.q.kernel[...]))
-    k = np.einsum("btd,dhk->bthk", h, np.asarray(block.self_attn.k.kernel[...]))
-    logits = np.einsum("bthk,bshk->bhts", q, k)
-    causal = np.tril(np.ones((T, T), bool))
-    assert got["q_var"] == pytest.approx(q.var(), rel=1e-4) and got["k_var"] == pytest.approx(k.var(), rel=1e-4)
-    assert got["logit_std_unscaled"] == pytest.approx(logits[:, :, causal].std(), rel=1e-4)
-    assert got["logit_std"] == pytest.approx(logits[:, :, causal].std() / np.sqrt(8), rel=1e-4)
-    w = np.where(causal, logits / np.sqrt(8), -np.inf)
+def _naive_attention(h, block, scale, causal=True):
+    """Per-layer numbers of `probes.attention_stats` from the layer's input h, in numpy."""
+    h = np.asarray(h, np.float64)
+    q = np.einsum("btd,dhk->bthk", h, np.asarray(block.self_attn.q.kernel[...], np.float64))
+    k = np.einsum("btd,dhk->bthk", h, np.asarray(block.self_attn.k.kernel[...], np.float64))
+    raw = np.einsum("bthk,bshk->bhts", q, k)
+    visible = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+    w = np.where(visible, scale * raw, -np.inf)
     w = np.exp(w - w.max(-1, keepdims=True))
     w /= w.sum(-1, keepdims=True)
-    assert got["max_weight"] == pytest.approx(w.max(-1)[..., 1:].mean(), rel=1e-4)
+    rows = w[:, :, 1:] if causal else w
+    jac = [np.linalg.norm(np.diag(p) - np.outer(p, p)) for p in rows.reshape(-1, T)]
+    return {
+        "q_var": q.var(),
+        "k_var": k.var(),
+        "logit_std": scale * raw[:, :, visible].std(),
+        "logit_std_unscaled": raw[:, :, visible].std(),
+        "max_weight": rows.max(-1).mean(),
+        "jacobian": np.mean(jac),
+    }
+
+
+@pytest.mark.parametrize("scale", [None, 1.0])
+def test_attention_stats_against_numpy(scale):
+    from transformer_jax.models import SoftmaxAttention
+
+    model = tiny("pre", init=InitConfig(std=0.25), attention=SoftmaxAttention(scale=scale))
+    got = probes.attention_stats(model, TOKENS)
+    trace = probes.sublayer_trace(model, TOKENS)[0::2]
+    positions = jnp.broadcast_to(jnp.arange(T), (B, T))
+    x = np.asarray(model.embed(TOKENS)) + np.asarray(model.positions.embed(jnp.zeros((B, T, 16)), positions))
+    h0 = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(trace[0]["h"], h0, rtol=1e-4, atol=1e-5)
+    s = 8**-0.5 if scale is None else scale
+    for l, (block, t) in enumerate(zip(model.layers.layers, trace)):
+        want = _naive_attention(t["h"], block, s)
+        for key, value in want.items():
+            assert got[key][l] == pytest.approx(value, rel=1e-4), (l, key)
+    assert got["max_weight"].shape == (2,)
+
+
+def test_attention_stats_sees_saturation_and_a_small_jacobian():
+    from transformer_jax.models import SoftmaxAttention
+
+    wide = tiny("pre", init=InitConfig(std=2.0), attention=SoftmaxAttention(scale=1.0))
+    flat = tiny("pre", init=InitConfig(std=1e-3))
+    big, small = probes.attention_stats(wide, TOKENS), probes.attention_stats(flat, TOKENS)
+    assert (big["max_weight"] > 0.9).all() and (big["jacobian"] < 0.2).all()
+    assert small["logit_std"].max() < 1e-3
+    # near-uniform rows over 2..T keys: max weight 1/(t+1), ||J||^2 = 1/n - 1/n^2
+    n = np.arange(2, T + 1)
+    assert small["max_weight"].mean() == pytest.approx(np.mean(1 / n), rel=1e-3)
+    assert small["jacobian"].mean() == pytest.approx(np.mean(np.sqrt(1 / n - 1 / n**2)), rel=1e-3)
 
 
 def test_probes_refuse_a_scanned_stack():

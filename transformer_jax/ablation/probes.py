@@ -8,7 +8,10 @@
   notes' Post-LN derivation assumes Var(F(x)) = Var(x).
 - `relative_change`: ||x_{l+1} - x_l|| / ||x_l|| per layer, from ``aux["hidden"]``;
   `trained_relative_change` reads it from a run's last checkpoint on validation rows.
-- `attention_logits`: the first layer's q, k and unscaled q.k at init (is the softmax saturated?).
+- `attention_stats`: per layer, the std of the attention logits, the largest softmax weight and the
+  softmax Jacobian's norm, of the model's own q and k on real tokens, the weights checked against the
+  library's attention op; `trained_attention_stats` reads them at a run's initialisation and last
+  checkpoint.
 
 The probes run the model's own modules (embedding, position encoding, blocks, output head) in
 the order ``DecoderLM.__call__`` does, one block at a time: the stack must not be scanned
@@ -33,6 +36,7 @@ from transformer_jax.models.common import output_logits
 from transformer_jax.nn.attention import Attention
 from transformer_jax.nn.block import Block, BlockInputs
 from transformer_jax.nn.mlp import FeedForward
+from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops.masks import AttentionMask
 
 
@@ -178,34 +182,90 @@ def trained_relative_change(workdir: str, max_batches: int = 1) -> np.ndarray:
     return np.mean(changes, axis=0)
 
 
-def attention_logits(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, float]:
-    """The first layer's self-attention at this state, over causal pairs: the variance of q and k
-    entries, the std of the unscaled logits q.k (sqrt(d_k) when q and k have independent unit-variance
-    entries) and of the logits times the model's scale, and the mean largest softmax weight of a
-    row (rows t >= 1; uniform: 1 / (t + 1)). Attention biases and soft caps are left out."""
-    block = _blocks(model)[0]
-    x_BTD, inputs = _start(model, tokens_BT)
-    seen: dict[str, Array] = {}
-    block.placement.apply(x_BTD, lambda h: seen.setdefault("h", h) * 0, block.self_attn_norm, block.cfg.residual.alpha)
+def _softmax_layer(block: Block) -> Attention:
     attn = block.self_attn
-    if not isinstance(attn, Attention):
-        raise ValueError(f"attention_logits reads separate q and k projections; {type(attn).__name__} has none")
-    q_BTHD, k_BTKD = attn.q(seen["h"]), attn.k(seen["h"])
-    if attn.q_norm is not None and attn.k_norm is not None:
-        q_BTHD, k_BTKD = attn.q_norm(q_BTHD), attn.k_norm(k_BTKD)
-    if attn.rope is not None:
-        q_BTHD, k_BTKD = attn.rope(q_BTHD, inputs.positions), attn.rope(k_BTKD, inputs.positions)
-    k_BTHD = jnp.repeat(k_BTKD, q_BTHD.shape[2] // k_BTKD.shape[2], axis=2)
-    logits_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BTHD)
-    scale = attn.layer.scale if attn.layer.scale is not None else q_BTHD.shape[-1] ** -0.5
-    T = tokens_BT.shape[1]
-    causal_TS = jnp.tril(jnp.ones((T, T), bool))
-    weights = jax.nn.softmax(jnp.where(causal_TS, scale * logits_BHTS, -jnp.inf), axis=-1)
-    std = float(jnp.std(logits_BHTS, where=jnp.broadcast_to(causal_TS, logits_BHTS.shape)))
-    return {
-        "q_var": float(jnp.var(q_BTHD)),
-        "k_var": float(jnp.var(k_BTHD)),
-        "logit_std_unscaled": std,
-        "logit_std": float(scale) * std,
-        "max_weight": float(jnp.mean(jnp.max(weights, axis=-1)[..., 1:])),
+    if not isinstance(attn, Attention) or attn.cross:
+        raise ValueError(f"the attention probe reads separate q and k projections; {type(attn).__name__} has none")
+    layer = attn.layer
+    if layer.kind != "softmax" or layer.window is not None or layer.softcap is not None:
+        raise ValueError("the attention probe covers full softmax attention without window or soft cap")
+    return attn
+
+
+def attention_stats(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, np.ndarray]:
+    """Per layer [L], its self-attention as the forward pass runs it on ``tokens_BT``: q, k and v come
+    from the layer's own projections (with q/k norms and RoPE) of what its attention sublayer reads
+    (`sublayer_trace`); the logits are q.k times the model's scale plus any position bias. Returns
+    ``q_var`` and ``k_var`` (entry variances), ``logit_std`` and ``logit_std_unscaled`` (q.k alone),
+    both over visible pairs, batch and heads, and over rows that see more than one key (t >= 1 when
+    causal) the mean ``max_weight`` (largest softmax weight) and ``jacobian``, the Frobenius norm of
+    the softmax Jacobian diag(p) - p p^T, sqrt(sum p^2 - 2 sum p^3 + (sum p^2)^2). The weights are
+    checked against the library: weights @ v must equal `ops.attention.attention` on the same q, k, v."""
+    blocks = _blocks(model)
+    _, inputs = _start(model, tokens_BT)
+    traces = sublayer_trace(model, tokens_BT)[0::2]
+    B, T = tokens_BT.shape
+    visible_TS = jnp.tril(jnp.ones((T, T), bool)) if model.cfg.attention.causal else jnp.ones((T, T), bool)
+    rows = slice(1, None) if model.cfg.attention.causal else slice(None)
+    names = ("q_var", "k_var", "logit_std", "logit_std_unscaled", "max_weight", "jacobian")
+    stats: dict[str, list[float]] = {k: [] for k in names}
+    for block, trace in zip(blocks, traces):
+        attn = _softmax_layer(block)
+        h_BTD = trace["h"]
+        q_BTHD = attn.q(h_BTD) if attn.q_norm is None else attn.q_norm(attn.q(h_BTD))
+        k_BTKD, v_BTKD = attn._keys(h_BTD), attn.v(h_BTD)
+        if attn.rope is not None:
+            q_BTHD, k_BTKD = attn.rope(q_BTHD, inputs.positions), attn.rope(k_BTKD, inputs.positions)
+        group = q_BTHD.shape[2] // k_BTKD.shape[2]
+        k_BTHD, v_BTHD = jnp.repeat(k_BTKD, group, axis=2), jnp.repeat(v_BTKD, group, axis=2)
+        raw_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BTHD, preferred_element_type=jnp.float32)
+        scale = attn.layer.scale if attn.layer.scale is not None else q_BTHD.shape[-1] ** -0.5
+        logits_BHTS = scale * raw_BHTS + (0.0 if inputs.bias is None else inputs.bias)
+        p_BHTS = jax.nn.softmax(jnp.where(visible_TS, logits_BHTS, -jnp.inf), axis=-1)
+        library_BTHD = attention_ops.attention(
+            q_BTHD, k_BTKD, v_BTKD, mask=inputs.mask, bias=inputs.bias, scale=attn.layer.scale, impl="xla"
+        )
+        mine_BTHD = jnp.einsum("bhts,bshd->bthd", p_BHTS, v_BTHD.astype(jnp.float32))
+        gap = float(jnp.max(jnp.abs(mine_BTHD - library_BTHD)) / (jnp.max(jnp.abs(library_BTHD)) + 1e-30))
+        if gap > 1e-3:
+            raise AssertionError(
+                f"the probe's weights do not reproduce the library's attention (relative gap {gap:.2g})"
+            )
+        where = jnp.broadcast_to(visible_TS, logits_BHTS.shape)
+        sq, cube = jnp.sum(p_BHTS**2, axis=-1), jnp.sum(p_BHTS**3, axis=-1)
+        jac_BHT = jnp.sqrt(jnp.maximum(sq - 2 * cube + sq**2, 0.0))
+        stats["q_var"].append(float(jnp.var(q_BTHD)))
+        stats["k_var"].append(float(jnp.var(k_BTKD)))
+        stats["logit_std"].append(float(jnp.std(logits_BHTS, where=where)))
+        stats["logit_std_unscaled"].append(float(jnp.std(raw_BHTS, where=where)))
+        stats["max_weight"].append(float(jnp.mean(jnp.max(p_BHTS, axis=-1)[..., rows])))
+        stats["jacobian"].append(float(jnp.mean(jac_BHT[..., rows])))
+    return {k: np.asarray(v) for k, v in stats.items()}
+
+
+def trained_attention_stats(workdir: str, max_batches: int = 1) -> dict[str, dict[str, list[float]]]:
+    """``{"init": ..., "trained": ...}``: `attention_stats` (per layer, averaged over the first
+    ``max_batches`` validation batches) of the run in ``workdir`` as training started (the model its
+    config builds with its ``train.seed``, as `train.state.init_state` does) and at its last checkpoint."""
+    from transformer_jax.models import build_model
+    from transformer_jax.train.experiment import workdir_config
+    from transformer_jax.train.run import setup
+
+    cfg = workdir_config(workdir)
+    run, _ = setup(cfg, workdir)
+    run.checkpoints.close()
+    if run.restored_step is None:
+        raise FileNotFoundError(f"{workdir} holds no checkpoint to probe")
+    models = {
+        "init": build_model(cfg.model, seed=cfg.train.seed),
+        "trained": nnx.merge(run.graphdef, run.state.params, run.state.model_state),
     }
+    batches = [jnp.asarray(b["inputs"]) for b in run.data.eval_batches("val", max_batches)]
+    return {
+        when: {k: np.mean(v, axis=0).tolist() for k, v in _stack([attention_stats(m, b) for b in batches]).items()}
+        for when, m in models.items()
+    }
+
+
+def _stack(per_batch: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([d[k] for d in per_batch]) for k in per_batch[0]}
