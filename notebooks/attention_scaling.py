@@ -239,6 +239,7 @@ print({k: ablation.mean_text(v) for k, v in final.items()})
 
 # %%
 margin = {c.name: c.criteria[0].margin for c in CLAIMS}  # as registered
+STAYS = "With the factor the logit scale stays put as d_k grows"
 stat = lambda name, when, key: np.asarray(
     [np.mean((measured[name][s] or {}).get(when, {}).get(key, np.nan)) for s in SEEDS], float
 )
@@ -265,14 +266,12 @@ claims["Without the factor the logits grow with d_k (trained)"] = (
     f"ln(logit std at {big} / at {small}), unscaled, trained",
     [ablation.paired(growth("unscaled"), expect="greater") if big != small else one_size],
 )
-claims["With the factor the logit scale stays put as d_k grows (trained)"] = (
+claims[f"{STAYS} (trained)"] = (
     f"ln(logit std at {big} / at {small}), scaled, trained",
     [
-        ablation.paired(
-            growth("scaled"), expect="equal", margin=margin["With the factor the logit scale stays put as d_k grows"]
-        )
+        ablation.paired(growth("scaled"), expect="equal", margin=margin[STAYS])
         if big != small
-        else ablation.Comparison.unmeasured("equal", "one head size only")
+        else ablation.Comparison.unmeasured("equal", "one head size only", margin=margin[STAYS])
     ],
 )
 for when in ("init", "trained"):

@@ -160,27 +160,39 @@ def test_causal_mask_one_seed_is_never_a_verdict():
     assert causal_mask(seeds=(0,), at=3e-3) == [UNSURE] * 3
 
 
-# attention_scaling: probe draws by seed and d_k, final losses by arm and seed.
-SC, UN = "scaled 1/sqrt(d_k)", "unscaled"
-DKS = [8, 64, 512]
+# attention_scaling: the probe's per-layer numbers by arm, seed, init / trained; final losses by arm and seed.
+PROBE = {  # (arm, when, key): the mean over seeds; layers and seeds vary around it (``_measured``)
+    **{
+        (f"d_k={d} {arm}", "init", "logit_std"): s for d in (16, 64) for arm, s in (("unscaled", d**0.5), ("scaled", 1))
+    },
+    **{(f"d_k={d} {arm}", "trained", "logit_std"): s for d, arm, s in ((16, "unscaled", 3.5), (64, "unscaled", 6.0))},
+    **{(f"d_k={d} scaled", "trained", "logit_std"): 1.5 for d in (16, 64)},
+    **{
+        (f"d_k={d} {arm}", when, "max_weight"): w
+        for d in (16, 64)
+        for when in ("init", "trained")
+        for arm, w in (("unscaled", 0.8), ("scaled", 0.3))
+    },
+    **{
+        (f"d_k={d} {arm}", when, "jacobian"): j
+        for d in (16, 64)
+        for when in ("init", "trained")
+        for arm, j in (("unscaled", 0.2), ("scaled", 0.3))
+    },
+}
 
 
-def _probes(rate=1.0, scaled_var=1.0, un_last_weight=0.99, un_last_jac=0.01):
-    probes = {SC: [], UN: []}
-    for e in (0.0, 0.01, -0.01):
-        probes[UN].append(
-            [
-                {"logit_var": d ** (rate + e), "max_weight": w, "softmax_jacobian": j, "grad_q_norm": 1.0}
-                for d, w, j in zip(DKS, (0.3, 0.8, un_last_weight + e), (0.3, 0.1, un_last_jac + e / 10))
-            ]
-        )
-        probes[SC].append(
-            [
-                {"logit_var": v * (1 + e), "max_weight": 0.15 + e, "softmax_jacobian": 0.3, "grad_q_norm": 1.0}
-                for v in (1.0, 1.05, scaled_var)
-            ]
-        )
-    return probes
+def _measured(**override):
+    """``measured[arm][seed]`` as the notebook's probe stores it (4 layers), with ``override``
+    ({"arm|when|key": mean}) replacing entries of `PROBE`; each arm and key varies by seed in its
+    own way (1% sd), and the layers spread around the seed's value."""
+    values = {**PROBE, **{tuple(k.split("|")): v for k, v in override.items()}}
+    out: dict = {}
+    for i, ((name, when, key), mean) in enumerate(sorted(values.items())):
+        for s, e in zip(SEEDS, np.random.default_rng(i).normal(0.0, 0.01, len(SEEDS))):
+            v = mean * (1 + e)
+            out.setdefault(name, {}).setdefault(s, {}).setdefault(when, {})[key] = [v * 0.9, v * 1.1, v, v]
+    return out
 
 
 SCALING_FINAL = {
@@ -190,33 +202,51 @@ SCALING_FINAL = {
     "d_k=64 unscaled": jitter(1.70, 0),
 }
 ENDS_WORSE_64, MORE_SO = "Training without the factor ends worse at d_k=64", "... and more so at larger d_k"
+AT_INIT = "At init the unscaled logits have std ~ sqrt(d_k) (d_k={})"
+GROWS, STAYS = (
+    "Without the factor the logits grow with d_k (trained)",
+    "With the factor the logit scale stays put as d_k grows (trained)",
+)
+SATURATES, JACOBIAN = "Without the factor the softmax saturates ({})", "... and the softmax gradient is small ({})"
 
 
-def attention_scaling(probes=None, final=SCALING_FINAL):
+def attention_scaling(measured=None, final=SCALING_FINAL):
     return notebook_verdicts(
         "attention_scaling",
-        probes=probes or _probes(),
+        measured=measured or _measured(),
         final=final,
-        DKS=DKS,
         SEEDS=SEEDS,
-        PROBE_SEEDS=SEEDS,
         curves={},
         sweeps={},
-        at_init={},
         fig_probe=None,
         fig_train=None,
         configs={},
     )
 
 
-def test_attention_scaling_probe_verdicts():
+def test_attention_scaling_probe_verdicts_hold_on_the_notes_picture():
     v = attention_scaling()
     assert all(x == HOLDS for x in v.values()), v
-    variance = "Unscaled logits have variance ~ d_k; scaled ones ~ 1"
-    assert attention_scaling(_probes(rate=0.5))[variance] == FAILS
-    assert attention_scaling(_probes(scaled_var=2.0))[variance] == FAILS  # 2x off at the largest d_k
-    assert attention_scaling(_probes(un_last_weight=0.5))["Without scaling the softmax saturates as d_k grows"] == FAILS
-    assert attention_scaling(_probes(un_last_jac=0.2))["... and the gradient through the softmax vanishes"] == FAILS
+    assert len(v) == 2 + 2 + 4 + 3
+
+
+@pytest.mark.parametrize(
+    ("override", "row", "verdict"),
+    [
+        ({"d_k=64 unscaled|init|logit_std": 16.0}, AT_INIT.format(64), FAILS),  # 2 sqrt(d_k): not the notes' regime
+        ({"d_k=64 unscaled|trained|logit_std": 3.0}, GROWS, FAILS),  # training shrank the larger head's logits
+        ({"d_k=64 unscaled|trained|logit_std": 3.515}, GROWS, UNSURE),  # no growth, within the noise
+        ({"d_k=64 scaled|trained|logit_std": 3.0}, STAYS, FAILS),  # x2 > sqrt(2): the factor did not keep it
+        ({"d_k=64 scaled|trained|logit_std": 2.12}, STAYS, UNSURE),  # x1.41 ~ the margin sqrt(2)
+        ({"d_k=64 unscaled|trained|max_weight": 0.25}, SATURATES.format("trained"), FAILS),  # flatter than scaled
+        ({"d_k=64 unscaled|init|jacobian": 0.4}, JACOBIAN.format("init"), FAILS),  # passes more gradient
+        ({"d_k=64 unscaled|trained|jacobian": 0.3}, JACOBIAN.format("trained"), UNSURE),  # the same
+    ],
+)
+def test_attention_scaling_probe_verdicts_turn(override, row, verdict):
+    v = attention_scaling(_measured(**override))
+    assert v[row] == verdict, v
+    assert [r for r, x in v.items() if x != HOLDS] == [row], "only the changed row moves"
 
 
 @pytest.mark.parametrize(
