@@ -92,6 +92,7 @@ CLAIMS = ablation.register(
     claim(
         "Without the mask the training loss collapses (the model copies the visible next token)",
         says="trained without the causal mask, the loss gets very low because the model only learns to copy",
+        lines=(91, 91),
         measure="final training loss, unmasked-trained minus half the masked-trained's, paired by seed, per LR",
         criteria=(ablation.Criterion("less"),),
         why="'very low' read as below half the masked model's loss: copying the visible token needs no model",
@@ -100,6 +101,7 @@ CLAIMS = ablation.register(
     claim(
         "... but evaluation with the mask fails",
         says="the copying model's low loss is an illusion that shows as soon as the future is hidden",
+        lines=(91, 91),
         measure="validation loss with the mask, unmasked-trained minus masked-trained, paired by seed, per LR",
         criteria=(ablation.Criterion("greater", 0.5),),
         why="worse by more than 0.5 nats: far beyond seed-to-seed noise (about 0.01 nats here)",
@@ -108,6 +110,7 @@ CLAIMS = ablation.register(
     claim(
         "... and so does generation",
         says="the problem only shows when the model is used for real, i.e. when it generates",
+        lines=(91, 91),
         measure="share of sampled characters inside real words, unmasked-trained minus masked-trained, per LR",
         criteria=(ablation.Criterion("less", -0.2),),
         why="lower by more than 0.2 of the sample: text visibly less like English",

@@ -111,6 +111,7 @@ CLAIMS = ablation.register(
     claim(
         "Beam search beats greedy",
         says="beam search keeps B candidate paths and so gives more sensible sentences than greedy, at more cost",
+        lines=(97, 97),
         measure="corpus BLEU of the validation sentences, beam 4 minus greedy, paired bootstrap over sentences",
         criteria=(ablation.Criterion("greater"),),
         why="a direction",
@@ -118,6 +119,7 @@ CLAIMS = ablation.register(
     claim(
         "Sampling trades quality for diversity",
         says="sampling (top-k) draws the next token at random; greedy takes the most likely one, with no randomness",
+        lines=(96, 96),
         measure="per sampler: BLEU minus greedy's; share of sentences a second seed repeats minus greedy's",
         criteria=(ablation.Criterion("less"),),
         why="directions; greedy's repeat share is 1 by determinism, so the second part is weak (issue 39)",
@@ -149,6 +151,7 @@ CLAIMS = ablation.register(
         "With a KV cache the cost per token grows at most linearly with the position; recomputing grows one "
         "power faster",
         says="caching the computed K and V brings inference cost from growing like d^2 to like d in the length d",
+        lines=(103, 105),
         measure="log-log slope of the per-token cost against the position, cached; recompute over cached",
         criteria=(ablation.Criterion("not greater", 1.0, 0.1), ablation.Criterion("equal", 1.0, 0.25)),
         why="at most linear within 0.1 of the exponent; one power faster within 0.25",
@@ -157,6 +160,7 @@ CLAIMS = ablation.register(
     claim(
         "... also with one fixed cache buffer for the whole generation (at most linear)",
         says="as above",
+        lines=(103, 105),
         measure="log-log slope of the per-token cost with one buffer as long as the last position",
         criteria=(ablation.Criterion("not greater", 1.0, 0.1),),
         why="flat by construction: a fixed buffer reads every slot at every position (the benchmark's docstring)",

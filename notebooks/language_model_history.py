@@ -122,6 +122,7 @@ CLAIMS = ablation.register(
     claim(
         "A neural fixed-window LM beats the n-gram",
         says="the fixed-window neural LM has no sparsity or memory problem (the notes do not say lower perplexity)",
+        lines=(77, 77),
         measure="validation perplexity, window LM minus the n-gram (order chosen on dev), paired by seed",
         criteria=(ablation.Criterion("less"),),
         why="a direction",
@@ -129,6 +130,7 @@ CLAIMS = ablation.register(
     claim(
         "An RNN beats the fixed-window LM",
         says="an RNN is not held to a fixed window and handles long sentences much better",
+        lines=(81, 81),
         measure="validation perplexity, LSTM minus window LM, at equal steps, then at equal wall-clock",
         criteria=(ablation.Criterion("less"),),
         why="directions",
@@ -152,6 +154,7 @@ CLAIMS = ablation.register(
     claim(
         "The Transformer trains faster than the RNN",
         says="an RNN trains slowly, more so for long sentences, since it cannot be parallelised like a Transformer",
+        lines=(81, 81),
         measure="training tokens/s, Transformer minus LSTM, paired by timing round, context 64 then 256",
         criteria=(ablation.Criterion("greater"),),
         why="directions",

@@ -13,15 +13,15 @@ OLD = ablation.Revision("2026-12-05", "registered", "written down after the run"
 
 
 def _claim(name="Fine experts do at least as well", margin=0.01, **kw):
+    wording = {"says": "finer experts specialise better", "lines": (12, 14)}
     return ablation.Claim(
         name,
         notes="002.txt",
-        says="finer experts specialise better",
         measure="loss fine - coarse",
         criteria=(ablation.Criterion("not greater", margin=margin),),
         why="negligible",
         n=3,
-        **kw,
+        **{**wording, **kw},
     )
 
 
@@ -95,8 +95,10 @@ def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tm
         _claim("Decided before"),
         _claim("Decided after", history=(OLD, changed)),
         _claim("An identity", check=True),
+        _claim("Not in the notes", lines=None),
     )
     rows = [("Decided before (lr 0.1)", "m1", HOLDS), ("Decided after", "m|2", UNSURE), ("An identity", "m3", HOLDS)]
+    rows += [("Not in the notes", "m4", FAILS)]
     folder = tmp_path / "experiments" / "results" / "demo"
     folder.mkdir(parents=True)
     record = {"notebook": "demo", "mode": "full", "date": "2026-12-03 10:00:00 UTC", "protocol": ablation.PROTOCOL}
@@ -109,6 +111,20 @@ def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tm
         and "| Decided after | m\\|2 | inconclusive (exploratory) |" in verdicts
     )
     assert "An identity" not in verdicts and "| An identity | negligible | m3 | agrees |" in checks
+    assert "| Not in the notes | m4 | does not hold (not a claim of the notes) |" in verdicts
+    said = "- *Decided before*: finer experts specialise better (notes `002.txt`, lines 12-14)"
+    assert said in checks and "*Not in the notes*:" not in md and "*An identity*:" not in md
+
+
+def test_wording_changes_no_criterion_and_lines_are_checked():
+    spec = ablation.spec_record([_claim()])["Fine experts do at least as well"]
+    reworded = ablation.spec_record([_claim(says="other words", lines=(3, 3))])["Fine experts do at least as well"]
+    assert spec != reworded and ablation.criterion_spec(spec) == ablation.criterion_spec(reworded)
+    assert ablation.criterion_spec(spec) != ablation.criterion_spec(
+        ablation.spec_record([_claim(margin=0.02)])[spec["name"]]
+    )
+    with pytest.raises(ValueError, match="lines"):
+        _claim(lines=(5, 4))
 
 
 def test_smoke_verdicts_say_they_decide_nothing(monkeypatch):

@@ -33,6 +33,18 @@ PENDING_RERUN: dict[str, str] = {
     "attention_scaling": "the attention probe's rows read the trained d_k runs at init and after training: 12 runs "
     "retrained with the probe as their measure (the LR sweeps are reused), over more than one sitting",
 }
+# issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
+NOT_IN_NOTES = {
+    "decoding": {
+        "Beam search with a length penalty does not shorten the output",
+        "... nor than the references",
+        "Without the penalty (alpha 0) beam search's output is shorter",
+    },
+    "language_model_history": {
+        "The Transformer beats the RNN at about the same parameters and steps",
+        "The Transformer beats the RNN at equal wall-clock",
+    },
+}
 CHECKS = {
     "attention_scaling": {
         "At init the unscaled logits have std ~ sqrt(d_k)",
@@ -48,8 +60,8 @@ CHECKS = {
 
 @pytest.mark.parametrize("notebook", NAMES)
 def test_every_verdict_names_the_lines_of_the_notes_that_make_its_claim(notebook):
-    for c in notebook_claims(notebook):
-        assert c.check or c.lines is not None, f"{notebook}: {c.name!r} names no lines of {c.notes}"
+    unlined = {c.name for c in notebook_claims(notebook) if not c.check and c.lines is None}
+    assert unlined == NOT_IN_NOTES.get(notebook, set()), f"{notebook}: verdicts naming no lines of the notes"
 
 
 @pytest.mark.skipif(not NOTES.is_dir(), reason=f"the lecture notes are not beside this checkout ({NOTES})")
@@ -118,8 +130,11 @@ def test_the_audit_shows_in_the_gallery(notebook):
     verdicts, _, checks = gallery.partition("\nChecks:")
     for name in CHECKS.get(notebook, ()):
         assert f"| {name}" not in verdicts and f"| {name}" in checks
-    assert verdicts.count("(exploratory) |") == sum(
+    assert verdicts.count("exploratory) |") == sum(
         1 for line in verdicts.splitlines() for name in CHANGED_AFTER.get(notebook, ()) if line.startswith(f"| {name}")
+    )
+    assert verdicts.count("(not a claim of the notes") == sum(
+        1 for line in verdicts.splitlines() for name in NOT_IN_NOTES.get(notebook, ()) if line.startswith(f"| {name}")
     )
 
 

@@ -210,6 +210,24 @@ def criterion_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if k not in WORDING}
 
 
+def reword(record: Mapping[str, Any], specs: Iterable[Claim]) -> dict[str, Any]:
+    """Results ``record`` with the `WORDING` of each stored claim taken from the claim of the same
+    name in ``specs`` (the notebook's current ones); criteria, numbers and claims of other names as
+    they were."""
+    current = spec_record(specs)
+    stored = {
+        name: {**spec, **{k: current[name][k] for k in WORDING}} if name in current else dict(spec)
+        for name, spec in (record.get("claims") or {}).items()
+    }
+    return {**record, "claims": stored}
+
+
+def beyond_notes(spec: Mapping[str, Any]) -> bool:
+    """Whether a stored spec's verdict tests a claim the notes do not make: no ``lines`` of the notes
+    (a spec stored before ``lines`` existed says nothing either way)."""
+    return "lines" in spec and spec["lines"] is None and not spec.get("check")
+
+
 _TRAINED = re.compile(r"trained (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 

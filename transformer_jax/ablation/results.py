@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformer_jax.ablation import runs
-from transformer_jax.ablation.claims import Claim, check_claims, exploratory, spec_record, stored_spec
+from transformer_jax.ablation.claims import Claim, beyond_notes, check_claims, exploratory, spec_record, stored_spec
 from transformer_jax.ablation.paths import START_COMMIT, START_TIME, repo_root, results_dir, smoke
 from transformer_jax.ablation.protocol import PROTOCOL
 from transformer_jax.ablation.stats import FAILS, HOLDS, UNSURE, Comparison
@@ -151,7 +151,7 @@ def gallery_markdown(root: pathlib.Path | None = None, page_dir: pathlib.Path | 
             continue
         folder = path.parent.relative_to(root).as_posix()
         figures = "\n".join(f"![{png.stem}]({link(png)})" for png in sorted(path.parent.glob("*.png")))
-        table = _registered(record["results"].get("verdicts", ""), record)
+        table = _registered(record["results"].get("verdicts", ""), record) + _notes_said(record)
         if record.get("protocol") != PROTOCOL:
             table += f"\n\n{PREDATES}"
         parts.append(
@@ -166,10 +166,25 @@ EXPLORATORY = (
     "*exploratory*: the row's criterion was changed after the run's numbers were seen (`claims` in "
     "results.json holds the change and why); it decides nothing until rerun on new data."
 )
+BEYOND_NOTES = (
+    "*not a claim of the notes*: the row tests something the notes do not say (its spec names no lines of "
+    "them); it stays until its notebook is redone (issue 39) and decides nothing about the notes."
+)
 CHECKS_HEAD = (
     "Checks: identities and properties fixed by the probe's construction. They could not have come out "
     "the other way, so they test the code, not the notes, and are not verdicts."
 )
+
+
+def _notes_said(record: dict[str, Any]) -> str:
+    """What the notes say, per verdict whose stored spec names their lines (`claims.Claim.lines`)."""
+    where = lambda a, b: f"line {a}" if a == b else f"lines {a}-{b}"
+    said = [
+        f"- *{name}*: {spec['says']} (notes `{spec['notes']}`, {where(*spec['lines'])})"
+        for name, spec in (record.get("claims") or {}).items()
+        if not spec.get("check") and spec.get("lines")
+    ]
+    return "\n\nWhat the notes say (in our words):\n\n" + "\n".join(said) if said else ""
 
 
 def _registered(table: str, record: dict[str, Any]) -> str:
@@ -179,7 +194,7 @@ def _registered(table: str, record: dict[str, Any]) -> str:
     if not specs or not table:
         return table
     lines = table.splitlines()
-    verdicts, checks, flagged = lines[:2], [], False
+    verdicts, checks, flagged, beyond = lines[:2], [], False, False
     for line in lines[2:]:
         claim, measured, v = (c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1])
         name = claim.replace("\\|", "|")
@@ -189,12 +204,12 @@ def _registered(table: str, record: dict[str, Any]) -> str:
         if spec.get("check"):
             word, why = {HOLDS: "agrees", FAILS: "disagrees"}.get(v, v), spec["why"].replace("|", "\\|")
             checks.append(f"| {claim} | {why} | {measured} | {word} |")
-        elif exploratory(spec, record):
-            verdicts.append(f"| {claim} | {measured} | {v} (exploratory) |")
-            flagged = True
         else:
-            verdicts.append(line)
-    out = "\n".join(verdicts) + (f"\n\n{EXPLORATORY}" if flagged else "")
+            outside, late = beyond_notes(spec), exploratory(spec, record)
+            labels = [word for word, on in (("not a claim of the notes", outside), ("exploratory", late)) if on]
+            beyond, flagged = beyond or outside, flagged or late
+            verdicts.append(f"| {claim} | {measured} | {v} ({', '.join(labels)}) |" if labels else line)
+    out = "\n".join(verdicts) + (f"\n\n{EXPLORATORY}" if flagged else "") + (f"\n\n{BEYOND_NOTES}" if beyond else "")
     if checks:
         head = ["| check | why it cannot decide | measured | result |", "| --- | --- | --- | --- |"]
         out += f"\n\n{CHECKS_HEAD}\n\n" + "\n".join(head + checks)

@@ -1,0 +1,26 @@
+"""Copies each notebook's current claim wording (`ablation.claims.WORDING`: ``says`` and the notes'
+``lines``) into the claims its committed results.json stores, and rewrites the gallery. Wording
+changes no criterion (`ablation.criterion_spec`), so no rerun is needed; criteria and numbers are
+left as they were.
+
+    PYTHONPATH=. python tools/reword_results.py [notebook ...]   (default: every notebook)
+"""
+
+import json
+import sys
+
+from tests.notebooks.verdict_cells import NOTEBOOKS, notebook_claims
+from transformer_jax import ablation
+from transformer_jax.ablation.claims import reword
+from transformer_jax.ablation.results import update_gallery
+
+for path in sorted((NOTEBOOKS.parent / "experiments" / "results").glob("*/results.json")):
+    notebook = path.parent.name
+    if not (NOTEBOOKS / f"{notebook}.py").is_file() or (sys.argv[1:] and notebook not in sys.argv[1:]):
+        continue
+    record = json.loads(path.read_text())
+    new = reword(record, notebook_claims(notebook))
+    if new != record:
+        path.write_text(json.dumps(new, indent=1) + "\n")
+        print(f"{notebook}: wording updated")
+print(ablation.results.GALLERY_PAGE, "gallery", "updated" if update_gallery() else "already up to date")
