@@ -235,7 +235,14 @@ print({k: ablation.mean_text(v) for k, v in final.items()})
 # %% [markdown]
 # ## Verdict
 # The criteria are those registered above; "mean over layers" averages each run's four layers first,
-# so n is the number of seeds.
+# so n is the number of seeds. How to read the rows against the notes: "holds" sides with them,
+# "does not hold" goes against them. The at-init rows test the notes' mechanism where their premise
+# is set up (unit-variance q and k, the check row); the trained rows test whether it survives
+# training, which is free to shrink q and k in the unscaled arm (logits that stop growing with d_k,
+# a softmax no more peaked than the scaled one) and so to make the factor unnecessary. The Jacobian
+# rows can go against the notes even where the softmax does saturate: a softmax spread over n keys
+# has a small Jacobian too (||J||^2 = 1/n - 1/n^2), so "saturated" and "small gradient" are two
+# claims, not one. The training rows ask whether the end result suffers.
 
 # %%
 margin = {c.name: c.criteria[0].margin for c in CLAIMS}  # as registered
