@@ -172,3 +172,24 @@ def test_attention_stats_sees_saturation_and_a_small_jacobian():
 def test_probes_refuse_a_scanned_stack():
     with pytest.raises(ValueError, match="scan_layers=False"):
         probes.hidden_grads(tiny("pre", scan_layers=True), TOKENS)
+
+
+def test_trained_attention_stats_reads_the_init_and_the_last_checkpoint(monkeypatch, tmp_path):
+    from transformer_jax import ablation
+    from transformer_jax.train.experiment import workdir_config
+    from transformer_jax.train.run import setup
+
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    monkeypatch.setenv("TRANSFORMER_JAX_RUNS", str(tmp_path))
+    cfg = ablation.with_seed(ablation.shakespeare_config("probe", steps=4, batch_size=8), 3)
+    workdir = ablation.train_curves(cfg, "run", "unit_test_nb").workdir
+    got = probes.trained_attention_stats(workdir)
+    run, _ = setup(workdir_config(workdir), workdir)
+    run.checkpoints.close()
+    tokens = jnp.asarray(next(iter(run.data.eval_batches("val", 1)))["inputs"])
+    saved = workdir_config(workdir).model  # the vocabulary resolved from the data, as training built it
+    want = probes.attention_stats(build_model(saved, seed=3), tokens)
+    for key, values in want.items():
+        np.testing.assert_allclose(got["init"][key], values, rtol=1e-5)
+    assert got["trained"]["logit_std"] != got["init"]["logit_std"]
+    assert len(got["trained"]["jacobian"]) == saved.dims.n_layers
