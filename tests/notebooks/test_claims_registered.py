@@ -29,10 +29,7 @@ CHANGED_AFTER = {
 }
 # a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
-PENDING_RERUN: dict[str, str] = {
-    "attention_scaling": "the attention probe's rows read the trained d_k runs at init and after training: 12 runs "
-    "retrained with the probe as their measure (the LR sweeps are reused), over more than one sitting",
-}
+PENDING_RERUN: dict[str, str] = {}
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
 NOT_IN_NOTES = {
     "decoding": {
