@@ -27,7 +27,7 @@ RESULTS_ENV = "TRANSFORMER_JAX_RESULTS"
 PROJECT = "transformer-jax"
 
 FULL_HOURS = {
-    "attention_scaling": 3.6,
+    "attention_scaling": 3.0,
     "causal_mask": 1.5,
     "decoding": 1.9,
     "language_model_history": 2.5,
