@@ -328,7 +328,7 @@ init = {
 }
 xiong = ablation.norm_probes.xiong_ratios(init, PROBE_DEPTHS)
 print(ablation.norm_probes.init_table(init, PROBE_DEPTHS))
-print("log-log slope of Xiong's ratio against L (theirs: 0.5):", xiong["loglog_slope"])
+print("log-log slope of Xiong's ratio against L, 95% (theirs: 0.5):", xiong["loglog_slope"])
 
 fig_init = ablation.norm_probes.init_figure(init, PROBE_DEPTHS, PLACEMENTS)
 plt.show()

@@ -150,5 +150,5 @@ def test_xiong_ratios_pair_by_seed_and_fit_the_exponent():
     }
     x = norm_probes.xiong_ratios(init, (4, 16, 64))
     np.testing.assert_allclose(x["by_depth"][16]["ratios"], [8.0] * 3)
-    assert x["loglog_slope"][0] == pytest.approx(0.5)
+    assert x["loglog_slope"]["slope"] == pytest.approx(0.5)
     assert x["by_depth"][64]["sqrt_L"] == 8.0

@@ -166,7 +166,10 @@ def xiong_ratios(init: dict, depths: tuple[int, ...] | list[int]) -> dict[str, A
         r = np.divide(init["post", d]["last_ffn"], init["pre", d]["last_ffn"])
         by_depth[d] = {"ratios": r.tolist(), "t_interval": t_interval(r), "sqrt_L": float(np.sqrt(d))}
     fit = linear_fit(np.log(depths), np.log([by_depth[d]["ratios"] for d in depths])) if len(depths) > 1 else None
-    return {"by_depth": by_depth, "loglog_slope": fit}
+    return {
+        "by_depth": by_depth,
+        "loglog_slope": None if fit is None else dict(zip(("slope", "low", "high", "df"), fit)),
+    }
 
 
 def init_table(init: dict, depths: tuple[int, ...] | list[int]) -> str:
@@ -182,7 +185,7 @@ def init_table(init: dict, depths: tuple[int, ...] | list[int]) -> str:
     ]
     for d in depths:
         m, lo, hi = xiong[d]["t_interval"]
-        ident = lambda p, d=d: f"{mean(p, d, 'identity_decay'):.3f} / {mean(p, d, 'predicted_decay'):.3f}"
+        ident = lambda p, d=d: f"{mean(p, d, 'identity_decay'):+.3f} / {mean(p, d, 'predicted_decay'):+.3f}"
         lines.append(
             f"| {d} | {ident('post')} | {ident('deepnorm')} | {mean('post', d, 'total_slope'):+.3f} / "
             f"{mean('pre', d, 'total_slope'):+.3f} | {m:.2f} [{lo:.2f}, {hi:.2f}] | {np.sqrt(d):.2f} |"
