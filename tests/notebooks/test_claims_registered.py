@@ -29,9 +29,7 @@ CHANGED_AFTER = {
 }
 # a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
-PENDING_RERUN: dict[str, str] = {
-    "norm_placement": "the identity-path claim at init (registered 2026-12-05) replaces the total-gradient row",
-}
+PENDING_RERUN: dict[str, str] = {}
 CHECKS = {
     "attention_scaling": {
         "Unscaled logits have variance ~ d_k; scaled ones ~ 1",
