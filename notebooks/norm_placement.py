@@ -552,8 +552,35 @@ out = ablation.save_results(
 print("results in", out)
 
 # %% [markdown]
-# ## Reading the FULL run (3 seeds, 2026-12-04)
-# Val loss, mean of 3 seeds; ln V = 4.220, the unigram loss (character frequencies alone) 3.323.
+# ## Reading the FULL run
+# **At initialisation** (2026-12-05; 8 initialisations per depth, seeds 8-15). The notes (lines
+# 97-107) derive that each Post-Norm divides the identity path by sqrt(2), given x and F(x)
+# independent and of equal variance, and conclude that the residual's fast path is lost.
+# - **The mechanism holds; the number does not.** With no gradient into the branches, what reaches
+#   the input from the output halves +0.352 [+0.339, +0.366], +0.515 and +0.584 times per layer at
+#   6, 18 and 48 layers, against +0.389, +0.543 and +0.602 predicted from the same models'
+#   Var(F)/Var(x): measured minus predicted -0.037 [-0.047, -0.026], -0.028, -0.018, inside the
+#   0.1 margin registered before the run (holds). Each norm divides the identity path by
+#   sqrt(Var(x) + Var(F)), as the derivation says. But the notes' assumption is not met under
+#   Xavier init (the check: Var(F)/Var(x) = 2^-1.198 = 0.44 on average; FFN about 0.23, attention 0.2
+#   rising to 1 after ten layers), so the path shrinks by 0.35-0.6 halvings per layer, not the
+#   notes' one (at 48 layers 2^-28 of the gradient reaches the input along it, not 2^-48).
+# - **Pre-LN keeps the whole path** (exactly 1: a test, not a verdict), and so does DeepNorm in
+#   effect: its alpha (1.9-3.1) and the beta init (Var(F)/Var(x) 0.0004-0.004) leave |halvings|
+#   below 0.005 per layer, which is what the notes say DeepNorm is for (lines 147-151).
+# - **The total gradient does not vanish at init** (measured, not judged). The notes go on to say
+#   that the weakened path makes gradients vanish (line 107). Through the branches too, Post-LN's
+#   log2 ||dL/dx_l|| changes by -0.078, -0.095, -0.029 per layer at 6, 18, 48 layers (it grows a
+#   little towards the input), like Pre-LN's (-0.196, -0.097, -0.039): the gradient through F
+#   makes up for what the identity path loses. Whatever stops deep Post-LN below, it is not a small
+#   gradient at init.
+# - **Xiong et al. (2020)'s last-layer ratio** (their claim; the notes do not make it): the
+#   gradient of the last FFN's output matrix, Post-LN over Pre-LN, is 2.24 [2.06, 2.43], 4.20 [3.68,
+#   4.72] and 8.15 [6.65, 9.66] at 6, 18, 48 layers against sqrt(L) = 2.45, 4.24, 6.93; log-log
+#   slope 0.61 [0.53, 0.69] against their 1/2.
+#
+# **Trained** (3 seeds, 2026-12-04). Val loss, mean of 3 seeds; ln V = 4.220, the unigram loss
+# (character frequencies alone) 3.323.
 # - **Deep Post-LN fails here, with or without warmup.** Every 18-layer Post-LN run, at lr 1e-3
 #   and 3e-3, with and without 100 warmup steps, ends at the unigram loss (3.32-3.40): it learns
 #   the character frequencies and nothing else. So "warmup rescues it" does not hold at 18 layers
@@ -561,10 +588,11 @@ print("results in", out)
 #   -0.024 [-0.130, +0.081] and +0.001 [-0.002, +0.004], inconclusive because both arms fail alike.
 #   At 6 layers Post-LN trains; without warmup at 3e-3 one seed of three collapsed to the unigram
 #   loss (2.477 against 2.035 with warmup), the only trace of the warmup effect.
-# - **DeepNorm rescues it, like for like (holds).** At the smallest LR of the scan where Post-LN
-#   with warmup fails (1e-3; it fails at 3e-3 and 1e-2 too), DeepNorm with the same warmup ends at
-#   2.277 against Post-LN's 3.348: -1.071 [-1.205, -0.937], and 0.55 nats below the failure line.
-#   It trains about as well as Pre-LN at that depth and LR (2.233).
+# - **DeepNorm rescues it, like for like** (holds, exploratory: the failure line was set after the
+#   numbers were seen). At the smallest LR of the scan where Post-LN with warmup fails (1e-3; it
+#   fails at 3e-3 and 1e-2 too), DeepNorm with the same warmup ends at 2.277 against Post-LN's
+#   3.348: -1.071 [-1.205, -0.937], and 0.55 nats below the failure line. It trains about as well
+#   as Pre-LN at that depth and LR (2.233).
 # - **Pre-LN trains without warmup everywhere** (no run fails); the cost of dropping warmup is
 #   inside the 0.05-nat margin at 6 layers and at 18 layers lr 1e-3, but +0.046 [+0.019, +0.074]
 #   at 18 layers lr 3e-3, so "no worse" is inconclusive there and the row with it.
@@ -577,6 +605,6 @@ print("results in", out)
 #   +1.065 [+1.045, +1.084]; one grid step lower, where both placements train with SGD, SGD costs
 #   them alike: -0.033 [-0.255, +0.188]. What the first setting shows is SGD with Post-LN being
 #   unstable near its best LR, not a larger loss when it trains.
-# - **At init**: the identity-path rows are registered for the next FULL run (2026-12-05).
 # - **Pre-LN's relative residual change falls with depth** on the trained 18-layer checkpoints
-#   (holds): log-log slope -0.550 [-0.593, -0.506], slower than the 1/l of x_l = O(l).
+#   (holds, exploratory: the slope criterion came after the numbers): log-log slope -0.550
+#   [-0.593, -0.506], slower than the 1/l of x_l = O(l).
