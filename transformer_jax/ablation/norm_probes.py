@@ -130,7 +130,7 @@ def init_probe(model_cfg: Any, seeds: tuple[int, ...] | list[int], tokens_BT: In
     log2 ``ratio``) and ``last_ffn`` (Xiong et al.'s gradient norm)."""
     out: dict[str, list] = {}
     for seed in seeds:
-        model = build_model(with_changes(model_cfg, scan_layers=False), seed=seed)
+        model: Any = build_model(with_changes(model_cfg, scan_layers=False), seed=seed)
         g, v = gradient_norms(model, tokens_BT), sublayer_variances(model, tokens_BT)
         placement = model.layers.layers[0].placement
         identity = g["identity"] / g["identity"][-1]

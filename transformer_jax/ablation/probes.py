@@ -3,6 +3,8 @@
 - `hidden_grad_norms`: ||dL/dx_l|| with respect to the residual stream x_l entering each layer
   (and leaving the last), not the parameters: the loss is differentiated with respect to an
   additive zero tensor d_l in ``x_l + d_l``, injected before each block.
+- `sublayers`: each block's (F, norm, post-norm) triples, as ``Block.__call__`` applies them; with
+  `blocks_of`, `stream_start` and `head_logits` they rebuild the forward pass (also for `norm_probes`).
 - `sublayer_variances`: Var(x) of the residual stream entering each sublayer (attention, FFN) and
   Var(F) of what the sublayer adds to it (F(x) for post-LN / DeepNorm, F(Norm(x)) for pre-LN): the
   notes' Post-LN derivation assumes Var(F(x)) = Var(x).
@@ -37,6 +39,7 @@ from transformer_jax.ops.masks import AttentionMask
 
 
 def blocks_of(model: Any) -> list[Block]:
+    """The blocks of a ``DecoderLM`` built unscanned, without MoE (what the probes can run one at a time)."""
     cfg = model.cfg
     if cfg.kind != "decoder_lm":
         raise ValueError(f"the probes take a DecoderLM (model.kind='decoder_lm'), got model.kind={cfg.kind!r}")
@@ -58,6 +61,7 @@ def stream_start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array,
 
 
 def head_logits(model: Any, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+    """The logits of the stream leaving the last block (final norm, if any, then the output head)."""
     return output_logits(x_BTD, model.final_norm, model.lm_head, model.embed, model.cfg.embeddings.final_softcap)
 
 
