@@ -20,12 +20,13 @@ bootstrap over test items for decoding methods on one model; "no worse" / "does 
 claims by two one-sided tests against a margin stated before the run. An arm's learning rate
 comes from a sweep scored on a dev split carved from the training text (`tuning`); every run
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
-(`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes.
+(`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes, `norm_probes`
+the identity path's gradient at init.
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.
 """
 
-from transformer_jax.ablation import probes
+from transformer_jax.ablation import norm_probes, probes
 from transformer_jax.ablation.claims import (
     REGISTERED_AFTER_FULL_RUN,
     Claim,
@@ -152,6 +153,7 @@ __all__ = [
     "loglog_slope",
     "lr_grid",
     "mean_text",
+    "norm_probes",
     "paired",
     "paired_bootstrap",
     "pick",
