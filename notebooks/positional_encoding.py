@@ -421,14 +421,32 @@ out = ablation.save_results(
 print("results in", out)
 
 # %% [markdown]
-# ## Reading the FULL run (3 seeds, 2026-12-03)
-# All five claims hold here, and the intervals are far from zero except claim 3's (worst relative
-# minus best absolute growth -0.33 [-0.60, -0.06] nats). What a reader should also see in the table:
-# - ALiBi is the only encoding whose loss does not grow with length (1.744 at 64, 1.724 at 256), but
-#   it is not the best at the training length: relative bias and RoPE reach 1.68 there.
-# - RoPE and the relative bias degrade, by 0.47 and 0.90 nats at 4x: relative encodings are not
-#   free of a length limit (their attention sees offsets never trained, and RoPE's rotations meet
-#   unseen phases; Press et al. report the same for RoPE).
+# ## Reading the FULL run (3 seeds; reordering 2026-12-05, lengths 2026-12-03)
+# **The notes' point (004, lines 45-46) holds here.** Reversing 4 to 12 random symbols, the model
+# without positions ends at 1.225 [1.205, 1.245] times the order-blind loss: above it, as a model that
+# sees the source as a multiset must be, and not even at it after 800 steps (it must also learn which
+# symbols are left to emit). The same model sorts the same sequences down to 0.021 of that loss, so
+# it trains: what it lacks is order. With sinusoidal positions the reversal falls to 0.004 of it,
+# with RoPE to 0.005 (one seed 0.0001, one 0.010). Refuted it would have been by a position-free
+# reversal more than 5% below the order-blind loss, a position-free model that could not sort, or a
+# positioned one above half the reference. Read the first part for what it is: with exact arithmetic
+# a position-free encoder is a function of the multiset, so only a leak of order (padding, EOS, the
+# masks, the decoder's side) could break it; the row's content is that the reference is computed,
+# not fitted, and that the other parts had to be learned. RoPE rotates only self-attention here
+# (cross-attention carries no position): the model had to carry each symbol's distance to EOS into
+# its content, and did. The notes' third kind, relative (b_ij = f(i - j)), was not run on this task.
+#
+# **Length (004, line 50; runs of 2026-12-03, reused).** Both rows side with the notes, one of them
+# narrowly: relative encodings grow less than the best absolute one (worst relative minus best
+# absolute -0.33 [-0.60, -0.06] nats), and the learned table, whose rows past 64 were never trained,
+# grows by 1.31 nats from 64 to 256. What else the table shows:
+# - ALiBi (not in the notes) is the only encoding whose loss does not grow with length (1.744 at
+#   64, 1.724 at 256), but it is not the best at the training length: relative bias and RoPE reach
+#   1.68 there.
+# - RoPE and the relative bias degrade, by 0.47 and 0.90 nats at 4x: against the notes' picture of
+#   RoPE as the cure for long sequences (002, line 104), relative encodings are not free of a length
+#   limit (their attention sees offsets never trained, and RoPE's rotations meet unseen phases;
+#   Press et al. report the same for RoPE).
 # - Without any position encoding the loss grows by only 0.40 nats, less than every absolute
 #   encoding, while starting highest (2.03 at 64): with a causal mask the model can still infer
 #   position (Haviv et al. 2022), and it has no table to run off the end of.
@@ -436,4 +454,5 @@ print("results in", out)
 #   (this preset's) it grows 2.28 nats with one seed far off (+-1.41); beside unit-variance
 #   embeddings, as in Vaswani et al., 1.23, like the learned table (1.31). The claim holds with
 #   either.
-# - Scale: 0.8M parameters, 2,000 steps of 12 x 64 characters; lengths 1x, 2x, 4x only.
+# - Scale: reordering, 0.17M parameters, 800 steps of 32 sequences; lengths, 0.8M parameters,
+#   2,000 steps of 12 x 64 characters, evaluated at 1x, 2x, 4x only.
