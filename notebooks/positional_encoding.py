@@ -175,9 +175,10 @@ CLAIMS = ablation.register(
     ),
     claim(
         "Relative encodings degrade less than absolute ones at 4x the training length",
-        lines=(50, 54),
-        says="adding a fixed sinusoidal p_i to each x_i generalises poorly to long sequences; a relative "
-        "encoding encodes the distance b_ij = f(i - j) between any two positions",
+        notes="002_aa3d7b0c5341285e.txt",
+        lines=(103, 105),
+        says="a fixed sinusoidal absolute encoding does not suit long sequences, while RoPE, which encodes the "
+        "relative position, is especially useful for them and improves long-sequence modelling",
         measure="loss at 256 minus loss at 64 (trained at 64), worst relative minus best absolute, paired by seed",
         criteria=(ablation.Criterion("less"),),
         why="a direction",

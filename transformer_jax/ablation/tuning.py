@@ -151,7 +151,7 @@ def tuned_runs(
     notebook: str,
     seeds: Sequence[int],
     *,
-    sweep_seeds: Sequence[int] = (0,),
+    sweep_seeds: Sequence[int] = (DEV_SEED,),
     extend: int | None = None,
 ) -> tuple[dict[str, Any], Any, list[Any]]:
     """One arm tuned then run: `sweep_lr` over ``grid`` on ``sweep_seeds``, then `store.run_arm` at
