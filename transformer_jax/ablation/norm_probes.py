@@ -32,6 +32,7 @@ from jaxtyping import Array, Float, Int
 
 from transformer_jax.ablation.probes import (
     blocks_of,
+    frobenius_norms,
     head_logits,
     next_token_loss,
     stream_start,
@@ -72,10 +73,6 @@ def sublayer_streams(
     return head_logits(model, x_BTD), jnp.stack(streams)
 
 
-def _frobenius(g: Array) -> Array:
-    return jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32)), axis=tuple(range(1, g.ndim))))
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _gradient_norms(graphdef, params, rest, tokens_BT):
     model = nnx.merge(graphdef, params, rest)
@@ -90,7 +87,7 @@ def _gradient_norms(graphdef, params, rest, tokens_BT):
     g_params, g_total = jax.grad(loss, argnums=(0, 1))(params, zeros_KBTD, False)
     g_identity = jax.grad(loss, argnums=1)(params, zeros_KBTD, True)
     w_out = nnx.merge(graphdef, g_params, rest).layers.layers[-1].ffn.w_out.kernel[...]
-    return _frobenius(g_total), _frobenius(g_identity), jnp.linalg.norm(w_out.astype(jnp.float32))
+    return frobenius_norms(g_total), frobenius_norms(g_identity), jnp.linalg.norm(w_out.astype(jnp.float32))
 
 
 def gradient_norms(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, np.ndarray]:

@@ -107,10 +107,15 @@ def hidden_grads(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[float, Float
     return float(loss), g
 
 
+def frobenius_norms(g_L: Array) -> Array:
+    """[L] Frobenius norm of each ``g_L[l]`` over all its other axes, in float32."""
+    return jnp.sqrt(jnp.sum(jnp.square(g_L.astype(jnp.float32)), axis=tuple(range(1, g_L.ndim))))
+
+
 def hidden_grad_norms(model: Any, tokens_BT: Int[Array, "B T"]) -> np.ndarray:
     """[L + 1] Frobenius norms ||dL/dx_l|| over the batch (`hidden_grads`), l = 0 at the input."""
     _, g = hidden_grads(model, tokens_BT)
-    return np.asarray(jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32)), axis=(1, 2, 3))))
+    return np.asarray(frobenius_norms(g))
 
 
 def sublayers(block: Block, inputs: BlockInputs) -> tuple[tuple[Callable[[Array], Array], Any, Any], ...]:
