@@ -21,6 +21,12 @@ from typing import Any
 
 from transformer_jax.ablation.paths import pick
 from transformer_jax.ablation.protocol import with_seed
+from transformer_jax.data import CopyTask, DataConfig, ReverseTask, SortTask
+from transformer_jax.data.sources import load_corpus
+from transformer_jax.models import get_preset
+from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
+from transformer_jax.train.config import Config, TrainConfig
+from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
 
 def orderings_nats(source: Sequence[int]) -> float:
@@ -45,8 +51,6 @@ def order_blind_loss(sources: Iterable[Sequence[int]], extra: int = 1) -> float:
 def split_order_blind_loss(cfg: Any, seed: int, split: str = "val") -> float:
     """`order_blind_loss` of the sources of ``split`` of a synthetic seq2seq config trained with
     ``seed`` (its examples are a function of ``data.seed``: `protocol.with_seed`)."""
-    from transformer_jax.data.sources import load_corpus
-
     examples = load_corpus(with_seed(cfg, seed).data).split(split)
     return order_blind_loss(examples[i][0] for i in range(len(examples)))
 
@@ -57,11 +61,6 @@ def reorder_config(task: str, position: str, *, steps: int, name: str = "reorder
     ``position`` in both stacks; AdamW 1e-3, cosine to 1e-4, 100 warm-up steps, batch 32, the
     whole validation split (500 examples) scored at the end. SMOKE: 1 + 1 layers of d_model 32,
     64 validation examples."""
-    from transformer_jax.data import CopyTask, DataConfig, ReverseTask, SortTask
-    from transformer_jax.models import get_preset
-    from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
-    from transformer_jax.train.config import Config, TrainConfig
-    from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
     tiny = pick(smoke={"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "n_encoder_layers": 1}, full={})
     model = get_preset("original_tiny", dropout=0.0, max_len=16, position=position, **tiny)
