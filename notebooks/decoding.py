@@ -118,8 +118,8 @@ CLAIMS = ablation.register(
     ),
     claim(
         "Sampling trades quality for diversity",
-        says="sampling (top-k) draws the next token at random; greedy takes the most likely one, with no randomness",
-        lines=(96, 96),
+        says="not in the notes as a trade-off: they say top-k draws uniformly among the k most likely tokens and "
+        "greedy has no randomness (line 96); the second part is greedy's determinism",
         measure="per sampler: BLEU minus greedy's; share of sentences a second seed repeats minus greedy's",
         criteria=(ablation.Criterion("less"),),
         why="directions; greedy's repeat share is 1 by determinism, so the second part is weak (issue 39)",

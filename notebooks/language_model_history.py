@@ -122,7 +122,6 @@ CLAIMS = ablation.register(
     claim(
         "A neural fixed-window LM beats the n-gram",
         says="the fixed-window neural LM has no sparsity or memory problem (the notes do not say lower perplexity)",
-        lines=(77, 77),
         measure="validation perplexity, window LM minus the n-gram (order chosen on dev), paired by seed",
         criteria=(ablation.Criterion("less"),),
         why="a direction",

@@ -113,7 +113,7 @@ def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tm
     assert "An identity" not in verdicts and "| An identity | negligible | m3 | agrees |" in checks
     assert "| Not in the notes | m4 | does not hold (not a claim of the notes) |" in verdicts
     said = "- *Decided before*: finer experts specialise better (notes `002.txt`, lines 12-14)"
-    assert said in checks and "*Not in the notes*:" not in md and "*An identity*:" not in md
+    assert said in verdicts and "*Not in the notes*:" not in md and "*An identity*:" not in md
 
 
 def test_wording_changes_no_criterion_and_lines_are_checked():

@@ -146,6 +146,33 @@ def test_sweep_lr_scores_each_rate_on_the_dev_split(smoke, monkeypatch):
     assert seen[0] == ("post lr=0.001 dev", 0, "text", 1e-3, 1e-4)
 
 
+def test_sweep_lr_on_a_synthetic_task_scores_the_dev_seeds_own_examples(smoke, monkeypatch):
+    """A synthetic task's examples come from ``data.seed``: the sweep trains the config as is on
+    seeds from DEV_SEED up (no text to carve a dev split from), and refuses a scored seed."""
+    seen = []
+    monkeypatch.setattr(tuning, "run_arm", lambda c, arm, seed, nb: seen.append((c, seed)) or fake_curves())
+    task = ablation.reorder_config("reverse", "none", steps=3)
+    rec = tuning.sweep_lr(task, "none", [1e-3, 3e-3], "nb", seeds=(ablation.DEV_SEED,))
+    assert rec["seeds"] == [ablation.DEV_SEED] and [s for _, s in seen] == [ablation.DEV_SEED] * 2
+    assert all(c.data == task.data for c, _ in seen)
+    with pytest.raises(ValueError, match="seeds >= 1000"):
+        tuning.sweep_lr(task, "none", [1e-3, 3e-3], "nb")
+
+
+def test_tuned_runs_score_the_seeds_at_the_swept_rate(smoke, monkeypatch):
+    seen = []
+
+    def run_arm(c, arm, seed, nb):
+        seen.append((arm, seed, c.train.optim.lr))
+        return fake_curves(val=(2.0, abs(c.train.optim.lr - 3e-3)))
+
+    monkeypatch.setattr(tuning, "run_arm", run_arm)
+    task = ablation.reorder_config("sort", "none", steps=3)
+    sweep, tuned, trained = tuning.tuned_runs(task, "a", [1e-3, 3e-3, 9e-3], "nb", (0, 1), sweep_seeds=(1000,))
+    assert sweep["lr"] == tuned.train.optim.lr == 3e-3 and len(trained) == 2
+    assert seen[3:] == [("a", 0, 3e-3), ("a", 1, 3e-3)] and {s for _, s, _ in seen[:3]} == {1000}
+
+
 GRID = [1e-3, 3e-3, 9e-3]
 
 

@@ -281,19 +281,27 @@ GROWTH = {
     "alibi": 0.05,
 }
 PE_CLAIMS = (
+    "Without positions the model cannot tell a sequence from its reordering",
+    "With positions (sinusoidal, RoPE) the model reverses the sequence",
     "Without positions, self-attention is permutation-equivariant",
     "RoPE's dot product depends only on the relative offset",
     "Relative encodings degrade less than absolute ones at 4x the training length",
     "A learned table cannot extrapolate",
-    "ALiBi extrapolates best",
 )
 EQUIVARIANCE = {"none": [1e-7, 2e-7, 1.5e-7], "learned": [0.3, 0.25, 0.35], "rope": [0.2, 0.22, 0.18]}
+# validation loss over the order-blind loss by arm: 1 is chance, 0 a perfect reversal
+RATIO = {"reverse, none": 1.3, "sort, none": 0.01, "reverse, sinusoidal": 0.003, "reverse, rope": 0.001}
 
 
-def positional_encoding(growth=GROWTH, equivariance=EQUIVARIANCE, rope_spread=(1e-7, 2e-7, 1e-7)):
+def positional_encoding(growth=GROWTH, equivariance=EQUIVARIANCE, rope_spread=(1e-7, 2e-7, 1e-7), ratio=RATIO):
     eval_loss = {p: {64: jitter(1.5, i), 256: jitter(1.5 + growth[p], i + 1)} for i, p in enumerate(ENCODINGS)}
     v = notebook_verdicts(
         "positional_encoding",
+        order_ratio={a: jitter(r, i, 0.01 * max(r, 0.1)) for i, (a, r) in enumerate(ratio.items())},
+        order_records={},
+        order_sweeps={},
+        chance=[1.15, 1.14, 1.16],
+        fig_order=None,
         eval_loss=eval_loss,
         ENCODINGS=ENCODINGS,
         EVAL_LENS=(64, 256),
@@ -311,14 +319,20 @@ def positional_encoding(growth=GROWTH, equivariance=EQUIVARIANCE, rope_spread=(1
 
 
 def test_positional_encoding_verdicts():
-    assert positional_encoding() == [HOLDS] * 5
-    assert positional_encoding(equivariance={**EQUIVARIANCE, "none": [1e-3, 2e-3, 1.5e-3]})[0] == FAILS
-    assert positional_encoding(equivariance={**EQUIVARIANCE, "rope": [1e-3, 2e-3, 1.5e-3]})[0] == FAILS
-    assert positional_encoding(rope_spread=(0.01, 0.012, 0.011))[1] == FAILS
-    assert positional_encoding({**GROWTH, "rope": 0.45})[2] == FAILS  # a relative one worse than sinusoidal
-    assert positional_encoding({**GROWTH, "rope": 0.4})[2] == UNSURE  # a tie with the best absolute
+    assert positional_encoding() == [HOLDS] * 6
+    # above chance without positions holds (the model need not reach the order-blind optimum); order
+    # leaking in (10% below chance) refutes it, and so does a position-free model that cannot even sort
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 1.0})[0] == HOLDS
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 0.9})[0] == FAILS
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 0.95})[0] == UNSURE
+    assert positional_encoding(ratio={**RATIO, "sort, none": 0.9})[0] == FAILS
+    assert positional_encoding(ratio={**RATIO, "reverse, rope": 0.9})[1] == FAILS  # RoPE did not learn the order
+    assert positional_encoding(ratio={**RATIO, "reverse, sinusoidal": 0.5})[1] == UNSURE
+    assert positional_encoding(equivariance={**EQUIVARIANCE, "none": [1e-3, 2e-3, 1.5e-3]})[2] == FAILS
+    assert positional_encoding(equivariance={**EQUIVARIANCE, "rope": [1e-3, 2e-3, 1.5e-3]})[2] == FAILS
+    assert positional_encoding(rope_spread=(0.01, 0.012, 0.011))[3] == FAILS
+    assert positional_encoding({**GROWTH, "rope": 0.45})[4] == FAILS  # a relative one worse than sinusoidal
+    assert positional_encoding({**GROWTH, "rope": 0.4})[4] == UNSURE  # a tie with the best absolute
     # every absolute arm counts: the embedding-scaled sinusoid degrading least turns the verdict
-    assert positional_encoding({**GROWTH, "sinusoidal_scaled": 0.05})[2] == FAILS
-    assert positional_encoding({**GROWTH, "learned": 0.4})[3] == FAILS
-    assert positional_encoding({**GROWTH, "rope": 0.01})[4] == FAILS  # ALiBi 0.04 behind: beyond the 0.02 margin
-    assert positional_encoding({**GROWTH, "alibi": 0.15})[4] == HOLDS  # a tie with the best other counts
+    assert positional_encoding({**GROWTH, "sinusoidal_scaled": 0.05})[4] == FAILS
+    assert positional_encoding({**GROWTH, "learned": 0.4})[5] == FAILS

@@ -33,7 +33,7 @@ NORM_CLAIMS = (
     "Post-LN can end lower than Pre-LN at shallow depth (each at its best LR)",
     "Adam is less hurt than SGD by Post-LN",
     "DeepNorm rescues deep Post-LN (same warmup)",
-    "At init, Post-LN's gradient shrinks towards the input like 2^(-1/2) per sublayer; Pre-LN's is flat",
+    "At init, Post-LN's identity path shrinks by (v(1 + r))^(-1/2) per sublayer, as the notes derive",
     "The notes' assumption at init: Var(F(x)) = Var(x) in Post-LN (Xavier)",
     "Pre-LN's relative residual change falls with depth (trained)",
 )
@@ -43,8 +43,8 @@ def norm_placement(
     warm=None,
     tuned=None,
     rescue=None,
-    post_rate=1.0,
-    pre_rate=0.0,
+    identity_rate=0.50,
+    predicted_rate=0.52,
     log2_var=-0.3,
     change_power=-1.0,
     lrs=LRS,
@@ -65,12 +65,14 @@ def norm_placement(
         **(rescue or {}),
     }
     probe_depths, noise = (6, 48), (0.0, 0.01, -0.01)
-    grad_norms, var_ratio = {}, {}
-    for d in probe_depths:
-        l = np.arange(d + 1)
-        grad_norms["post", d] = [2.0 ** ((post_rate + e) * l) for e in noise]
-        grad_norms["pre", d] = [2.0 ** ((pre_rate + e / d) * l) for e in noise]
-        var_ratio["post", d] = [np.full((d, 2), 2.0 ** (log2_var + e)) for e in noise]
+    init = {  # halvings per layer of the identity path, measured and predicted, per initialisation
+        ("post", d): {
+            "identity_decay": [identity_rate + e for e in noise],
+            "predicted_decay": [predicted_rate + e / 2 for e in noise],
+            "log2_var": [log2_var + e for e in noise],
+        }
+        for d in probe_depths
+    }
     layers = np.arange(1, DEEP + 1)
     rel_change = {"pre": [0.5 * layers ** (change_power + e) for e in noise], "post": [np.ones(DEEP)] * 3}
     v = notebook_verdicts(
@@ -81,8 +83,8 @@ def norm_placement(
         sweeps={},
         rescue=rescue,
         floor=UNIGRAM,
-        grad_norms=grad_norms,
-        var_ratio=var_ratio,
+        init=init,
+        xiong={},
         rel_change=rel_change,
         WARMUP_LRS=lrs,
         SHALLOW=SHALLOW,
@@ -115,8 +117,12 @@ def test_norm_placement_verdicts():
     # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
     assert norm_placement(rescue={"deepnorm": jitter(3.0, 1)})[4] == FAILS
     assert norm_placement(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
-    assert norm_placement(post_rate=0.1)[5] == FAILS and norm_placement(pre_rate=0.3)[5] == FAILS
-    assert norm_placement(post_rate=0.5)[5] == UNSURE  # on the edge of 1 +- 0.5
+    # the identity path does not shrink towards the input (and the prediction says so too)
+    assert norm_placement(identity_rate=-0.05, predicted_rate=-0.05)[5] == FAILS
+    assert norm_placement(identity_rate=0.0, predicted_rate=0.0)[5] == UNSURE  # flat: neither shrinks nor grows
+    assert norm_placement(predicted_rate=1.0)[5] == FAILS  # the notes' r = 1: 0.5 halvings per layer off
+    assert norm_placement(predicted_rate=0.35)[5] == FAILS  # shrinks, but 0.15 per layer faster than predicted
+    assert norm_placement(predicted_rate=0.595)[5] == UNSURE  # 0.095 off: the interval crosses the 0.1 margin
     assert norm_placement(log2_var=-2.0)[6] == FAILS  # Var(F) a quarter of Var(x)
     assert norm_placement(change_power=0.2)[7] == FAILS
 
@@ -132,8 +138,8 @@ def test_norm_placement_at_one_training_depth_leaves_the_depth_growth_unmeasured
         sweeps={},
         rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
         floor=UNIGRAM,
-        grad_norms={(p, 3): [np.ones(4)] * 2 for p in ("post", "pre")},
-        var_ratio={("post", 3): [np.ones((3, 2))] * 2},
+        init={("post", 3): {k: [0.3, 0.31] for k in ("identity_decay", "predicted_decay", "log2_var")}},
+        xiong={},
         rel_change={"pre": [np.asarray([0.5, 0.3])] * 2, "post": [np.ones(2)] * 2},
         WARMUP_LRS=(1e-3,),
         SHALLOW=2,

@@ -20,12 +20,14 @@ bootstrap over test items for decoding methods on one model; "no worse" / "does 
 claims by two one-sided tests against a margin stated before the run. An arm's learning rate
 comes from a sweep scored on a dev split carved from the training text (`tuning`); every run
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
-(`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes.
+(`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes,
+`norm_probes` the identity path's gradient at init; `orders` holds the order-blind reference of a
+seq2seq task.
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.
 """
 
-from transformer_jax.ablation import probes
+from transformer_jax.ablation import norm_probes, orders, probes
 from transformer_jax.ablation.claims import (
     REGISTERED_AFTER_FULL_RUN,
     Claim,
@@ -39,6 +41,7 @@ from transformer_jax.ablation.claims import (
     register,
     spec_record,
 )
+from transformer_jax.ablation.orders import order_blind_loss, reorder_config, split_order_blind_loss
 from transformer_jax.ablation.paths import (
     REUSE_ENV,
     SMOKE_ENV,
@@ -101,16 +104,19 @@ from transformer_jax.ablation.store import (
     save_run,
 )
 from transformer_jax.ablation.tuning import (
+    DEV_SEED,
     dev_split,
     steps_for_seconds,
     sweep_lr,
     time_steps,
+    tuned_runs,
     with_lr,
     with_optim,
     with_steps,
 )
 
 __all__ = [
+    "DEV_SEED",
     "GALLERY_END",
     "GALLERY_PAGE",
     "GALLERY_START",
@@ -152,6 +158,9 @@ __all__ = [
     "loglog_slope",
     "lr_grid",
     "mean_text",
+    "norm_probes",
+    "order_blind_loss",
+    "orders",
     "paired",
     "paired_bootstrap",
     "pick",
@@ -159,6 +168,7 @@ __all__ = [
     "probes",
     "read_curves",
     "register",
+    "reorder_config",
     "repo_root",
     "results_dir",
     "row",
@@ -173,12 +183,14 @@ __all__ = [
     "shakespeare_config",
     "smoke",
     "spec_record",
+    "split_order_blind_loss",
     "steps_for_seconds",
     "sweep_lr",
     "t_interval",
     "t_quantile",
     "time_steps",
     "train_curves",
+    "tuned_runs",
     "update_gallery",
     "verdict",
     "verdict_table",

@@ -201,8 +201,9 @@ def spec_record(specs: Iterable[Claim]) -> dict[str, dict[str, Any]]:
     return {c.name: c.as_dict() for c in specs}
 
 
-WORDING = ("says", "lines")
-"""The fields of a spec that locate and word the notes' claim; changing them changes no criterion."""
+WORDING = ("notes", "says", "lines")
+"""The fields of a spec that locate (file, lines) and word the notes' claim; changing them changes no
+criterion."""
 
 
 def criterion_spec(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 - `hidden_grad_norms`: ||dL/dx_l|| with respect to the residual stream x_l entering each layer
   (and leaving the last), not the parameters: the loss is differentiated with respect to an
   additive zero tensor d_l in ``x_l + d_l``, injected before each block.
+- `sublayers`: each block's (F, norm, post-norm) triples, as ``Block.__call__`` applies them; with
+  `blocks_of`, `stream_start` and `head_logits` they rebuild the forward pass (also for `norm_probes`).
 - `sublayer_variances`: Var(x) of the residual stream entering each sublayer (attention, FFN) and
   Var(F) of what the sublayer adds to it (F(x) for post-LN / DeepNorm, F(Norm(x)) for pre-LN): the
   notes' Post-LN derivation assumes Var(F(x)) = Var(x).
@@ -40,7 +42,8 @@ from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops.masks import AttentionMask
 
 
-def _blocks(model: Any) -> list[Block]:
+def blocks_of(model: Any) -> list[Block]:
+    """The blocks of a ``DecoderLM`` built unscanned, without MoE (what the probes can run one at a time)."""
     cfg = model.cfg
     if cfg.kind != "decoder_lm":
         raise ValueError(f"the probes take a DecoderLM (model.kind='decoder_lm'), got model.kind={cfg.kind!r}")
@@ -51,7 +54,7 @@ def _blocks(model: Any) -> list[Block]:
     return list(model.layers.layers)
 
 
-def _start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array, "B T D"], BlockInputs]:
+def stream_start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array, "B T D"], BlockInputs]:
     """x_0 (token embeddings plus positions) and the block inputs, as ``DecoderLM.__call__`` builds them."""
     B, T = tokens_BT.shape
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -61,7 +64,8 @@ def _start(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[Float[Array, "B T 
     return x_BTD, BlockInputs(mask=mask, positions=positions_BT, bias=bias)
 
 
-def _logits(model: Any, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+def head_logits(model: Any, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+    """The logits of the stream leaving the last block (final norm, if any, then the output head)."""
     return output_logits(x_BTD, model.final_norm, model.lm_head, model.embed, model.cfg.embeddings.final_softcap)
 
 
@@ -71,8 +75,8 @@ def perturbed_logits(
     """(logits, hidden): the forward pass with ``deltas[l]`` added to the residual stream entering
     layer l (l = 0..L-1) and ``deltas[L]`` to the one leaving the last layer; ``hidden[l]`` is the
     stream there (after adding). With no deltas, the logits and ``aux["hidden"]`` of the model."""
-    blocks = _blocks(model)
-    x_BTD, inputs = _start(model, tokens_BT)
+    blocks = blocks_of(model)
+    x_BTD, inputs = stream_start(model, tokens_BT)
     hidden = []
     for l, block in enumerate([*blocks, None]):
         if deltas_LBTD is not None:
@@ -80,7 +84,7 @@ def perturbed_logits(
         hidden.append(x_BTD)
         if block is not None:
             x_BTD = block(x_BTD, inputs)[0]
-    return _logits(model, x_BTD), jnp.stack(hidden)
+    return head_logits(model, x_BTD), jnp.stack(hidden)
 
 
 def next_token_loss(logits_BTV: Float[Array, "B T V"], tokens_BT: Int[Array, "B T"]) -> Array:
@@ -101,16 +105,37 @@ def hidden_grads(model: Any, tokens_BT: Int[Array, "B T"]) -> tuple[float, Float
     """(loss, dL/dx_l for l = 0..L): the gradient of `next_token_loss` with respect to the
     residual stream entering each layer and leaving the last, i.e. with respect to zero deltas of
     `perturbed_logits` (jitted once per model structure: other seeds reuse the compilation)."""
-    _blocks(model)
+    blocks_of(model)
     graphdef, state = nnx.split(model)
     loss, g = _loss_and_hidden_grads(graphdef, state, jnp.asarray(tokens_BT))
     return float(loss), g
 
 
+def frobenius_norms(g_L: Array) -> Array:
+    """[L] Frobenius norm of each ``g_L[l]`` over all its other axes, in float32."""
+    return jnp.sqrt(jnp.sum(jnp.square(g_L.astype(jnp.float32)), axis=tuple(range(1, g_L.ndim))))
+
+
 def hidden_grad_norms(model: Any, tokens_BT: Int[Array, "B T"]) -> np.ndarray:
     """[L + 1] Frobenius norms ||dL/dx_l|| over the batch (`hidden_grads`), l = 0 at the input."""
     _, g = hidden_grads(model, tokens_BT)
-    return np.asarray(jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32)), axis=(1, 2, 3))))
+    return np.asarray(frobenius_norms(g))
+
+
+def sublayers(block: Block, inputs: BlockInputs) -> tuple[tuple[Callable[[Array], Array], Any, Any], ...]:
+    """``(F, norm, post_norm)`` of the self-attention and FFN sublayers of ``block``, in order:
+    ``block.placement.apply(x, F, norm, alpha)`` (F through ``post_norm`` when it is not None)
+    is the sublayer as ``Block.__call__`` applies it without dropout or cache."""
+    if block.cross_attn is not None:
+        raise ValueError("the sublayer probes cover self-attention and FFN layers only")
+
+    def attn(h: Array) -> Array:
+        return block.self_attn(h, mask=inputs.mask, positions_BT=inputs.positions, bias=inputs.bias)[0]
+
+    return (
+        (attn, block.self_attn_norm, block.self_attn_post_norm),
+        (cast(FeedForward, block.ffn), block.ffn_norm, block.ffn_post_norm),
+    )
 
 
 def sublayer_trace(model: Any, tokens_BT: Int[Array, "B T"]) -> list[dict[str, Array]]:
@@ -119,21 +144,11 @@ def sublayer_trace(model: Any, tokens_BT: Int[Array, "B T"]) -> list[dict[str, A
     it adds (F(h), through the sublayer norm for sandwich) and ``out`` the stream after it. Each
     block is applied through its placement rule exactly as ``Block.__call__`` does for a dense
     self-attention layer without dropout."""
-    blocks = _blocks(model)
-    x_BTD, inputs = _start(model, tokens_BT)
+    blocks = blocks_of(model)
+    x_BTD, inputs = stream_start(model, tokens_BT)
     trace: list[dict[str, Array]] = []
     for block in blocks:
-        if block.cross_attn is not None:
-            raise ValueError("the sublayer trace covers self-attention and FFN layers only")
-
-        def attn(h, block=block):
-            return block.self_attn(h, mask=inputs.mask, positions_BT=inputs.positions, bias=inputs.bias)[0]
-
-        subs = (
-            (attn, block.self_attn_norm, block.self_attn_post_norm),
-            (cast(FeedForward, block.ffn), block.ffn_norm, block.ffn_post_norm),
-        )
-        for fn, norm, post_norm in subs:
+        for fn, norm, post_norm in sublayers(block, inputs):
             seen: dict[str, Array] = {}
 
             def recorded(h: Array, fn: Callable[[Array], Array] = fn, post_norm=post_norm, seen=seen) -> Array:
@@ -201,8 +216,8 @@ def attention_stats(model: Any, tokens_BT: Int[Array, "B T"]) -> dict[str, np.nd
     causal) the mean ``max_weight`` (largest softmax weight) and ``jacobian``, the Frobenius norm of
     the softmax Jacobian diag(p) - p p^T, sqrt(sum p^2 - 2 sum p^3 + (sum p^2)^2). The weights are
     checked against the library: weights @ v must equal `ops.attention.attention` on the same q, k, v."""
-    blocks = _blocks(model)
-    _, inputs = _start(model, tokens_BT)
+    blocks = blocks_of(model)
+    _, inputs = stream_start(model, tokens_BT)
     traces = sublayer_trace(model, tokens_BT)[0::2]
     B, T = tokens_BT.shape
     visible_TS = jnp.tril(jnp.ones((T, T), bool)) if model.cfg.attention.causal else jnp.ones((T, T), bool)

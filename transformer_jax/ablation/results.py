@@ -151,7 +151,7 @@ def gallery_markdown(root: pathlib.Path | None = None, page_dir: pathlib.Path | 
             continue
         folder = path.parent.relative_to(root).as_posix()
         figures = "\n".join(f"![{png.stem}]({link(png)})" for png in sorted(path.parent.glob("*.png")))
-        table = _registered(record["results"].get("verdicts", ""), record) + _notes_said(record)
+        table = _registered(record["results"].get("verdicts", ""), record)
         if record.get("protocol") != PROTOCOL:
             table += f"\n\n{PREDATES}"
         parts.append(
@@ -210,6 +210,7 @@ def _registered(table: str, record: dict[str, Any]) -> str:
             beyond, flagged = beyond or outside, flagged or late
             verdicts.append(f"| {claim} | {measured} | {v} ({', '.join(labels)}) |" if labels else line)
     out = "\n".join(verdicts) + (f"\n\n{EXPLORATORY}" if flagged else "") + (f"\n\n{BEYOND_NOTES}" if beyond else "")
+    out += _notes_said(record)
     if checks:
         head = ["| check | why it cannot decide | measured | result |", "| --- | --- | --- | --- |"]
         out += f"\n\n{CHECKS_HEAD}\n\n" + "\n".join(head + checks)

@@ -1,9 +1,12 @@
 """Tuning an arm without touching the scored split, and budgets of equal wall-clock.
 
 - `dev_split`: a config that trains on the first 90% of the training split's characters and
-  validates on the last 10% (the dev split), so the validation split stays the test set.
+  validates on the last 10% (the dev split), so the validation split stays the test set. A
+  synthetic task generates its examples from ``data.seed``: its dev data are those of seeds from
+  `DEV_SEED` up, which no scored run uses.
 - `sweep_lr`: an arm's learning rate from a small log grid, each run scored on the dev split
   (`protocol.pick_lr`), the grid grown past its edge while the best rate sits there.
+- `tuned_runs`: an arm's sweep, then its scored seeds at the chosen rate.
 - `time_steps` / `steps_for_seconds`: seconds per training step of several models, timed side by
   side in alternating rounds (kept with the run summaries), and the steps a model gets in a
   wall-clock budget.
@@ -23,7 +26,11 @@ import numpy as np
 from transformer_jax.ablation.paths import pick, runs_dir
 from transformer_jax.ablation.protocol import pick_lr
 from transformer_jax.ablation.store import hashed_config, kept_measurement, run_arm
+from transformer_jax.data.config import SyntheticData
 from transformer_jax.train.optim_config import CosineSchedule, LinearSchedule
+
+DEV_SEED = 1000
+"""The first seed of a synthetic task's dev data (scored runs use `protocol.seeds`: 0 .. n-1)."""
 
 
 def dev_split(cfg: Any, fraction: float = 0.1) -> Any:
@@ -106,11 +113,20 @@ def sweep_lr(
     +inf), with ``arm`` and ``seeds``. While the best rate is the grid's smallest or largest, the
     grid grows one step past it (the ratio of its two outermost rates on that side), at most
     ``extend`` times (default 2 in FULL mode, 0 in SMOKE mode, which only checks that a notebook
-    runs): a pick left at the edge after that keeps ``at_edge`` True."""
+    runs): a pick left at the edge after that keeps ``at_edge`` True. A synthetic task's dev data
+    are the examples of ``seeds`` themselves, which must be `DEV_SEED` or above."""
     steps: int = pick(smoke=0, full=2) if extend is None else extend
     if steps < 0:
         raise ValueError(f"extend={extend}: the number of grid extensions must be >= 0")
-    dev = dev_split(cfg, fraction)
+    if isinstance(cfg.data.dataset, SyntheticData):
+        if min(seeds) < DEV_SEED:
+            raise ValueError(
+                f"seeds={tuple(seeds)}: a synthetic task's examples come from the seed, and seeds below "
+                f"{DEV_SEED} are scored; sweep on seeds >= {DEV_SEED} (ablation.DEV_SEED)"
+            )
+        dev = cfg
+    else:
+        dev = dev_split(cfg, fraction)
     losses: dict[float, list[float]] = {}
 
     def score(lr: float) -> None:
@@ -126,6 +142,23 @@ def sweep_lr(
         up = best["lr"] == rates[-1]
         score(rates[-1] * rates[-1] / rates[-2] if up else rates[0] * rates[0] / rates[1])
     return {"arm": arm, "seeds": [int(s) for s in seeds], **pick_lr(losses)}
+
+
+def tuned_runs(
+    cfg: Any,
+    arm: str,
+    grid: Sequence[float],
+    notebook: str,
+    seeds: Sequence[int],
+    *,
+    sweep_seeds: Sequence[int] = (DEV_SEED,),
+    extend: int | None = None,
+) -> tuple[dict[str, Any], Any, list[Any]]:
+    """One arm tuned then run: `sweep_lr` over ``grid`` on ``sweep_seeds``, then `store.run_arm` at
+    the chosen rate for each of ``seeds``. Returns (the sweep's record, the tuned config, the runs' `Curves`)."""
+    sweep = sweep_lr(cfg, arm, grid, notebook, seeds=sweep_seeds, extend=extend)
+    tuned = with_lr(cfg, sweep["lr"])
+    return sweep, tuned, [run_arm(tuned, arm, s, notebook) for s in seeds]
 
 
 def time_steps(

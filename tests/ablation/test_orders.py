@@ -1,0 +1,48 @@
+"""The order-blind reference of a seq2seq task (`ablation.orders`): the loss of the best predictor
+that sees the source as a multiset, checked against that predictor run token by token."""
+
+import collections
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from transformer_jax import ablation
+from transformer_jax.ablation import orders
+
+
+def bayes_order_blind_nats(target: list[int]) -> float:
+    """The loss of predicting each next symbol from the counts not yet emitted, then EOS (certain)."""
+    left, nats = collections.Counter(target), 0.0
+    for i, y in enumerate(target):
+        nats -= math.log(left[y] / (len(target) - i))
+        left[y] -= 1
+    return nats
+
+
+@pytest.mark.parametrize("source", [[3, 1, 2], [5, 5, 2, 7, 5, 2], [4] * 5, list(range(9))])
+def test_the_reference_is_the_best_order_blind_loss_on_every_ordering(source):
+    for target in itertools.islice(itertools.permutations(source), 50):
+        assert bayes_order_blind_nats(list(target)) == pytest.approx(orders.orderings_nats(source))
+    assert math.exp(orders.orderings_nats(source)) == pytest.approx(len(set(itertools.permutations(source))))
+
+
+def test_distinct_symbols_give_log_factorial_per_token_and_eos_counts_as_a_token():
+    assert orders.order_blind_loss([list(range(6))]) == pytest.approx(math.log(720) / 7)
+    assert orders.order_blind_loss([list(range(6))], extra=0) == pytest.approx(math.log(720) / 6)
+    # token-weighted over examples, as the loss is: sums, not a mean of ratios
+    assert orders.order_blind_loss([[1, 2], [1, 2, 3, 4]]) == pytest.approx((math.log(2) + math.log(24)) / 8)
+    with pytest.raises(ValueError, match="at least one example"):
+        orders.order_blind_loss([])
+
+
+def test_a_splits_reference_follows_its_seed(monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    cfg = ablation.reorder_config("reverse", "none", steps=3)
+    refs = [ablation.split_order_blind_loss(cfg, s) for s in (0, 0, 1)]
+    assert refs[0] == refs[1] != refs[2]
+    # 4 to 12 symbols out of 32: below log(12!)/13, the all-distinct longest source
+    assert 0.3 < refs[0] < math.log(math.factorial(12)) / 13
+    rng = np.random.default_rng(0)
+    assert ablation.order_blind_loss([rng.permutation(8)]) == pytest.approx(math.log(40320) / 9)
