@@ -19,7 +19,7 @@ for path in sorted((NOTEBOOKS.parent / "experiments" / "results").glob("*/result
     if not (NOTEBOOKS / f"{notebook}.py").is_file() or (sys.argv[1:] and notebook not in sys.argv[1:]):
         continue
     record = json.loads(path.read_text())
-    new = reword(record, notebook_claims(notebook))
+    new = json.loads(json.dumps(reword(record, notebook_claims(notebook))))
     if new != record:
         path.write_text(json.dumps(new, indent=1) + "\n")
         print(f"{notebook}: wording updated")
