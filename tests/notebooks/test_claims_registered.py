@@ -29,10 +29,7 @@ CHANGED_AFTER = {
 }
 # a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
-PENDING_RERUN: dict[str, str] = {
-    "mixture_of_experts": "DeepSeekMoE vs GShard top-2 registered anew (a direction, n=8 on fresh seeds 3-10); "
-    "its 16 fresh runs are committed as they finish, the other arms reused",
-}
+PENDING_RERUN: dict[str, str] = {}
 CHECKS = {
     "attention_scaling": {
         "Unscaled logits have variance ~ d_k; scaled ones ~ 1",
