@@ -370,11 +370,11 @@ print("results in", out)
 #   measured). Seeds 0-2 gave +0.005 [-0.036, +0.046] nats (90%), judged then against a 0.01-nat
 #   parity margin that three seeds could not meet (53 needed). Those seeds were seen, so the claim
 #   is registered anew as a gain (< 0, 95%) and judged on fresh seeds 3-10 only, n = 8 sized to
-#   find 0.025 nats with power 0.8 from that run's paired sd (0.0243). It **sides against the
-#   notes** if the interval lies above 0 (DeepSeekMoE worse); an inconclusive interval at this n
-#   says a gain of 0.025 nats or more is unlikely here, not that there is none. **Pending**: the
-#   fresh-seed rerun runs over several sittings (its finished runs are committed under `runs/`);
-#   until it lands, results.json holds the verdict of seeds 0-2 under the old margin.
+#   find 0.025 nats with power 0.8 from that run's paired sd (0.0243); it would have sided against
+#   the notes with the interval above 0. FULL rerun of 2026-12-05: GShard top-2 1.698 +- 0.013,
+#   DeepSeekMoE 1.684 +- 0.011; DeepSeekMoE - GShard **-0.015 [-0.028, -0.001]** nats (n=8,
+#   lower on 6 of 8 seeds): it **sides with the notes**, by a gain smaller than the 0.025 the n was
+#   sized for and an interval that just clears 0 (the paired sd, 0.016, came out below the pilot's).
 # - **Expert load** (not in the notes, so a table, not a verdict): without balancing the max/mean
 #   expert load is 2.4x [1.7, 3.2] the balanced run's; the loss-free bias brings it to 1.20
 #   [1.01, 1.39] with no auxiliary loss. Unbalanced routing did not cost loss here (GShard without
