@@ -2,6 +2,7 @@
 under them, the power calculation, exploratory rows, checks out of the verdict table, and SMOKE
 verdicts that say they decide nothing."""
 
+import dataclasses
 import json
 
 import pytest
@@ -86,6 +87,24 @@ def test_a_criterion_changed_after_the_numbers_is_exploratory_until_rerun_on_new
     rerun = {"date": "2026-12-07 10:00:00 UTC", "started": "2026-12-06 09:00:00 UTC"}
     assert not ablation.exploratory(spec(OLD, changed, fresh), rerun)
     assert ablation.exploratory(spec(OLD, fresh, changed), rerun)  # changed again after the rerun
+
+
+def test_a_rerun_on_fresh_seeds_is_dated_by_its_own_seeds_only():
+    changed = ablation.Revision("2026-12-05", "a direction", "the margin was out of reach", seen="2026-12-03")
+    fresh = ablation.Revision("2026-12-05", "rerun", "seeds 3-4, never run before", fresh=True, seeds=(3, 4))
+    old = "x.json (trained 2026-12-03 10:00:00 UTC, c)"
+    new = "y.json (trained 2026-12-05 19:00:00 UTC, c)"
+    # the same results hold other claims' runs on the seen seeds 0-2 and the dev sweep's (seed 0)
+    run = {"started": "2026-12-06 09:00:00 UTC", "reused_runs": {"a s0": old, "a lr=0.003 dev s0": old, "b s3": new}}
+    assert ablation.data_date(run) == "2026-12-03 10:00:00"
+    assert ablation.data_date(run, (3, 4)) == "2026-12-05 19:00:00"
+    assert ablation.data_date(run, (13,)) == "2026-12-06 09:00:00"  # none reused: the sitting's start
+    spec = lambda *h: json.loads(json.dumps(_claim(history=h).as_dict()))
+    assert not ablation.exploratory(spec(OLD, changed, fresh), run)
+    assert ablation.exploratory(spec(OLD, changed, dataclasses.replace(fresh, seeds=())), run)  # every run dates it
+    run["reused_runs"]["b s4"] = old  # a run of a fresh seed trained before the revision: not fresh
+    assert ablation.exploratory(spec(OLD, changed, fresh), run)
+    assert "seeds" not in spec(OLD)["history"][0] and spec(OLD, fresh)["history"][1]["seeds"] == [3, 4]
 
 
 def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tmp_path, monkeypatch):

@@ -19,10 +19,15 @@ def test_seeds_by_mode(monkeypatch):
     assert ablation.seeds() == (0, 1) and ablation.seeds(full=5, smoke=3) == (0, 1, 2)
     monkeypatch.setenv(ablation.SMOKE_ENV, "0")
     assert ablation.seeds() == (0, 1, 2) and ablation.seeds(full=5) == (0, 1, 2, 3, 4)
+    assert ablation.seeds(full=4, first=3) == (3, 4, 5, 6)  # fresh seeds, past the ones seen
     with pytest.raises(ValueError, match=">= 3 seeds"):
         ablation.seeds(full=2)
     with pytest.raises(ValueError, match=">= 2"):
         ablation.seeds(smoke=1)
+    with pytest.raises(ValueError, match="seed >= 0"):
+        ablation.seeds(first=-1)
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    assert ablation.seeds(first=3) == (3, 4)
 
 
 def test_with_seed_sets_the_init_and_the_data_order(monkeypatch):

@@ -84,13 +84,16 @@ class Revision:
     """One entry of a spec's history: ``date``, what changed, and why. ``seen``: the date of the run
     whose numbers were seen before the change (None: fixed before any run it judges); the claim is
     then exploratory until a later entry with ``fresh`` registers a rerun on data nobody has seen
-    (new seeds or items: the same seeds reproduce the same numbers), run on or after its ``date``."""
+    (new seeds or items: the same seeds reproduce the same numbers), run on or after its ``date``.
+    ``seeds``: the fresh seeds, where the same results also hold other claims' runs on older seeds
+    (then only the runs of these seeds date the rerun, `data_date`); empty: every run dates it."""
 
     date: str
     change: str
     reason: str
     seen: str | None = None
     fresh: bool = False
+    seeds: tuple[int, ...] = ()
 
 
 REGISTERED_AFTER_FULL_RUN = Revision(
@@ -139,6 +142,9 @@ class Claim:
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["alpha"] = self.alpha
+        for r in d["history"]:
+            if not r["seeds"]:  # a field added after specs were stored: left out at its default
+                del r["seeds"]
         if self.power is not None:
             d["power"]["n"] = self.power.n()
         return d
@@ -232,10 +238,16 @@ def beyond_notes(spec: Mapping[str, Any]) -> bool:
 _TRAINED = re.compile(r"trained (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
-def data_date(record: Mapping[str, Any]) -> str:
+def data_date(record: Mapping[str, Any], seeds: Iterable[int] = ()) -> str:
     """When the oldest data of a results record was produced: the earliest ``trained`` date of the
-    runs it reused, else the sitting's start (``started``), else its ``date``."""
-    dates = [m.group(1) for v in (record.get("reused_runs") or {}).values() if (m := _TRAINED.search(str(v)))]
+    runs it reused (of ``seeds`` only, when given: runs named ``<arm> s<seed>``), else the
+    sitting's start (``started``), else its ``date``."""
+    names = {f"s{int(s)}" for s in seeds}
+    dates = [
+        m.group(1)
+        for k, v in (record.get("reused_runs") or {}).items()
+        if (not names or str(k).rsplit(" ", 1)[-1] in names) and (m := _TRAINED.search(str(v)))
+    ]
     own = str(record.get("started") or record.get("date") or "")
     return min([*dates, own[:19]]) if dates or own else ""
 
@@ -243,10 +255,12 @@ def data_date(record: Mapping[str, Any]) -> str:
 def exploratory(spec: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
     """Whether a stored spec's row is exploratory in results ``record``: its criterion was changed
     after numbers were seen (a `Revision` with ``seen``), and no later ``fresh`` revision registers a
-    rerun whose data (`data_date`) is as new as that revision."""
+    rerun whose data (`data_date`, of the revision's ``seeds`` if it names them) is as new as that revision."""
     history = list(spec.get("history") or ())
     changed = [i for i, r in enumerate(history) if r.get("seen")]
     if not changed:
         return False
-    oldest = data_date(record)[:10]
-    return not any(r.get("fresh") and oldest >= str(r["date"])[:10] for r in history[changed[-1] + 1 :])
+    return not any(
+        r.get("fresh") and data_date(record, r.get("seeds") or ())[:10] >= str(r["date"])[:10]
+        for r in history[changed[-1] + 1 :]
+    )

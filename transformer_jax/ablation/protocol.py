@@ -31,12 +31,16 @@ PROTOCOL = "issue-19/v1"
 """Written into results.json by `save_results` when the results hold comparisons."""
 
 
-def seeds(full: int = 3, smoke: int = 2) -> tuple[int, ...]:
+def seeds(full: int = 3, smoke: int = 2, *, first: int = 0) -> tuple[int, ...]:
     """The seeds of every arm: ``full`` in FULL mode (at least 3), ``smoke`` in SMOKE mode (at
-    least 2, so that a paired interval exists)."""
-    if full < 3 or smoke < 2:
-        raise ValueError(f"seeds(full={full}, smoke={smoke}): the protocol needs >= 3 seeds (FULL), >= 2 (SMOKE)")
-    return tuple(range(pick(smoke=smoke, full=full)))
+    least 2, so that a paired interval exists), counted from ``first`` (a rerun on fresh seeds
+    starts past the seeds whose numbers were seen)."""
+    if full < 3 or smoke < 2 or first < 0:
+        raise ValueError(
+            f"seeds(full={full}, smoke={smoke}, first={first}): the protocol needs >= 3 seeds (FULL), >= 2 (SMOKE), "
+            "from a seed >= 0"
+        )
+    return tuple(range(first, first + pick(smoke=smoke, full=full)))
 
 
 def with_seed(cfg: Any, seed: int) -> Any:
