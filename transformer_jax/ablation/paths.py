@@ -31,7 +31,7 @@ FULL_HOURS = {
     "causal_mask": 1.5,
     "decoding": 1.9,
     "language_model_history": 2.5,
-    "mixture_of_experts": 5.8,
+    "mixture_of_experts": 7.5,
     "norm_placement": 5.1,
     "positional_encoding": 7.1,
 }
