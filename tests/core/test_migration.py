@@ -51,13 +51,17 @@ def test_there_are_committed_configs_to_check():
 
 
 def test_every_committed_config_loads_and_maps_back_exactly():
-    positions = set()
+    positions, layouts = set(), set()
     for path, saved in _configs():
         cfg = config_from_dict(saved)
         positions.add(cfg.model.position.kind)
-        back = migration.legacy(json.loads(json.dumps(configlib.to_dict(cfg))))
+        today = json.loads(json.dumps(configlib.to_dict(cfg)))
+        current = migration.upgrade(saved) == saved  # a run saved since the nesting keeps today's layout
+        layouts.add(current)
+        back = today if current else migration.legacy(today)
         assert _as_saved(back, saved) == saved, path.name
     assert {"none", "learned", "rope", "relative_bias", "alibi", "sinusoidal"} <= positions
+    assert layouts == {False, True}, "both the committed runs' old layout and today's are checked"
 
 
 @pytest.mark.parametrize(
