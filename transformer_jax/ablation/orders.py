@@ -21,12 +21,12 @@ from typing import Any
 
 from transformer_jax.ablation.paths import pick
 from transformer_jax.ablation.protocol import with_seed
+from transformer_jax.ablation.runs import recipe_optim
 from transformer_jax.data import CopyTask, DataConfig, ReverseTask, SortTask
 from transformer_jax.data.sources import load_corpus
 from transformer_jax.models import get_preset
 from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
 from transformer_jax.train.config import Config, TrainConfig
-from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
 
 def orderings_nats(source: Sequence[int]) -> float:
@@ -73,13 +73,7 @@ def reorder_config(task: str, position: str, *, steps: int, name: str = "reorder
         train_size=100_000,
         val_size=pick(smoke=64, full=500),
     )
-    optim = OptimConfig(
-        optimizer=AdamW(b1=0.9, b2=0.99, weight_decay=0.0),
-        lr=1e-3,
-        schedule=CosineSchedule(min_lr=1e-4),
-        warmup_steps=pick(smoke=5, full=100),
-        grad_clip=1.0,
-    )
+    optim = recipe_optim(weight_decay=0.0)
     train = TrainConfig(
         steps=steps,
         batch_size=32,

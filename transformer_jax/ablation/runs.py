@@ -18,6 +18,20 @@ from transformer_jax.train.actions import UNFINISHED_STOPS
 from transformer_jax.train.config import Config
 
 
+def recipe_optim(weight_decay: float) -> Any:
+    """nanoGPT's optimizer: AdamW (0.9, 0.99) at 1e-3, cosine to 1e-4 after 100 warm-up steps (5 in
+    SMOKE mode), gradients clipped at norm 1."""
+    from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
+
+    return OptimConfig(
+        optimizer=AdamW(b1=0.9, b2=0.99, weight_decay=weight_decay),
+        lr=1e-3,
+        schedule=CosineSchedule(min_lr=1e-4),
+        warmup_steps=pick(smoke=5, full=100),
+        grad_clip=1.0,
+    )
+
+
 def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any) -> Config:
     """nanoGPT's character-level Shakespeare recipe (``experiments/shakespeare_char.py``: 4 layers,
     d_model 128, context 64, batch 12, AdamW 1e-3 cosine) with ``steps`` steps; in SMOKE mode a
@@ -28,19 +42,12 @@ def shakespeare_config(name: str, *, steps: int, model: Any = None, **train: Any
     from transformer_jax.models import get_preset, with_changes
     from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
     from transformer_jax.train.config import TrainConfig
-    from transformer_jax.train.optim import AdamW, CosineSchedule, OptimConfig
 
     if model is None:
         model = get_preset("nanogpt_char", max_len=64, dropout=0.0)
         if smoke():
             model = with_changes(model, d_model=32, n_heads=2, d_ff=64, n_layers=1)
-    optim = OptimConfig(
-        optimizer=AdamW(b1=0.9, b2=0.99, weight_decay=0.1),
-        lr=1e-3,
-        schedule=CosineSchedule(min_lr=1e-4),
-        warmup_steps=pick(smoke=5, full=100),
-        grad_clip=1.0,
-    )
+    optim = recipe_optim(weight_decay=0.1)
     fields: dict[str, Any] = dict(
         steps=steps,
         batch_size=12,
