@@ -19,7 +19,9 @@ STRATEGIES = ("greedy", "sample", "top_k", "top_p", "beam")
 # the chosen strategy lacks is refused. --beam and --alpha are beam search's.
 FLAG_FIELDS = {"temperature": "temperature", "top_k": "k", "uniform_top_k": "uniform", "top_p": "p"}
 BEAM_OPTIONS = ("beam", "alpha")
-STRATEGY_OPTIONS = (*FLAG_FIELDS, *BEAM_OPTIONS)
+# --seed keys the draws of a sampling strategy; greedy and beam search draw nothing
+STRATEGY_OPTIONS = (*FLAG_FIELDS, *BEAM_OPTIONS, "seed")
+DETERMINISTIC = ("greedy", "beam")
 RUN_OPTIONS = ("set", "restore_step", "best")  # read from a --workdir run only
 HF_DTYPES = ("float32", "bfloat16", "float16", "auto")
 
@@ -52,7 +54,7 @@ def register(sub) -> None:
     p.add_argument("--top-p", type=float, default=None, help="top_p (0.9)")
     p.add_argument("--beam", type=int, default=None, help="beam width of --strategy beam (4)")
     p.add_argument("--alpha", type=float, default=None, help="GNMT length penalty of --strategy beam (0.6)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="sample, top_k, top_p: the key of the draws (0)")
     p.add_argument("--best", action="store_true", default=None, help="use the best checkpoint instead of the latest")
     p.add_argument(
         "--strict-prompt", action="store_true", help="refuse a prompt the tokenizer cannot represent (default: warn)"
@@ -62,7 +64,8 @@ def register(sub) -> None:
 
 def strategy_options(args) -> dict:
     """``sample_text``'s decoding keywords for ``args.strategy``: the chosen strategy's settings
-    (``sampling``), or ``beam`` and ``alpha``; a flag the strategy does not read is an error."""
+    (``sampling``) and the ``seed`` of its draws, or ``beam`` and ``alpha``; a flag the strategy
+    does not read (``--seed`` under greedy or beam search) is an error."""
     from transformer_jax.decode import SamplingConfig
 
     given = {o: getattr(args, o) for o in STRATEGY_OPTIONS if getattr(args, o) is not None}
@@ -71,8 +74,10 @@ def strategy_options(args) -> dict:
         return {"beam": given.get("beam", 4), "alpha": given.get("alpha", 0.6)}
     settings = SamplingConfig.VARIANTS.get(args.strategy)
     reads = tuple(o for o, f in FLAG_FIELDS.items() if f in field_paths(settings))
-    refuse_unread_options(f"--strategy {args.strategy}", args, STRATEGY_OPTIONS, reads)
-    return {"sampling": settings(**{FLAG_FIELDS[o]: v for o, v in given.items()})}
+    draws = args.strategy not in DETERMINISTIC
+    refuse_unread_options(f"--strategy {args.strategy}", args, STRATEGY_OPTIONS, reads + ("seed",) * draws)
+    built = settings(**{FLAG_FIELDS[o]: v for o, v in given.items() if o in FLAG_FIELDS})
+    return {"sampling": built, **({"seed": given.get("seed", 0)} if draws else {})}
 
 
 def sample_text(
@@ -194,7 +199,6 @@ def run(args) -> dict:
             args.hf,
             prompt=args.prompt,
             max_new_tokens=args.max_new_tokens,
-            seed=args.seed,
             dtype=args.dtype or "float32",
             strict_prompt=args.strict_prompt,
             **options,
@@ -208,7 +212,6 @@ def run(args) -> dict:
         args.workdir,
         prompt=args.prompt,
         max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
         best=bool(args.best),
         overrides=args.set,
         translate=True,
