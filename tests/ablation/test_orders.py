@@ -10,6 +10,7 @@ import pytest
 
 from transformer_jax import ablation
 from transformer_jax.ablation import orders
+from transformer_jax.data import build_data
 
 
 def bayes_order_blind_nats(target: list[int]) -> float:
@@ -46,3 +47,19 @@ def test_a_splits_reference_follows_its_seed(monkeypatch):
     assert 0.3 < refs[0] < math.log(math.factorial(12)) / 13
     rng = np.random.default_rng(0)
     assert ablation.order_blind_loss([rng.permutation(8)]) == pytest.approx(math.log(40320) / 9)
+
+
+@pytest.mark.parametrize("task", ["reverse", "sort"])
+def test_the_scored_tokens_are_those_the_reference_divides_by(monkeypatch, task):
+    """The val loss is weighted over L + 1 tokens per target (the symbols and EOS, never BOS or
+    padding, nothing truncated), the denominator of `order_blind_loss`; and each target reorders
+    its source, the premise of the reference."""
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    cfg = ablation.protocol.with_seed(ablation.reorder_config(task, "none", steps=3), 0)
+    data = build_data(cfg.data, batch_size=4)
+    examples = data.pipeline.examples("val")
+    weights = data.pipeline.rows("val")["weights"]
+    assert weights.sum() == sum(len(examples[i][0]) + 1 for i in range(len(examples)))
+    for i in range(len(examples)):
+        source, target = examples[i]
+        assert sorted(source) == sorted(target) and len(source) >= 4
