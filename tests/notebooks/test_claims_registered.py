@@ -29,7 +29,7 @@ CHANGED_AFTER = {
 # a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
 PENDING_RERUN: dict[str, str] = {
-    "decoding": "claims registered 2026-12-05 for three MT models of 2,000 steps (seeds 0-2, one run summary each "
+    "decoding": "claims registered 2026-12-05 for three MT models of 1,800 steps (seeds 0-2, one run summary each "
     "with its decodings) and the KV-cache timing at positions 1,024-4,096; its FULL sitting is next (issue 39, item 3)",
 }
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
