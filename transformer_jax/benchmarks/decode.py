@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,7 +32,7 @@ import numpy as np
 from flax import nnx
 
 from transformer_jax.core import compiler
-from transformer_jax.decode import generate
+from transformer_jax.decode import CachedLM, generate
 from transformer_jax.decode.cache import rewind
 from transformer_jax.models import ModelConfig, build_model, get_preset, with_changes
 from transformer_jax.models.common import make_self_caches
@@ -131,6 +132,7 @@ def step_costs(cfg: ModelConfig, positions: Sequence[int]) -> dict[str, dict[int
     body is counted once). ``{"cached" | "recompute": {p: {"flops": .., "bytes accessed": ..}}}``."""
     cfg = with_changes(cfg, decode_impl="dense", scan_layers=False, dropout=0.0)
     model = build_model(cfg)
+    lm = typing.cast(CachedLM, model)
     graphdef, state = nnx.split(model)
 
     def cached(state, cache, tokens_B1):
@@ -142,7 +144,7 @@ def step_costs(cfg: ModelConfig, positions: Sequence[int]) -> dict[str, dict[int
 
     out: dict[str, dict[int, dict[str, float | None]]] = {"cached": {}, "recompute": {}}
     for p in positions:
-        cache = jax.eval_shape(lambda p=p: rewind(model.init_cache(1, p + 1), p))
+        cache = jax.eval_shape(lambda p=p: rewind(lm.init_cache(1, p + 1), p))
         one = jax.ShapeDtypeStruct((1, 1), jnp.int32)
         out["cached"][int(p)] = _xla_cost(jax.jit(cached).lower(state, cache, one).compile())
         prefix = jax.ShapeDtypeStruct((1, p + 1), jnp.int32)
