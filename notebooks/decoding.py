@@ -185,6 +185,51 @@ CLAIMS = ablation.register(
 )
 
 # %% [markdown]
+# ## KV cache vs recomputation
+# A decoder-only model (torch_gpt's `small`: 4 layers, d_model 128). The check: XLA's FLOPs and
+# bytes of one compiled step at position p, with a cache of p written slots (read densely) and
+# recomputing the p + 1 tokens (`benchmarks.decode.step_costs`). The verdict: milliseconds per new
+# token, the cache sized to the position (difference of two generation lengths, so the prefill
+# cancels) and one full forward pass without it; one fixed buffer as long as the last position is
+# drawn too (a description, not a claim: whether it costs more at small p depends on whether the
+# attention reads every slot or the written prefix, `model.execution.decode_impl`). The timing is
+# kept with the run summaries (`ablation.kept_measurement`): take it with nothing else computing;
+# it comes first, so a sitting that starts on a quiet machine takes it before the training.
+
+# %%
+cost_positions = ablation.pick(smoke=(16, 32, 64, 128), full=(256, 512, 1024, 2048, 4096))
+positions = ablation.pick(smoke=(16, 32, 64), full=(1024, 1448, 2048, 2896, 4096))
+lm_cfg = get_preset("nanogpt_char", max_len=2 * max(positions + cost_positions) + 256, dropout=0.0)
+costs = step_costs(lm_cfg, cost_positions)
+timing = {"k": ablation.pick(smoke=(4, 12), full=(16, 112)), "reps": ablation.pick(smoke=2, full=7)}
+kept = ablation.kept_measurement(
+    NOTEBOOK,
+    "kv_cache",
+    {"model": ablation.config_dict(lm_cfg), "positions": positions, **timing},
+    lambda: per_token_times(build_model(lm_cfg), positions, **timing),
+)
+print("timed on", kept["machine"], kept["date"], "| read back from", kept.get("reused_from", "(measured now)"))
+times = {
+    name: {int(p): kept[name][str(p)] for p in positions}
+    for name in ("cached_sized_ms", "cached_fixed_ms", "recompute_ms")
+}
+fig_cache, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4))
+for name, label in (
+    ("cached_sized_ms", "KV cache sized to p"),
+    ("cached_fixed_ms", "one fixed buffer"),
+    ("recompute_ms", "recompute"),
+):
+    ax.loglog(positions, [times[name][p] for p in positions], "o-", label=label)
+ax.set(xlabel="position p", ylabel="ms per new token", title="Time of one decoding step")
+for kind in ("cached", "recompute"):
+    for key, style in (("flops", "o-"), ("bytes accessed", "s--")):
+        bx.loglog(cost_positions, [costs[kind][p][key] for p in cost_positions], style, label=f"{kind}, {key}")
+bx.set(xlabel="position p", title="Compiled step: FLOPs and bytes")
+for a in (ax, bx):
+    a.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
 # ## Three translation models, each decoded once
 # `ablation.run_arm` trains a model (or reads its run summary back) and `measure` decodes its last
 # checkpoint (`ablation.decoding.strategy_measures`); the numbers are kept in the summary, with the
@@ -269,49 +314,6 @@ for name, row in curve.items():
 ax.set(
     xlabel="100 - self-BLEU of 4 draws per source (variety)", ylabel="BLEU (first sources)", title="Quality vs variety"
 )
-plt.show()
-
-# %% [markdown]
-# ## KV cache vs recomputation
-# A decoder-only model (torch_gpt's `small`: 4 layers, d_model 128). The check: XLA's FLOPs and
-# bytes of one compiled step at position p, with a cache of p written slots (read densely) and
-# recomputing the p + 1 tokens (`benchmarks.decode.step_costs`). The verdict: milliseconds per new
-# token, the cache sized to the position (difference of two generation lengths, so the prefill
-# cancels) and one full forward pass without it; one fixed buffer as long as the last position is
-# drawn too (a description: a dense read of a fixed buffer is flat by construction). The timing is
-# kept with the run summaries (`ablation.kept_measurement`): take it with nothing else computing.
-
-# %%
-cost_positions = ablation.pick(smoke=(16, 32, 64, 128), full=(256, 512, 1024, 2048, 4096))
-positions = ablation.pick(smoke=(16, 32, 64), full=(1024, 1448, 2048, 2896, 4096))
-lm_cfg = get_preset("nanogpt_char", max_len=2 * max(positions + cost_positions) + 256, dropout=0.0)
-costs = step_costs(lm_cfg, cost_positions)
-timing = {"k": ablation.pick(smoke=(4, 12), full=(16, 112)), "reps": ablation.pick(smoke=2, full=7)}
-kept = ablation.kept_measurement(
-    NOTEBOOK,
-    "kv_cache",
-    {"model": ablation.config_dict(lm_cfg), "positions": positions, **timing},
-    lambda: per_token_times(build_model(lm_cfg), positions, **timing),
-)
-print("timed on", kept["machine"], kept["date"], "| read back from", kept.get("reused_from", "(measured now)"))
-times = {
-    name: {int(p): kept[name][str(p)] for p in positions}
-    for name in ("cached_sized_ms", "cached_fixed_ms", "recompute_ms")
-}
-fig_cache, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4))
-for name, label in (
-    ("cached_sized_ms", "KV cache sized to p"),
-    ("cached_fixed_ms", "one fixed buffer"),
-    ("recompute_ms", "recompute"),
-):
-    ax.loglog(positions, [times[name][p] for p in positions], "o-", label=label)
-ax.set(xlabel="position p", ylabel="ms per new token", title="Time of one decoding step")
-for kind in ("cached", "recompute"):
-    for key, style in (("flops", "o-"), ("bytes accessed", "s--")):
-        bx.loglog(cost_positions, [costs[kind][p][key] for p in cost_positions], style, label=f"{kind}, {key}")
-bx.set(xlabel="position p", title="Compiled step: FLOPs and bytes")
-for a in (ax, bx):
-    a.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
