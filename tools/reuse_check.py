@@ -4,9 +4,9 @@ run store (`transformer_jax.ablation.store`), or the run stops naming the arm it
     python tools/reuse_check.py notebooks/positional_encoding.py [more notebooks ...]
 
 Use it after a change to configs or to the store's hashing (issue 43's acceptance: "each notebook's FULL
-mode in reuse mode retrains nothing"). Not for notebooks/decoding.py, which resumes its MT run from
-runs/mt by design. The notebooks rewrite experiments/results/*: `git checkout -- experiments/results`
-afterwards.
+mode in reuse mode retrains nothing"). notebooks/decoding.py too: its MT models are run summaries
+with their decodings (issue 39); it still times the KV cache where no timing is kept. The notebooks
+rewrite experiments/results/*: `git checkout -- experiments/results` afterwards.
 """
 
 import os

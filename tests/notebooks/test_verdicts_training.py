@@ -2,13 +2,12 @@
 language_model_history) on synthetic per-seed or per-sentence inputs whose answer is known; see
 ``test_verdicts.py`` for the scheme and ``verdict_cells.py`` for how a cell is run."""
 
+import itertools
 import math
-import types
 
 import numpy as np
 
 from tests.notebooks.verdict_cells import FAILS, HOLDS, SEEDS, UNSURE, arm, jitter, notebook_verdicts
-from transformer_jax import ablation
 
 # norm_placement: final losses by arm and seed; init probes and trained residual changes by seed.
 SHALLOW, DEEP = 6, 48
@@ -207,89 +206,89 @@ def test_mixture_of_experts_verdicts():
     assert moe({"deepseekmoe": 1.45}, fresh={"deepseekmoe": 1.55})[1] == UNSURE
 
 
-# decoding: per-sentence BLEU counts, lengths and seed agreement; per-token cost by position.
+# decoding: per-model numbers of greedy, beam and the uniform top-k samplers; per-token cost by position.
 DECODING_CLAIMS = (
     "Beam search beats greedy",
-    "Sampling trades quality for diversity",
-    "Beam search with a length penalty does not shorten the output",
-    "... nor than the references",
-    "Without the penalty (alpha 0) beam search's output is shorter",
+    "Beam search's answers are more conservative than greedy's",
+    "The larger k, the more top-k sampling's outputs for one source vary",
     "With a KV cache the cost per token grows at most linearly with the position; recomputing grows one power faster",
-    "... also with one fixed cache buffer for the whole generation (at most linear)",
+    "... in the compiled programs: FLOPs and bytes per step",
 )
-_RNG = np.random.default_rng(0)
-REFS = [" ".join(f"w{i}" for i in _RNG.integers(0, 50, size=10)) for _ in range(150)]
+K_UNIFORM = (2, 3, 5)
+GREEDY = {"bleu": 30.0, "words": 11.5, "distinct-2": 0.40, "corpus self-bleu": 8.0}
+BEAM = {"bleu": 31.0, "words": 11.0, "distinct-2": 0.35, "corpus self-bleu": 10.0}
+SELF_BLEU = {2: 40.0, 3: 30.0, 5: 20.0}
 
 
-def _strategy(wrong: float, agree: float, words_off: float = 0.0, seed: int = 0) -> dict:
-    """Hypotheses that get a share ``wrong`` of each reference's words wrong; ``words_off``: mean change of length."""
-    rng = np.random.default_rng(seed)
-    hyps = [" ".join(w if rng.random() > wrong else "zz" for w in r.split()) for r in REFS]
-    words = np.asarray([10.0 + words_off + rng.choice([-0.5, 0.5]) * (words_off != 0) for _ in REFS])
-    return {
-        "bleu_stats": ablation.bleu_stats(hyps, REFS),
-        "words": words,
-        "same with another seed": (rng.random(len(REFS)) < agree).astype(float),
-    }
+def _decoder(row: dict, k: int) -> list[dict]:
+    return [{key: jitter(v, k, 0.001 * abs(v) + 0.001)[s] for key, v in row.items()} for s in SEEDS]
 
 
-def decoding(items=None, sized_rate=1.0, ratio_rate=1.0, fixed=None, ref_words=10.0):
-    base = {
-        "greedy": _strategy(0.3, 1.0, seed=1),
-        "beam 4": _strategy(0.15, 1.0, seed=2),
-        "beam 4, alpha 0": _strategy(0.15, 1.0, -1.0, seed=3),
-        "top-k (k=10)": _strategy(0.5, 0.05, seed=4),
-        "top-p (p=0.9)": _strategy(0.45, 0.1, seed=5),
-    }
-    items = {**base, **(items or {})}
-    positions = [64, 128, 256, 512, 1024]
+def decoding(beam=None, self_bleu=None, sized_rate=1.0, ratio_rate=1.0, cached_flops_rate=0.5, sized_offset=0.0):
+    greedy, best = _decoder(GREEDY, 0), _decoder({**BEAM, **(beam or {})}, 1)
+    per_k = {k: jitter(v, i) for i, (k, v) in enumerate({**SELF_BLEU, **(self_bleu or {})}.items())}
+    measures = [
+        {
+            "greedy": greedy[s],
+            "beam": best[s],
+            "samplers": {f"top-{k} uniform": {"self-bleu": per_k[k][s]} for k in K_UNIFORM},
+            "examples": {},
+        }
+        for s in SEEDS
+    ]
+    positions = [1024, 1448, 2048, 2896, 4096]
     noise = np.exp(np.asarray([0.0, 0.01, -0.01, 0.005, 0.0]))
     sized = {p: 0.003 * p**sized_rate * n for p, n in zip(positions, noise)}
     recompute = {p: sized[p] * 0.01 * p**ratio_rate * n for p, n in zip(positions, noise[::-1])}
-    times = {
-        "cached_sized_ms": sized,
-        "cached_fixed_ms": fixed or dict.fromkeys(positions, 3.0),
-        "recompute_ms": recompute,
+    cost_positions = [256, 512, 1024, 2048, 4096]
+    cached = {p: {"flops": 1e6 * p**cached_flops_rate, "bytes accessed": 1e5 * p**0.9} for p in cost_positions}
+    step = {
+        "cached": cached,
+        "recompute": {p: {k: v * p * (1 + 0.01 * (p % 3)) for k, v in cached[p].items()} for p in cost_positions},
     }
-    results = {n: {"bleu": ablation.bleu_of_stats(it["bleu_stats"]), "distinct-2": 0.5} for n, it in items.items()}
+    sized[positions[0]] += sized_offset
     v = notebook_verdicts(
         "decoding",
-        items=items,
-        results=results,
-        ref_words=ref_words + np.random.default_rng(6).choice([-1.0, 1.0], size=len(REFS)),
+        measures=measures,
+        K_UNIFORM=K_UNIFORM,
+        itertools=itertools,
         positions=positions,
-        times=times,
+        times={"cached_sized_ms": sized, "cached_fixed_ms": dict.fromkeys(positions, 3.0), "recompute_ms": recompute},
+        cost_positions=cost_positions,
+        costs=step,
         kept={"machine": {"host": "h", "cpus": 2}},
-        examples={},
+        fixed={},
+        curve={},
+        SEEDS=SEEDS,
         fig_strat=None,
         fig_cache=None,
-        run=types.SimpleNamespace(cfg={}),
+        mt_cfg={},
+        lm_cfg={},
     )
     return [v[c] for c in DECODING_CLAIMS]
 
 
 def test_decoding_strategy_verdicts():
-    assert decoding() == [HOLDS] * 7
-    assert decoding({"beam 4": _strategy(0.3, 1.0, seed=1)})[0] == UNSURE  # the same output as greedy
-    assert decoding({"beam 4": _strategy(0.45, 1.0, seed=2)})[0] == FAILS
-    assert decoding({"top-p (p=0.9)": _strategy(0.15, 0.1, seed=5)})[1] == FAILS  # a sampler better than greedy
-    assert decoding({"top-k (k=10)": _strategy(0.5, 1.0, seed=4)})[1] == UNSURE  # not random after all
-    assert decoding({"beam 4": _strategy(0.15, 1.0, -0.05, seed=2)})[2] == HOLDS  # 0.05 shorter: within 0.5
-    assert decoding({"beam 4": _strategy(0.15, 1.0, -1.0, seed=2)})[2] == FAILS
-    assert decoding(ref_words=10.5)[3] == UNSURE  # 0.5 words shorter than the references: at the margin
-    assert decoding(ref_words=12.0)[3] == FAILS
-    # alpha 0 as long as alpha 0.6: the penalty changed nothing; longer: the opposite of the claim
-    assert decoding({"beam 4, alpha 0": _strategy(0.15, 1.0, seed=3)})[4] == UNSURE
-    assert decoding({"beam 4, alpha 0": _strategy(0.15, 1.0, 1.0, seed=3)})[4] == FAILS
+    assert decoding() == [HOLDS] * 5
+    assert decoding(beam={"bleu": 30.0})[0] == UNSURE  # beam no better than greedy
+    assert decoding(beam={"bleu": 29.0})[0] == FAILS
+    assert decoding(beam={"distinct-2": 0.40})[1] == UNSURE  # as many distinct bigrams as greedy
+    assert decoding(beam={"distinct-2": 0.45})[1] == FAILS  # more varied phrasing than greedy
+    assert decoding(beam={"corpus self-bleu": 6.0})[1] == FAILS  # outputs for different sources less alike
+    assert decoding(beam={"distinct-2": math.nan})[1] == UNSURE  # undefined (outputs of <= 1 word): unmeasured
+    assert decoding(self_bleu={5: 30.0})[2] == UNSURE  # k=5 varies no more than k=3
+    assert decoding(self_bleu={3: 45.0})[2] == FAILS  # k=3 varies less than k=2
 
 
 def test_decoding_kv_cache_verdicts_use_the_slopes():
-    assert decoding(sized_rate=1.5)[5] == FAILS  # cached cost grows faster than linearly
-    assert decoding(ratio_rate=0.3)[5] == FAILS  # recompute only 0.3 of a power faster
-    assert decoding(fixed={64: 1.0, 128: 2.1, 256: 3.9, 512: 8.2, 1024: 16.0})[6] == HOLDS  # linear is allowed
-    assert decoding(fixed={64: 1.0, 128: 4.1, 256: 15.9, 512: 64.2, 1024: 256.0})[6] == FAILS
-    # a per-token time that timing noise made <= 0 cannot be fitted: inconclusive, not an error
-    assert decoding(fixed={64: -0.1, 128: 2.1, 256: 3.9, 512: 8.2, 1024: 16.0})[6] == UNSURE
+    assert decoding(sized_rate=1.5)[3] == FAILS  # cached cost grows faster than linearly
+    assert decoding(ratio_rate=0.3)[3] == FAILS  # recompute only 0.3 of a power faster
+    assert decoding(sized_rate=-0.0001)[3] == HOLDS  # flat is at most linear
+    assert decoding(cached_flops_rate=2.0)[4] == FAILS  # the compiled cached step quadratic
+
+
+def test_decoding_kv_cache_time_that_noise_made_non_positive_is_unmeasured():
+    assert decoding(sized_offset=-10.0)[3] == UNSURE  # a per-token time <= 0 cannot be fitted: inconclusive
 
 
 # language_model_history: perplexities and speeds of every arm, by seed.

@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import sys
 import time
+import typing
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -30,7 +32,8 @@ import numpy as np
 from flax import nnx
 
 from transformer_jax.core import compiler
-from transformer_jax.decode import generate
+from transformer_jax.decode import CachedLM, generate
+from transformer_jax.decode.cache import rewind
 from transformer_jax.models import ModelConfig, build_model, get_preset, with_changes
 from transformer_jax.models.common import make_self_caches
 from transformer_jax.models.mla_config import MLAConfig
@@ -109,6 +112,43 @@ def per_token_times(model, positions=(64, 128, 256, 512, 1024), k=(16, 112), rep
         x = jnp.zeros((1, p), jnp.int32)
         jax.block_until_ready(forward(state, x))
         out["recompute_ms"][p] = 1e3 * _time(lambda x=x: forward(state, x), reps, min)
+    return out
+
+
+def _xla_cost(compiled) -> dict[str, float | None]:
+    """``flops`` and ``bytes accessed`` of a compiled program (None where the backend reports none)."""
+    found = compiled.cost_analysis()
+    found = found[0] if isinstance(found, list | tuple) and found else found
+    cost = found if isinstance(found, dict) else {}
+    return {k: (float(cost[k]) if cost.get(k, -1) >= 0 else None) for k in ("flops", "bytes accessed")}
+
+
+def step_costs(cfg: ModelConfig, positions: Sequence[int]) -> dict[str, dict[int, dict[str, float | None]]]:
+    """XLA's ``cost_analysis()`` of one decoding step at each position p of decoder-only model
+    ``cfg`` (lowered and compiled, never run): ``cached``, one new token over a KV cache of p
+    written slots (a cache of exactly p + 1 slots read densely, so every slot read is written: the
+    blocked kernel's data-dependent loop would be counted once); ``recompute``, one forward pass
+    over the p + 1 tokens, what the step costs without a cache. Layers unrolled (a scanned stack's
+    body is counted once). ``{"cached" | "recompute": {p: {"flops": .., "bytes accessed": ..}}}``."""
+    cfg = with_changes(cfg, decode_impl="dense", scan_layers=False, dropout=0.0)
+    model = build_model(cfg)
+    lm = typing.cast(CachedLM, model)
+    graphdef, state = nnx.split(model)
+
+    def cached(state, cache, tokens_B1):
+        logits_B1V, out = nnx.merge(graphdef, state)(tokens_B1, cache=cache)
+        return logits_B1V[:, -1], out["cache"]
+
+    def recompute(state, tokens_BT):
+        return nnx.merge(graphdef, state)(tokens_BT)[0][:, -1]
+
+    out: dict[str, dict[int, dict[str, float | None]]] = {"cached": {}, "recompute": {}}
+    for p in positions:
+        cache = jax.eval_shape(lambda p=p: rewind(lm.init_cache(1, p + 1), p))
+        one = jax.ShapeDtypeStruct((1, 1), jnp.int32)
+        out["cached"][int(p)] = _xla_cost(jax.jit(cached).lower(state, cache, one).compile())
+        prefix = jax.ShapeDtypeStruct((1, p + 1), jnp.int32)
+        out["recompute"][int(p)] = _xla_cost(jax.jit(recompute).lower(state, prefix).compile())
     return out
 
 
