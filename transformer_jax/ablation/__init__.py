@@ -22,7 +22,7 @@ comes from a sweep scored on a dev split carved from the training text (`tuning`
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
 (`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes,
 `norm_probes` the identity path's gradient at init; `orders` holds the order-blind reference of a
-seq2seq task.
+seq2seq task (and the weaker source-bag one).
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.
 """
@@ -41,7 +41,7 @@ from transformer_jax.ablation.claims import (
     register,
     spec_record,
 )
-from transformer_jax.ablation.orders import order_blind_loss, reorder_config, split_order_blind_loss
+from transformer_jax.ablation.orders import order_blind_loss, reorder_config, source_bag_loss, split_order_blind_loss
 from transformer_jax.ablation.paths import (
     REUSE_ENV,
     SMOKE_ENV,
@@ -182,6 +182,7 @@ __all__ = [
     "seeds",
     "shakespeare_config",
     "smoke",
+    "source_bag_loss",
     "spec_record",
     "split_order_blind_loss",
     "steps_for_seconds",
