@@ -305,11 +305,19 @@ EQUIVARIANCE = {"none": [1e-7, 2e-7, 1.5e-7], "learned": [0.3, 0.25, 0.35], "rop
 RATIO = {"reverse, none": 1.3, "sort, none": 0.01, "reverse, sinusoidal": 0.003, "reverse, rope": 0.001}
 
 
-def positional_encoding(growth=GROWTH, equivariance=EQUIVARIANCE, rope_spread=(1e-7, 2e-7, 1e-7), ratio=RATIO):
+def positional_encoding(
+    growth=GROWTH, equivariance=EQUIVARIANCE, rope_spread=(1e-7, 2e-7, 1e-7), ratio=RATIO, fresh=None, bag=1.53
+):
+    """The verdicts; claim 1 reads the fresh seeds' ratios: ``ratio``'s, or those of ``fresh``."""
     eval_loss = {p: {64: jitter(1.5, i), 256: jitter(1.5 + growth[p], i + 1)} for i, p in enumerate(ENCODINGS)}
+    spread = lambda ratios: {a: jitter(r, i, 0.01 * max(r, 0.1)) for i, (a, r) in enumerate(ratios.items())}
     v = notebook_verdicts(
         "positional_encoding",
-        order_ratio={a: jitter(r, i, 0.01 * max(r, 0.1)) for i, (a, r) in enumerate(ratio.items())},
+        order_ratio=spread(ratio),
+        fresh_ratio=spread(ratio if fresh is None else fresh),
+        bag_ratio=jitter(bag, 7, 0.003),
+        FRESH=(3, 4, 5),
+        fresh_chance=[1.13, 1.14, 1.14],
         order_records={},
         order_sweeps={},
         chance=[1.15, 1.14, 1.16],
@@ -338,6 +346,16 @@ def test_positional_encoding_verdicts():
     assert positional_encoding(ratio={**RATIO, "reverse, none": 0.9})[0] == FAILS
     assert positional_encoding(ratio={**RATIO, "reverse, none": 0.95})[0] == UNSURE
     assert positional_encoding(ratio={**RATIO, "sort, none": 0.9})[0] == FAILS
+    # two-sided: a position-free reversal that did not learn even the source's symbols (a diverged run
+    # scored log 32 sits near 3) ends above the source-bag loss and refutes it; at the bag, inconclusive
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 3.0})[0] == FAILS
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 1.6})[0] == FAILS
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 1.53})[0] == UNSURE
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 1.45})[0] == HOLDS
+    # claim 1 is judged on the fresh seeds alone: seen seeds that fail do not move it, fresh ones do
+    assert positional_encoding(ratio={**RATIO, "reverse, none": 3.0}, fresh=RATIO)[0] == HOLDS
+    assert positional_encoding(fresh={**RATIO, "reverse, none": 0.9})[0] == FAILS
+    assert positional_encoding(fresh={**RATIO, "reverse, none": 1.3}, bag=1.2)[0] == FAILS
     assert positional_encoding(ratio={**RATIO, "reverse, rope": 0.9})[1] == FAILS  # RoPE did not learn the order
     assert positional_encoding(ratio={**RATIO, "reverse, sinusoidal": 0.5})[1] == UNSURE
     assert positional_encoding(equivariance={**EQUIVARIANCE, "none": [1e-3, 2e-3, 1.5e-3]})[2] == FAILS
