@@ -31,7 +31,6 @@ CHANGED_AFTER = {
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
 PENDING_RERUN: dict[str, str] = {
     "causal_mask": "the generation row's fresh-seed rerun (seeds 3-5, both learning rates)",
-    "positional_encoding": "the reordering row's two-sided part 1 on fresh seeds 3-5",
 }
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
 NOT_IN_NOTES = {

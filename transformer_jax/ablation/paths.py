@@ -33,7 +33,7 @@ FULL_HOURS = {
     "language_model_history": 2.5,
     "mixture_of_experts": 7.5,
     "norm_placement": 5.1,
-    "positional_encoding": 7.1,
+    "positional_encoding": 7.3,
 }
 """Hours a FULL sitting trains when it reuses nothing: the larger of the summed training wall-clock
 of the committed runs and the sitting's own (``wall_clock`` of the committed ``results.json``, on the
