@@ -28,7 +28,7 @@ PROJECT = "transformer-jax"
 
 FULL_HOURS = {
     "attention_scaling": 3.0,
-    "causal_mask": 1.5,
+    "causal_mask": 2.6,
     "decoding": 1.9,
     "language_model_history": 2.5,
     "mixture_of_experts": 7.5,
