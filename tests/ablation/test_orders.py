@@ -63,3 +63,27 @@ def test_the_scored_tokens_are_those_the_reference_divides_by(monkeypatch, task)
     for i in range(len(examples)):
         source, target = examples[i]
         assert sorted(source) == sorted(target) and len(source) >= 4
+
+
+def bag_nats(source: list[int], target: list[int]) -> float:
+    """The loss of predicting every target symbol from the source's counts, never updated."""
+    counts = collections.Counter(source)
+    return -sum(math.log(counts[y] / len(source)) for y in target)
+
+
+@pytest.mark.parametrize("source", [[3, 1, 2], [5, 5, 2, 7, 5, 2], [4] * 5, list(range(9))])
+def test_the_source_bag_reference_is_the_count_predictor_and_never_below_the_order_blind_one(source):
+    target = source[::-1]
+    assert orders.source_bag_nats(source) == pytest.approx(bag_nats(source, target))
+    assert orders.source_bag_nats(source) >= orders.orderings_nats(source) - 1e-12
+    assert orders.source_bag_loss([list(range(6))]) == pytest.approx(6 * math.log(6) / 7)
+    assert orders.source_bag_loss([[4] * 5]) == 0.0  # one symbol: the counts say everything
+
+
+def test_the_source_bag_reference_of_a_split_is_about_one_and_a_half_order_blind_ones(monkeypatch):
+    monkeypatch.setenv(ablation.SMOKE_ENV, "1")
+    cfg = ablation.reorder_config("reverse", "none", steps=3)
+    ratio = ablation.split_order_blind_loss(cfg, 0, reference=ablation.source_bag_loss) / (
+        ablation.split_order_blind_loss(cfg, 0)
+    )
+    assert 1.3 < ratio < 1.8

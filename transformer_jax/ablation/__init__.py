@@ -22,7 +22,8 @@ comes from a sweep scored on a dev split carved from the training text (`tuning`
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
 (`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes,
 `norm_probes` the identity path's gradient at init; `orders` holds the order-blind reference of a
-seq2seq task; `decoding` the decoding notebook's measurements of a translation model.
+seq2seq task (and the weaker source-bag one); `decoding` the decoding notebook's measurements of a
+translation model.
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.
 """
@@ -41,7 +42,7 @@ from transformer_jax.ablation.claims import (
     register,
     spec_record,
 )
-from transformer_jax.ablation.orders import order_blind_loss, reorder_config, split_order_blind_loss
+from transformer_jax.ablation.orders import order_blind_loss, reorder_config, source_bag_loss, split_order_blind_loss
 from transformer_jax.ablation.paths import (
     REUSE_ENV,
     SMOKE_ENV,
@@ -183,6 +184,7 @@ __all__ = [
     "seeds",
     "shakespeare_config",
     "smoke",
+    "source_bag_loss",
     "spec_record",
     "split_order_blind_loss",
     "steps_for_seconds",
