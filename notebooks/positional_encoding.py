@@ -68,30 +68,25 @@ if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax")
 
 # %%
 import dataclasses
-import math
 
 import jax
-import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.models import EmbeddingsConfig, InitConfig, SoftmaxAttention, build_model, with_changes
-from transformer_jax.ops.rope import apply_rope
+from transformer_jax.models import EmbeddingsConfig, InitConfig, SoftmaxAttention, with_changes
 
 NOTEBOOK = "positional_encoding"
 STEPS = ablation.pick(smoke=20, full=2000)
 SEEDS = ablation.seeds()
 TRAIN_LEN, EVAL_LENS = 64, ablation.pick(smoke=(64, 256), full=(64, 128, 256))
 ENCODINGS = ("none", "sinusoidal", "sinusoidal_scaled", "learned", "relative_bias", "rope", "alibi")
-# sinusoidal_scaled: Vaswani et al.'s setting, token embeddings of unit variance (init std d^-1/2, times
-# sqrt(d)) beside the unit-amplitude sinusoids; plain `sinusoidal` keeps this preset's std-0.02 embeddings,
-# which the sinusoids outweigh about 35:1
+# sinusoidal_scaled: token embeddings of unit variance (init std d^-1/2, times sqrt(d)), as in Vaswani et al.
 ARM_MODEL = {"sinusoidal_scaled": {"position": "sinusoidal", "embeddings": EmbeddingsConfig(scale=True)}}
-# the notes' point: reversing (order-sensitive) and sorting (order-free) without positions, then with them
 REORDER = {"reverse, none": ("reverse", "none"), "sort, none": ("sort", "none")}
 REORDER |= {f"reverse, {p}": ("reverse", p) for p in ("sinusoidal", "rope")}
 REORDER_STEPS = ablation.pick(smoke=20, full=800)
+GRID_REORDER = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(3e-3))
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
@@ -234,51 +229,27 @@ CLAIMS = ablation.register(
 # an edge that wins) on the sequences of a dev seed (`ablation.DEV_SEED`) that no scored run sees.
 
 # %%
-order_ratio, order_records, order_sweeps, order_configs, curves = {}, {}, {}, {}, {}
-GRID_REORDER = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(3e-3))
-DEV, EXTEND = (ablation.DEV_SEED,), ablation.pick(smoke=0, full=1)  # sweeps on a dev seed's sequences
-chance = [ablation.split_order_blind_loss(ablation.reorder_config("reverse", "none", steps=1), s) for s in SEEDS]
+FRESH = ablation.seeds(first=FRESH_FIRST)  # claim 1's seeds (its upper bound came after seeds 0-2 were seen)
+reorder = ablation.orders.run_reordering(
+    REORDER,
+    NOTEBOOK,
+    SEEDS,
+    steps=REORDER_STEPS,
+    grid=GRID_REORDER,
+    extend=ablation.pick(smoke=0, full=1),
+    fresh_seeds=FRESH,
+    fresh_arms=("reverse, none", "sort, none"),
+)
+chance, order_ratio, order_records, order_sweeps = reorder.chance, reorder.ratio, reorder.records, reorder.sweeps
+fresh_chance, fresh_ratio, bag_ratio = reorder.fresh_chance, reorder.fresh_ratio, reorder.bag_ratio
+curves = dict(reorder.curves)  # every run's curves, for results.json: the encodings' runs join them below
 fig_order, ax = plt.subplots(figsize=(7, 4))
-for i, (arm, (task, position)) in enumerate(REORDER.items()):
-    untuned = ablation.reorder_config(task, position, steps=REORDER_STEPS, name=f"{NOTEBOOK}_reorder")
-    order_sweeps[arm], order_configs[arm], trained = ablation.tuned_runs(
-        untuned,
-        arm,
-        GRID_REORDER,
-        NOTEBOOK,
-        SEEDS,
-        sweep_seeds=(ablation.DEV_SEED,),
-        extend=ablation.pick(smoke=0, full=1),
-    )
-    loss = [c.final_or(math.log(32)) for c in trained]  # a diverged run: no better than uniform over the symbols
-    order_ratio[arm] = list(np.divide(loss, chance))
-    order_records[arm] = ablation.arm_record(
-        {
-            s: {"val loss": v, "order-blind loss": b, "ratio": r}
-            for s, v, b, r in zip(SEEDS, loss, chance, order_ratio[arm])
-        }
-    )
-    curves |= {f"{arm} s{s}": c for s, c in zip(SEEDS, trained)}
-    ax.plot(trained[0].val_steps, np.divide(trained[0].val_loss, chance[0]), "o-", color=f"C{i}", label=arm)
+for i, arm in enumerate(REORDER):
+    c = curves[f"{arm} s{SEEDS[0]}"]
+    ax.plot(c.val_steps, np.divide(c.val_loss, chance[0]), "o-", color=f"C{i}", label=arm)
     print(f"{arm}: lr {order_sweeps[arm]['lr']:.3g}; loss / order-blind loss", ablation.mean_text(order_ratio[arm]))
-# claim 1 on fresh seeds (its upper bound came after seeds 0-2 were seen), each arm at its committed rate
-FRESH = ablation.seeds(first=FRESH_FIRST)
-reverse_cfg = ablation.reorder_config("reverse", "none", steps=1)
-fresh_chance = [ablation.split_order_blind_loss(reverse_cfg, s) for s in FRESH]
-bag = [ablation.split_order_blind_loss(reverse_cfg, s, reference=ablation.source_bag_loss) for s in FRESH]
-bag_ratio, fresh_ratio = list(np.divide(bag, fresh_chance)), {}
-for arm in ("reverse, none", "sort, none"):
-    trained = [ablation.run_arm(order_configs[arm], arm, s, NOTEBOOK) for s in FRESH]
-    loss = [c.final_or(math.log(32)) for c in trained]
-    fresh_ratio[arm] = list(np.divide(loss, fresh_chance))
-    order_records[f"{arm}, fresh seeds"] = ablation.arm_record(
-        {
-            s: {"val loss": v, "order-blind loss": b, "ratio": r}
-            for s, v, b, r in zip(FRESH, loss, fresh_chance, fresh_ratio[arm])
-        }
-    )
-    curves |= {f"{arm} s{s}": c for s, c in zip(FRESH, trained)}
-    print(f"{arm}, fresh seeds {FRESH}: loss / order-blind loss", ablation.mean_text(fresh_ratio[arm]))
+for arm, ratio in fresh_ratio.items():
+    print(f"{arm}, fresh seeds {FRESH}: loss / order-blind loss", ablation.mean_text(ratio))
 print("source-bag loss / order-blind loss, fresh seeds:", ablation.mean_text(bag_ratio))
 ax.axhline(1.0, color="gray", ls="--", label="order-blind (chance)")
 ax.axhline(np.mean(bag_ratio), color="gray", ls=":", label="source bag (knows the symbols, not the order)")
@@ -303,14 +274,7 @@ for position in ("none", "learned", "rope"):
     cfg = dataclasses.replace(
         base.model, position=position, attention=SoftmaxAttention(causal=False), init=InitConfig(std=0.5)
     )
-    equivariance[position] = []
-    for seed in SEEDS:
-        model = build_model(cfg, seed=seed)
-        tokens = jax.random.randint(jax.random.key(seed), (2, TRAIN_LEN), 0, base.model.dims.vocab_size)
-        perm = np.random.default_rng(seed).permutation(TRAIN_LEN)
-        logits, _ = model(tokens)
-        logits_perm, _ = model(tokens[:, perm])
-        equivariance[position].append(float(jnp.max(jnp.abs(logits_perm - logits[:, perm])) / jnp.max(jnp.abs(logits))))
+    equivariance[position] = [ablation.positions.seeded_permutation_gap(cfg, s, TRAIN_LEN) for s in SEEDS]
 print("max |f(P x) - P f(x)| / max |f(x)| by encoding and seed:", equivariance)
 
 # %% [markdown]
@@ -320,19 +284,9 @@ print("max |f(P x) - P f(x)| / max |f(x)| by encoding and seed:", equivariance)
 
 # %%
 D, P = 64, 128
-pos = jnp.arange(P)[None]
-
-
-def rope_scores(seed: int) -> np.ndarray:
-    q, k = jax.random.normal(jax.random.key(1000 + seed), (2, 1, 1, 1, D))
-    q_rot = apply_rope(jnp.broadcast_to(q, (1, P, 1, D)), pos)[0, :, 0]
-    k_rot = apply_rope(jnp.broadcast_to(k, (1, P, 1, D)), pos)[0, :, 0]
-    return np.asarray(q_rot @ k_rot.T)
-
-
 offsets = np.arange(-P + 1, P)
-all_scores = [rope_scores(seed) for seed in SEEDS]
-rope_spread = [max(np.ptp(np.diagonal(s, -o)) for o in offsets) / np.std(s) for s in all_scores]
+all_scores = [ablation.positions.rope_scores(*jax.random.normal(jax.random.key(1000 + s), (2, D)), P) for s in SEEDS]
+rope_spread = [ablation.positions.diagonal_spread(s) for s in all_scores]
 scores = all_scores[0]
 fig_rope, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 axes[0].imshow(scores, cmap="RdBu")
@@ -357,20 +311,18 @@ def losses_by_length(c: ablation.Curves) -> dict[str, float]:
 
 
 GRID = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3))
-configs, eval_loss, sweeps = dict(order_configs), {}, {}
+configs, eval_loss, sweeps = dict(reorder.configs), {}, {}
 for position in ENCODINGS:
     model_cfg = dataclasses.replace(base.model, **ARM_MODEL.get(position, {"position": position}))
     untuned = dataclasses.replace(base, model=model_cfg)
-    sweeps[position] = ablation.sweep_lr(untuned, position, GRID, NOTEBOOK)
+    sweeps[position], configs[position], trained = ablation.tuned_runs(
+        untuned, position, GRID, NOTEBOOK, SEEDS, sweep_seeds=(0,), measure=losses_by_length
+    )
     edge = " (at the edge of the grid)" if sweeps[position]["at_edge"] else ""
     print(f"{position}: lr {sweeps[position]['lr']:.3g}{edge}; dev loss by lr", sweeps[position]["dev_loss"])
-    configs[position] = ablation.with_lr(untuned, sweeps[position]["lr"])
-    eval_loss[position] = {n: [] for n in EVAL_LENS}
-    for seed in SEEDS:
-        c = ablation.run_arm(configs[position], position, seed, NOTEBOOK, measure=losses_by_length)
-        curves[f"{position} s{seed}"] = c
-        for n in EVAL_LENS:
-            eval_loss[position][n].append((c.summary["measured"] or {}).get(str(n), float("nan")))
+    curves |= {f"{position} s{s}": c for s, c in zip(SEEDS, trained)}
+    measured = [c.summary["measured"] or {} for c in trained]
+    eval_loss[position] = {n: [m.get(str(n), float("nan")) for m in measured] for n in EVAL_LENS}
     print(position, {n: ablation.mean_text(v) for n, v in eval_loss[position].items()})
 
 fig_len, axes = plt.subplots(1, 2, figsize=(12, 4))
