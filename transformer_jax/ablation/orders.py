@@ -148,24 +148,24 @@ def run_reordering(
     arms: Mapping[str, tuple[str, str]],
     notebook: str,
     seeds: Sequence[int],
+    fresh_seeds: Sequence[int],
+    fresh_arms: Sequence[str],
     *,
     steps: int,
     grid: Sequence[float],
-    extend: int,
-    fresh_seeds: Sequence[int],
-    fresh_arms: Sequence[str],
 ) -> Reordering:
     """Each arm ``{name: (task, position)}`` of `reorder_config` (``steps`` steps, named
     ``<notebook>_reorder``) tuned by `tuning.tuned_runs` over ``grid`` on `tuning.DEV_SEED`'s
-    sequences, then run on ``seeds``; then each of ``fresh_arms`` at its tuned rate on
-    ``fresh_seeds`` (no sweep rerun), beside the source-bag reference of those seeds' splits."""
+    sequences (the grid extended at most once in FULL mode, never in SMOKE mode), then run on
+    ``seeds``; then each of ``fresh_arms`` at its tuned rate on ``fresh_seeds`` (no sweep rerun),
+    beside the source-bag reference of those seeds' splits."""
     reverse = reorder_config("reverse", "none", steps=1)  # the splits: their data follow the seed alone
     chance = [split_order_blind_loss(reverse, s) for s in seeds]
     ratio, records, sweeps, configs, curves = {}, {}, {}, {}, {}
     for arm, (task, position) in arms.items():
         untuned = reorder_config(task, position, steps=steps, name=f"{notebook}_reorder")
         sweeps[arm], configs[arm], trained = tuned_runs(
-            untuned, arm, grid, notebook, seeds, sweep_seeds=(DEV_SEED,), extend=extend
+            untuned, arm, grid, notebook, seeds, sweep_seeds=(DEV_SEED,), extend=pick(smoke=0, full=1)
         )
         ratio[arm], records[arm] = _ratios(trained, chance, seeds)
         curves |= {f"{arm} s{s}": c for s, c in zip(seeds, trained)}
