@@ -159,7 +159,7 @@ def run_reordering(
     sequences (the grid extended at most once in FULL mode, never in SMOKE mode), then run on
     ``seeds``; then each of ``fresh_arms`` at its tuned rate on ``fresh_seeds`` (no sweep rerun),
     beside the source-bag reference of those seeds' splits."""
-    reverse = reorder_config("reverse", "none", steps=1)  # the splits: their data follow the seed alone
+    reverse = reorder_config("reverse", "none", steps=1)  # every task draws the same sources from a seed
     chance = [split_order_blind_loss(reverse, s) for s in seeds]
     ratio, records, sweeps, configs, curves = {}, {}, {}, {}, {}
     for arm, (task, position) in arms.items():
