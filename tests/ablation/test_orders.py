@@ -87,3 +87,12 @@ def test_the_source_bag_reference_of_a_split_is_about_one_and_a_half_order_blind
         ablation.split_order_blind_loss(cfg, 0)
     )
     assert 1.3 < ratio < 1.8
+
+
+def test_each_runs_ratio_is_its_loss_over_its_splits_reference_and_a_diverged_run_scores_log_vocab():
+    run = lambda val, train=1.0: ablation.Curves("r", [1], [train], [1], [val], {}, "/nowhere")
+    ratio, record = orders._ratios([run(2.0), run(0.5, train=float("nan"))], [1.0, 1.25], [3, 4])
+    assert ratio == pytest.approx([2.0, math.log(orders.VOCAB) / 1.25])
+    assert record["n"] == 2 and [r["seed"] for r in record["seeds"]] == [3, 4]
+    assert record["seeds"][1] == {"seed": 4, "val loss": math.log(32), "order-blind loss": 1.25, "ratio": ratio[1]}
+    assert record["mean"]["ratio"] == pytest.approx(np.mean(ratio))

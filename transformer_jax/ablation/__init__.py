@@ -22,13 +22,15 @@ comes from a sweep scored on a dev split carved from the training text (`tuning`
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
 (`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes,
 `norm_probes` the identity path's gradient at init; `orders` holds the order-blind reference of a
-seq2seq task (and the weaker source-bag one); `decoding` the decoding notebook's measurements of a
+seq2seq task (and the weaker source-bag one) and runs the reordering arms; `positions` checks two
+identities of position encodings (permutation equivariance, RoPE's offset); `lengths` trains arms at
+one context and measures them at longer ones; `decoding` the decoding notebook's measurements of a
 translation model.
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.
 """
 
-from transformer_jax.ablation import decoding, norm_probes, orders, probes
+from transformer_jax.ablation import decoding, lengths, norm_probes, orders, positions, probes
 from transformer_jax.ablation.claims import (
     REGISTERED_AFTER_FULL_RUN,
     Claim,
@@ -155,6 +157,7 @@ __all__ = [
     "gallery_markdown",
     "git_commit",
     "kept_measurement",
+    "lengths",
     "linear_fit",
     "load_run",
     "loglog_slope",
@@ -167,6 +170,7 @@ __all__ = [
     "paired_bootstrap",
     "pick",
     "pick_lr",
+    "positions",
     "probes",
     "read_curves",
     "register",

@@ -13,23 +13,33 @@ multiset (``sort``) is not bound by it.
 
 `source_bag_loss` is a weaker reference above it: the loss of a predictor that knows the source's
 symbols and their counts but neither their order nor which of them it has already emitted.
+
+`run_reordering` trains the notebook's reordering arms (tuned, then on the scored seeds, then some
+of them again on fresh seeds) and divides each run's validation loss by its split's order-blind loss.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from transformer_jax.ablation.paths import pick
-from transformer_jax.ablation.protocol import with_seed
-from transformer_jax.ablation.runs import recipe_optim
+from transformer_jax.ablation.protocol import arm_record, with_seed
+from transformer_jax.ablation.runs import Curves, recipe_optim
+from transformer_jax.ablation.store import run_arm
+from transformer_jax.ablation.tuning import DEV_SEED, tuned_runs
 from transformer_jax.data import CopyTask, DataConfig, ReverseTask, SortTask
 from transformer_jax.data.sources import load_corpus
 from transformer_jax.models import get_preset
 from transformer_jax.train.action_config import CheckpointConfig, EvalConfig, LogConfig, SampleConfig
 from transformer_jax.train.config import Config, TrainConfig
+
+VOCAB = 32  # the symbols of `reorder_config`'s tasks
 
 
 def orderings_nats(source: Sequence[int]) -> float:
@@ -89,7 +99,7 @@ def reorder_config(task: str, position: str, *, steps: int, name: str = "reorder
     model = get_preset("original_tiny", dropout=0.0, max_len=16, position=position, **tiny)
     dataset = {"reverse": ReverseTask, "sort": SortTask, "copy": CopyTask}[task](
         format="seq2seq",
-        vocab=32,
+        vocab=VOCAB,
         min_len=4,
         max_len=12,
         max_src_len=13,  # 12 symbols + EOS
@@ -107,3 +117,64 @@ def reorder_config(task: str, position: str, *, steps: int, name: str = "reorder
         optim=optim,
     )
     return Config(name=name, model=model, data=DataConfig(dataset=dataset, seq_len=14), train=train)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reordering:
+    """What `run_reordering` returns. Ratios are validation loss / order-blind loss (1: chance, 0: a
+    perfect reordering), one per seed in ``seeds`` (``fresh_*``: in ``fresh_seeds``)."""
+
+    chance: list[float]  # the order-blind loss of each seed's validation split
+    ratio: dict[str, list[float]]  # by arm
+    records: dict[str, Any]  # `protocol.arm_record` by arm, then by "<arm>, fresh seeds"
+    sweeps: dict[str, Any]  # the learning-rate sweep of each arm
+    configs: dict[str, Any]  # each arm's tuned config
+    curves: dict[str, Curves]  # "<arm> s<seed>", the scored seeds' then the fresh seeds'
+    fresh_chance: list[float]
+    fresh_ratio: dict[str, list[float]]  # by fresh arm
+    bag_ratio: list[float]  # `source_bag_loss` / order-blind loss of the fresh seeds' splits
+
+
+def _ratios(trained: Sequence[Curves], chance: Sequence[float], seeds: Sequence[int]) -> tuple[list, dict]:
+    """Each run's final validation loss over ``chance`` (a diverged run scores log VOCAB, uniform
+    over the symbols), and the `arm_record` of loss, order-blind loss and ratio by seed."""
+    loss = [c.final_or(math.log(VOCAB)) for c in trained]
+    ratio = list(np.divide(loss, chance))
+    rows = {s: {"val loss": v, "order-blind loss": b, "ratio": r} for s, v, b, r in zip(seeds, loss, chance, ratio)}
+    return ratio, arm_record(rows)
+
+
+def run_reordering(
+    arms: Mapping[str, tuple[str, str]],
+    notebook: str,
+    seeds: Sequence[int],
+    fresh_seeds: Sequence[int],
+    fresh_arms: Sequence[str],
+    *,
+    steps: int,
+    grid: Sequence[float],
+) -> Reordering:
+    """Each arm ``{name: (task, position)}`` of `reorder_config` (``steps`` steps, named
+    ``<notebook>_reorder``) tuned by `tuning.tuned_runs` over ``grid`` on `tuning.DEV_SEED`'s
+    sequences (the grid extended at most once in FULL mode, never in SMOKE mode), then run on
+    ``seeds``; then each of ``fresh_arms`` at its tuned rate on ``fresh_seeds`` (no sweep rerun),
+    beside the source-bag reference of those seeds' splits."""
+    reverse = reorder_config("reverse", "none", steps=1)  # every task draws the same sources from a seed
+    chance = [split_order_blind_loss(reverse, s) for s in seeds]
+    ratio, records, sweeps, configs, curves = {}, {}, {}, {}, {}
+    for arm, (task, position) in arms.items():
+        untuned = reorder_config(task, position, steps=steps, name=f"{notebook}_reorder")
+        sweeps[arm], configs[arm], trained = tuned_runs(
+            untuned, arm, grid, notebook, seeds, sweep_seeds=(DEV_SEED,), extend=pick(smoke=0, full=1)
+        )
+        ratio[arm], records[arm] = _ratios(trained, chance, seeds)
+        curves |= {f"{arm} s{s}": c for s, c in zip(seeds, trained)}
+    fresh_chance = [split_order_blind_loss(reverse, s) for s in fresh_seeds]
+    bag = [split_order_blind_loss(reverse, s, reference=source_bag_loss) for s in fresh_seeds]
+    fresh_ratio = {}
+    for arm in fresh_arms:
+        trained = [run_arm(configs[arm], arm, s, notebook) for s in fresh_seeds]
+        fresh_ratio[arm], records[f"{arm}, fresh seeds"] = _ratios(trained, fresh_chance, fresh_seeds)
+        curves |= {f"{arm} s{s}": c for s, c in zip(fresh_seeds, trained)}
+    bag_ratio = list(np.divide(bag, fresh_chance))
+    return Reordering(chance, ratio, records, sweeps, configs, curves, fresh_chance, fresh_ratio, bag_ratio)

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,12 +153,14 @@ def tuned_runs(
     *,
     sweep_seeds: Sequence[int] = (DEV_SEED,),
     extend: int | None = None,
+    measure: Callable[[Any], Any] | None = None,
 ) -> tuple[dict[str, Any], Any, list[Any]]:
     """One arm tuned then run: `sweep_lr` over ``grid`` on ``sweep_seeds``, then `store.run_arm` at
-    the chosen rate for each of ``seeds``. Returns (the sweep's record, the tuned config, the runs' `Curves`)."""
+    the chosen rate for each of ``seeds`` (with ``measure``, if given). Returns (the sweep's record,
+    the tuned config, the runs' `Curves`)."""
     sweep = sweep_lr(cfg, arm, grid, notebook, seeds=sweep_seeds, extend=extend)
     tuned = with_lr(cfg, sweep["lr"])
-    return sweep, tuned, [run_arm(tuned, arm, s, notebook) for s in seeds]
+    return sweep, tuned, [run_arm(tuned, arm, s, notebook, measure=measure) for s in seeds]
 
 
 def time_steps(
