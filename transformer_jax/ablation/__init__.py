@@ -27,7 +27,7 @@ Each notebook registers its claims before the run (`claims`: the notes' claim, m
 n), and results.json keeps the specs it was judged under.
 """
 
-from transformer_jax.ablation import norm_probes, orders, probes
+from transformer_jax.ablation import lm_history, norm_probes, orders, probes
 from transformer_jax.ablation.claims import (
     REGISTERED_AFTER_FULL_RUN,
     Claim,
@@ -154,6 +154,7 @@ __all__ = [
     "git_commit",
     "kept_measurement",
     "linear_fit",
+    "lm_history",
     "load_run",
     "loglog_slope",
     "lr_grid",
