@@ -71,7 +71,6 @@ if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax")
 
 # %%
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -107,12 +106,9 @@ print(ablation.committed_note(NOTEBOOK))
 
 # %% [markdown]
 # ## Claims, registered
-# What each verdict row tests, in one place: the notes' claim (in our words, with its file and
-# lines), the measure, the criterion and what would refute it, the interval's level, n (and the
-# power calculation behind n). `ablation.save_results` refuses comparisons judged otherwise and
-# stores these specs in results.json; a test fails when they differ from the specs of the committed
-# results, so a changed criterion means a rerun. A `check` is deterministic or an identity: shown,
-# never a verdict.
+# Each row's claim (in our words, with the notes' file and lines), measure, criterion, what would
+# refute it, and n with its power calculation; results.json stores them, and a test fails when they
+# change after the run. A `check` is deterministic: shown, never a verdict.
 
 # %%
 REGISTERED = ablation.REGISTERED_AFTER_FULL_RUN
@@ -232,7 +228,6 @@ neural = {
 GRIDS = {
     WIN: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(3e-3)),
     LSTM: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(3e-3)),
-    TF: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3)),
 }
 
 
@@ -314,37 +309,13 @@ for f in SIZES:
 # %%
 arms = {}
 for name, cfg in configs.items():
-    per_seed = {}
-    for seed in SEEDS:
-        c, s = curves[name, seed], curves[name, seed].summary
-        vocab = cfg.model.dims.vocab_size if "BPE" not in name else BPE_VOCAB
-        loss = c.final_or(math.log(vocab)) if c.val_loss else math.log(s["val_perplexity"])
-        # a diverged seed scores as the uniform predictor (ln V), not NaN, so it still pairs
-        per_seed[seed] = {"val loss": loss, "val perplexity": math.exp(loss), "parameters": s.get("params")}
-        per_seed[seed] |= {"steps": cfg.train.steps, "train seconds": s.get("wall_s")}
-    arms[name] = ablation.arm_record(per_seed)
+    vocab = BPE_VOCAB if "BPE" in name else V
+    arms[name] = ablation.arm_record(
+        {s: lm_history.seed_record(curves[name, s], cfg.train.steps, vocab) for s in SEEDS}
+    )
     print(f"{name:40s}", {k: round(v, 3) for k, v in arms[name]["mean"].items()}, f"(mean of {arms[name]['n']})")
 
-fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
-mean = lambda n, key="val loss": arms[n]["mean"][key]
-grams = [f"{o}-gram (BPE)" for o in ORDERS]
-axes[0].plot([o - 1 for o in ORDERS], [mean(n) for n in grams], "s-", label="Kneser-Ney n-gram")
-axes[0].plot(WINDOWS, [mean(f"window {w} (BPE)") for w in WINDOWS], "o-", label="window LM (mean; dots: seeds)")
-for w in WINDOWS:
-    axes[0].plot([w] * len(SEEDS), ablation.seed_values(arms[f"window {w} (BPE)"], "val loss"), "k.", ms=4)
-axes[0].set(xlabel="tokens of context", ylabel="val loss (nats per BPE token)", title="Context: BPE tokens")
-axes[1].semilogy([o - 1 for o in ORDERS], [mean(n, "parameters") for n in grams], "s-", label="n-gram: stored counts")
-axes[1].semilogy(WINDOWS, [mean(f"window {w} (BPE)", "parameters") for w in WINDOWS], "o-", label="window LM: weights")
-axes[1].set(xlabel="tokens of context", ylabel="numbers stored", title="Memory")
-for arm in (LSTM, TF):
-    names = [f"{arm}, {f:.0%} of the plays" for f in SIZES]
-    axes[2].semilogx(SIZES, [mean(n) for n in names], "o-", label=arm)
-    for f, n in zip(SIZES, names):
-        axes[2].plot([f] * len(SEEDS), ablation.seed_values(arms[n], "val loss"), "k.", ms=4)
-axes[2].set(xlabel="fraction of the training plays", ylabel="val loss (nats/char)", title="Data size")
-for ax in axes:
-    ax.legend(fontsize=7)
-plt.tight_layout()
+fig = lm_history.figure(arms, ORDERS, WINDOWS, SIZES)
 plt.show()
 
 # %% [markdown]
@@ -367,14 +338,8 @@ pairs = [(SIZES[i], SIZES[i + 1]) for i in range(len(SIZES) - 1)]
 memory = (params[long_gram] - params[short_gram]) / (params[wide] - params[narrow])
 
 
-def faster(a: str, b: str, setting: str):
-    if not all(n in speed["rounds"] for n in (a, b)):
-        return ablation.Comparison.unmeasured("greater", f"not timed ({setting})")
-    rate = lambda n: [tokens_per_step / s for s in speed["rounds"][n]]
-    return ablation.paired(rate(a), rate(b), expect="greater")
-
-
 less = lambda a, b: ablation.paired(ppl[a], ppl[b], expect="less")
+lm_history, ctx = ablation.lm_history, f"context {LONG}"
 claims = {
     "A longer context helps the window LM more than the n-gram": (
         f"val loss, {wide} - {narrow}; then minus the n-gram's {long_gram} - {short_gram} ({gram_gain[0]:+.3f})",
@@ -383,7 +348,7 @@ claims = {
     "The n-gram's memory grows with n faster than the window LM's": (
         f"stored counts {params[long_gram]:,} - {params[short_gram]:,} over weights {params[wide]:,} - "
         f"{params[narrow]:,}",
-        [ablation.lm_history.exact(memory, "greater", 1.0)],
+        [lm_history.exact(memory, "greater", 1.0)],
     ),
     "On little data the Transformer does worse than the LSTM": (
         f"val loss Transformer - LSTM at {SIZES[0]:.0%} of the training plays",
@@ -399,7 +364,7 @@ claims = {
     ),
     "The Transformer trains faster than the RNN": (
         f"training tokens/s, Transformer - LSTM, paired by timing round, context 64 then {LONG}",
-        [faster(tf, lstm, "context 64"), faster(f"{tf}, context {LONG}", f"{lstm}, context {LONG}", f"context {LONG}")],
+        [lm_history.faster(speed, a, b, tokens_per_step) for a, b in ((tf, lstm), (f"{tf}, {ctx}", f"{lstm}, {ctx}"))],
     ),
 }
 table = ablation.verdict_table([ablation.row(claim, what, *parts) for claim, (what, parts) in claims.items()])

@@ -63,3 +63,16 @@ def test_an_exact_count_is_judged_without_an_interval():
     assert lm_history.exact(5.0, "greater", 1.0).verdict == ablation.VERDICTS[0]
     assert lm_history.exact(0.5, "greater", 1.0).verdict == ablation.VERDICTS[1]
     assert lm_history.exact(5.0, "greater", 1.0).n == 1
+
+
+def test_the_figure_draws_from_arm_records():
+    rec = lambda loss, params: ablation.arm_record(
+        {s: {"val loss": loss + s / 100, "parameters": params} for s in (0, 1)}
+    )
+    arms = {f"{o}-gram (BPE)": rec(5.0 - o / 10, 10**o) for o in (2, 3)}
+    arms |= {f"window {w} (BPE)": rec(5.0 - w / 5, 1000 + w) for w in (1, 2)}
+    arms |= {
+        f"{a}, {f:.0%} of the plays": rec(2.0 - f, 100) for a in ("LSTM (2 layers)", "Transformer") for f in (0.1, 1.0)
+    }
+    fig = lm_history.figure(arms, (2, 3), (1, 2), (0.1, 1.0))
+    assert [len(ax.lines) for ax in fig.axes] == [2 + 2, 2, 2 * 3]

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from transformer_jax.ablation.paths import runs_dir
-from transformer_jax.ablation.stats import Comparison, default_level
+from transformer_jax.ablation.stats import Comparison, default_level, paired
 from transformer_jax.data.config import TextData
 from transformer_jax.data.shakespeare import markdown_to_text, plays_dir
 from transformer_jax.data.tokenizer_config import SentencePieceSettings
@@ -96,3 +97,56 @@ def with_budget(cfg: Any, steps: int) -> Any:
     cfg = with_steps(cfg, steps)
     once = dataclasses.replace(cfg.train.eval, every=int(steps))
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval=once))
+
+
+def seed_record(run: Any, steps: int, vocab_size: int) -> dict[str, Any]:
+    """One seed's numbers of a run's `Curves` for `protocol.arm_record`: the final validation loss
+    (a diverged run scores ln V, the uniform predictor's, so that it still pairs), its perplexity,
+    the parameters (stored counts for an n-gram), steps and training seconds."""
+    s = run.summary
+    loss = run.final_or(math.log(vocab_size)) if run.val_loss else math.log(s["val_perplexity"])
+    return {"val loss": loss, "val perplexity": math.exp(loss), "parameters": s.get("params")} | {
+        "steps": int(steps),
+        "train seconds": s.get("wall_s"),
+    }
+
+
+def faster(speed: Mapping[str, Any], a: str, b: str, tokens_per_step: int) -> Comparison:
+    """Training tokens/s of ``a`` minus ``b``, paired by timing round (``speed["rounds"]``: seconds
+    per step of each model, round by round), judged "greater"; unmeasured when either was not timed."""
+    if not all(n in speed["rounds"] for n in (a, b)):
+        return Comparison.unmeasured("greater", f"not timed ({a} or {b})")
+    rate = lambda n: [tokens_per_step / s for s in speed["rounds"][n]]
+    return paired(rate(a), rate(b), expect="greater")
+
+
+def figure(arms: Mapping[str, Any], orders: Sequence[int], windows: Sequence[int], sizes: Sequence[float]) -> Any:
+    """The notebook's figure from its `protocol.arm_record` s: validation loss and memory against the
+    tokens of context (n-grams ``"<n>-gram (BPE)"``, window LMs ``"window <w> (BPE)"``), and the
+    loss against the data size (``"<arm>, <f>% of the plays"`` for the LSTM and the Transformer)."""
+    import matplotlib.pyplot as plt
+
+    from transformer_jax.ablation.protocol import seed_values
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
+    mean = lambda n, key="val loss": arms[n]["mean"][key]
+    grams, wins = [f"{o}-gram (BPE)" for o in orders], [f"window {w} (BPE)" for w in windows]
+    context = [o - 1 for o in orders]
+    axes[0].plot(context, [mean(n) for n in grams], "s-", label="Kneser-Ney n-gram")
+    axes[0].plot(windows, [mean(n) for n in wins], "o-", label="window LM (mean; dots: seeds)")
+    for w, n in zip(windows, wins, strict=True):
+        axes[0].plot([w] * arms[n]["n"], seed_values(arms[n], "val loss"), "k.", ms=4)
+    axes[0].set(xlabel="tokens of context", ylabel="val loss (nats per BPE token)", title="Context: BPE tokens")
+    axes[1].semilogy(context, [mean(n, "parameters") for n in grams], "s-", label="n-gram: stored counts")
+    axes[1].semilogy(windows, [mean(n, "parameters") for n in wins], "o-", label="window LM: weights")
+    axes[1].set(xlabel="tokens of context", ylabel="numbers stored", title="Memory")
+    for arm in ("LSTM (2 layers)", "Transformer"):
+        names = [f"{arm}, {f:.0%} of the plays" for f in sizes]
+        axes[2].semilogx(sizes, [mean(n) for n in names], "o-", label=arm)
+        for f, n in zip(sizes, names, strict=True):
+            axes[2].plot([f] * arms[n]["n"], seed_values(arms[n], "val loss"), "k.", ms=4)
+    axes[2].set(xlabel="fraction of the training plays", ylabel="val loss (nats/char)", title="Data size")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
