@@ -17,32 +17,29 @@
 # # From n-grams to Transformers: what the notes claim, measured
 #
 # **What the notes claim** (the verdicts):
-# 1. a larger n gives an n-gram more context, but its counts go sparse and its memory grows, while a
+# 1. a larger n gives an n-gram more context, but its counts go sparse and its memory grows, and a
 #    smaller n costs accuracy; a fixed-window neural LM has no sparsity or memory problem (notes 004,
 #    lines 75-77). Measured where sparsity bites, on BPE tokens (SentencePiece, 4,000 pieces):
-#    Kneser-Ney n-grams of order 2-5 against window LMs that see the same 1, 2 or 4 tokens. Verdict:
-#    the longer context helps the window LM, and more than the n-gram. Memory (stored counts against
-#    weights) is deterministic: a check;
+#    Kneser-Ney n-grams of order 2-5 against window LMs seeing the same 1, 2 or 4 tokens. Verdict: the
+#    longer context helps the window LM, and more than the n-gram. Memory is deterministic: a check;
 # 2. a Transformer needs much data: on a small dataset it overfits and does worse than the classic
-#    sequence models (notes 000, line 67). A data-size sweep: LSTM against Transformer on 10, 30 and
-#    100% of the training plays of Shakespeare's 38 (4.3 MB, four times tiny Shakespeare), validated
-#    on 4 held-out plays. Verdicts: the Transformer is worse at 10%, and its gap shrinks with the data;
+#    sequence models (notes 000, line 67). LSTM against Transformer on 10, 30 and 100% of the training
+#    plays of Shakespeare's 38 (4.3 MB), validated on 4 held-out plays: worse at 10%, and the gap shrinks;
 # 3. an RNN is not held to a fixed window and handles long text much better (004, line 81): LSTM
 #    against the window LM on characters, at equal steps and at equal wall-clock;
 # 4. an RNN trains slowly, since it cannot be parallelised like a Transformer (004, line 81): tokens/s.
 #
-# **Not claimed by the notes**, so no verdict: that a Transformer beats an RNN at this scale, or that
-# the window LM reaches a lower perplexity than the n-gram at a fixed n.
+# **Not claimed by the notes**, so no verdict: a Transformer beating an RNN at this scale; the window
+# LM reaching a lower perplexity than the n-gram at a fixed n.
 #
 # **Like for like.** Every neural arm's peak LR is picked on a dev split (the last 10% of its own
-# training text, `ablation.sweep_lr`) at every window and every data size; scored runs use seeds
-# 0-2 (initialisation and data order), paired by seed; an n-gram is a count, the same for every
-# seed. Fixed budgets, the same for the arms compared: 1,000 steps of 12 x 64 BPE tokens for the
-# window LMs (about three passes over the training tokens); 3,000 steps of 12 x 64 characters at
-# every data size (about 5, 1.8 and 0.5 passes at 10, 30 and 100%), so the sizes differ only in how
-# much distinct text stands behind the same compute. Speed: each model's train step timed side by
-# side in alternating rounds (`ablation.time_steps`), kept from the first sitting. Run summaries are
-# kept under `experiments/results/language_model_history/runs/` and reused by a later sitting.
+# training text, `ablation.sweep_lr`) at every window and data size; seeds 0-2 (initialisation and
+# data order), paired by seed; an n-gram is a count, the same for every seed. Fixed budgets, equal
+# for the arms compared: 1,000 steps of 12 x 64 BPE tokens for the window LMs (about 2.5 passes);
+# 3,000 steps of 12 x 64 characters at every data size (about 5, 1.8 and 0.5 passes at 10, 30 and
+# 100%), so the sizes differ only in the distinct text behind the same compute. Speed: train steps
+# timed side by side in alternating rounds (`ablation.time_steps`), kept from the first sitting.
+# Run summaries are kept in `experiments/results/language_model_history/runs/` and reused later.
 # `TRANSFORMER_JAX_SMOKE=1`: tiny sizes, 2 seeds; it decides nothing.
 
 # %%
@@ -202,26 +199,20 @@ def baseline(kind: str, settings: BaselineConfig, **model) -> Any:
     return dataclasses.replace(transformer, model=baseline_model_config(kind, settings, vocab_size=V, **model))
 
 
+PLAIN = {"dropout": 0.0, "init": InitConfig(std=1.0)}  # the neural baselines' settings
 window = lambda w, d, d_ff: baseline(
     "window_lm",
-    WindowLMConfig(window=w, direct=False),
+    WindowLMConfig(window=w),
     d_model=d,
     d_ff=d_ff,
     n_layers=1,
     embeddings=EmbeddingsConfig(tie=False),
-    dropout=0.0,
-    init=InitConfig(std=1.0),
+    **PLAIN,
 )
 neural = {
     WIN: window(ablation.pick(smoke=4, full=16), ablation.pick(smoke=8, full=48), ablation.pick(smoke=32, full=960)),
     LSTM: baseline(
-        "rnn_lm",
-        RNNLMConfig(cell=LSTMCellConfig()),
-        d_model=ablation.pick(smoke=16, full=222),
-        n_layers=2,
-        embeddings=EmbeddingsConfig(tie=True),
-        dropout=0.0,
-        init=InitConfig(std=1.0),
+        "rnn_lm", RNNLMConfig(cell=LSTMCellConfig()), d_model=ablation.pick(smoke=16, full=222), n_layers=2, **PLAIN
     ),
     TF: transformer,
 }
@@ -253,9 +244,8 @@ print(f"timed on {speed['machine']} ({speed['date']}); seconds per step (median 
 print({n: round(v, 4) for n, v in speed["seconds_per_step"].items()})
 
 # %% [markdown]
-# ## Characters: the LSTM against the window LM, at equal steps and at equal wall-clock
-# The wall-clock budget is the Transformer's 2,000 steps at its timed seconds per step; the window
-# LM and the LSTM train as many steps as fit in it (the same LR, the schedule stretched).
+# ## Characters: LSTM against window LM, at equal steps and in the Transformer's 2,000 steps' time
+# (the timed seconds per step; the same LR, the schedule stretched)
 
 # %%
 curves, configs, sweeps = {}, {}, {}
@@ -297,12 +287,25 @@ SIZE_GRIDS = {  # around the picks at context 64 (LSTM 9e-3, Transformer 3e-3)
     LSTM: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(9e-3)),
     TF: ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(3e-3)),
 }
-for f in SIZES:
+
+
+def train_at(f: float) -> None:
+    """Both arms on ``f`` of the training plays: each arm's LR tuned on dev at that size, then its seeds."""
     for arm, grid in SIZE_GRIDS.items():
         name = f"{arm}, {f:.0%} of the plays"
         cfg = lm_history.with_budget(lm_history.with_dataset(neural[arm], corpus[f]), SIZE_STEPS)
         sweeps[name], configs[name], runs = ablation.tuned_runs(cfg, name, grid, NOTEBOOK, SEEDS)
         curves.update({(name, s): c for s, c in zip(SEEDS, runs)})
+
+
+# %%
+train_at(SIZES[0])
+
+# %%
+train_at(SIZES[1])
+
+# %%
+train_at(SIZES[2])
 
 # %%
 arms = {}
@@ -318,8 +321,7 @@ plt.show()
 
 # %% [markdown]
 # ## Verdict
-# Losses paired by seed (lower is better); an n-gram's loss is the same for every seed; tokens/s
-# paired by timing round (the models timed in turn within a round), on the machine the timing names.
+# Losses paired by seed (an n-gram's is the same for every seed); tokens/s paired by timing round.
 
 # %%
 loss = {n: ablation.seed_values(arms[n], "val loss") for n in arms}
@@ -387,8 +389,7 @@ print("results in", out)
 
 # %% [markdown]
 # ## Reading the FULL run
-# The redo of issue 39 runs over three sittings from committed run summaries; the verdicts come
-# when the last arm is in. So far (sitting 1, 2026-12-05):
+# Issue 39's redo runs over three sittings; the verdicts come with the last arm. Sitting 1 (2026-12-05):
 # - **The n-gram goes sparse as the notes say** (counts, no seeds; measured, not yet a verdict):
 #   on 336,145 training BPE tokens its held-out loss falls from order 2 to 3 (4.546 -> 4.319 nats
 #   per token), barely to 4 (4.288) and not to 5 (4.290), while its stored counts grow 95,590 ->
