@@ -31,20 +31,17 @@ CHANGED_AFTER = {
 PENDING_RERUN: dict[str, str] = {
     "decoding": "claims registered 2026-12-05 for three MT models of 1,800 steps (seeds 0-2, one run summary each "
     "with its decodings) and the KV-cache timing at positions 1,024-4,096; its FULL sitting is next (issue 39, item 3)",
+    "language_model_history": "issue 39's redo: the n-gram against the window LM on BPE tokens and the data-size "
+    "sweep (LSTM against Transformer at 10/30/100% of the 38 plays), registered 2026-12-05, run over 3 sittings",
 }
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
-NOT_IN_NOTES = {
-    "language_model_history": {
-        "A neural fixed-window LM beats the n-gram",
-        "The Transformer beats the RNN at about the same parameters and steps",
-        "The Transformer beats the RNN at equal wall-clock",
-    },
-}
+NOT_IN_NOTES: dict[str, set[str]] = {}
 CHECKS = {
     "attention_scaling": {
         "At init the unscaled logits have std ~ sqrt(d_k)",
     },
     "decoding": {"... in the compiled programs: FLOPs and bytes per step"},
+    "language_model_history": {"The n-gram's memory grows with n faster than the window LM's"},
     "norm_placement": {"The notes' assumption at init: Var(F(x)) = Var(x) in Post-LN (Xavier)"},
     "positional_encoding": {
         "Without positions, self-attention is permutation-equivariant",

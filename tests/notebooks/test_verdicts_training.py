@@ -291,49 +291,64 @@ def test_decoding_kv_cache_time_that_noise_made_non_positive_is_unmeasured():
     assert decoding(sized_offset=-10.0)[3] == UNSURE  # a per-token time <= 0 cannot be fitted: inconclusive
 
 
-# language_model_history: perplexities and speeds of every arm, by seed.
+# language_model_history: losses, parameters and speeds of every arm, by seed.
 WIN, LSTM, TF = "fixed-window (Bengio 2003)", "LSTM (2 layers)", "Transformer"
 TIMED = lambda n: f"{n}, equal wall-clock"
 LONG = lambda n: f"{n}, context 256"
-LM_ROWS = {
-    "4-gram (Kneser-Ney, order chosen on dev)": {"val perplexity": 8.0, "tokens/s": None, "parameters": 0},
-    WIN: {"val perplexity": 7.0, "tokens/s": 9000.0, "parameters": 100_000},
-    LSTM: {"val perplexity": 6.0, "tokens/s": 1000.0, "parameters": 200_000},
-    TF: {"val perplexity": 5.0, "tokens/s": 5000.0, "parameters": 200_000},
-    TIMED(WIN): {"val perplexity": 6.8, "tokens/s": 9000.0, "parameters": 100_000},
-    TIMED(LSTM): {"val perplexity": 6.5, "tokens/s": 1000.0, "parameters": 200_000},
-    LONG(LSTM): {"val perplexity": 5.9, "tokens/s": 900.0, "parameters": 200_000},
-    LONG(TF): {"val perplexity": 4.6, "tokens/s": 4000.0, "parameters": 200_000},
+SIZED = lambda n, f: f"{n}, {f:.0%} of the plays"
+LM_ROWS = {  # val loss (nats), tokens/s (None: not timed), parameters (stored counts for an n-gram)
+    WIN: (1.95, 9000.0, 100_000),
+    LSTM: (1.80, 1000.0, 200_000),
+    TF: (None, 5000.0, 200_000),
+    TIMED(WIN): (1.90, None, 100_000),
+    TIMED(LSTM): (1.85, None, 200_000),
+    LONG(LSTM): (None, 900.0, 200_000),
+    LONG(TF): (None, 4000.0, 200_000),
+    "2-gram (BPE)": (5.0, None, 80_000),
+    "3-gram (BPE)": (4.8, None, 300_000),
+    "5-gram (BPE)": (4.8, None, 800_000),  # sparse: no better than order 3, four times the memory
+    "window 1 (BPE)": (5.1, None, 1_300_000),
+    "window 2 (BPE)": (4.9, None, 1_316_000),
+    "window 4 (BPE)": (4.7, None, 1_349_000),
+    SIZED(LSTM, 0.1): (1.70, None, 200_000),
+    SIZED(TF, 0.1): (1.80, None, 200_000),  # worse on little data
+    SIZED(LSTM, 0.3): (1.50, None, 200_000),
+    SIZED(TF, 0.3): (1.55, None, 200_000),
+    SIZED(LSTM, 1.0): (1.40, None, 200_000),
+    SIZED(TF, 1.0): (1.38, None, 200_000),  # and ahead with all of it
 }
 LM_CLAIMS = (
-    "A neural fixed-window LM beats the n-gram",
+    "A longer context helps the window LM more than the n-gram",
+    "The n-gram's memory grows with n faster than the window LM's",
+    "On little data the Transformer does worse than the LSTM",
+    "The Transformer's gap to the LSTM shrinks as the data grow",
     "An RNN beats the fixed-window LM",
-    "The Transformer beats the RNN at about the same parameters and steps",
-    "The Transformer beats the RNN at equal wall-clock",
     "The Transformer trains faster than the RNN",
 )
 
 
 def lm_history(changes=None):
     arms, rounds = {}, {}
-    for i, (name, row) in enumerate(LM_ROWS.items()):
-        row = {**row, **(changes or {}).get(name, {})}
+    for i, (name, (loss, rate, params)) in enumerate(LM_ROWS.items()):
+        loss, rate, params = (changes or {}).get(name, (loss, rate, params))
+        if rate is not None:  # timed once per model, in rounds
+            rounds[name] = [768 / r for r in jitter(rate, i, 20.0)]
+        if loss is None:
+            continue
         counted = "gram" in name  # a count: the same every seed
-        ppl = [row["val perplexity"]] * 3 if counted else jitter(row["val perplexity"], i, 0.02)
-        if row["tokens/s"] is not None and "wall-clock" not in name:  # timed once per model, in rounds
-            rounds[name] = [768 / r for r in jitter(row["tokens/s"], i, 20.0)]
-        steps = [2000 if name != TIMED(LSTM) else 400] * 3
-        arms[name] = arm(**{"val perplexity": ppl, "parameters": [row["parameters"]] * 3, "steps": steps})
+        losses = [loss] * 3 if counted else jitter(loss, i, 0.004)
+        per_seed = {"val loss": losses, "val perplexity": [math.exp(v) for v in losses], "parameters": [params] * 3}
+        arms[name] = arm(**per_seed)
     v = notebook_verdicts(
         "language_model_history",
         arms=arms,
         LONG=256,
+        WINDOWS=(1, 2, 4),
+        SIZES=(0.1, 0.3, 1.0),
         curves={},
         fig=None,
         configs={},
         SEEDS=SEEDS,
-        dev_loss={},
-        ORDER=4,
         sweeps={},
         speed={"rounds": rounds},
         tokens_per_step=768,
@@ -344,16 +359,21 @@ def lm_history(changes=None):
 
 
 def test_language_model_history_verdicts():
-    assert lm_history() == [HOLDS] * 5
-    assert lm_history({WIN: {"val perplexity": 8.1}})[0] == FAILS  # worse than the n-gram chosen on dev
-    assert lm_history({LSTM: {"val perplexity": 7.0}})[1] == UNSURE  # a tie is no win
-    assert lm_history({TIMED(LSTM): {"val perplexity": 7.0}})[1] == FAILS  # loses at equal wall-clock
-    assert lm_history({TF: {"val perplexity": 6.6}})[2:4] == [FAILS, FAILS]
-    assert lm_history({LONG(TF): {"val perplexity": 6.0}})[2] == FAILS  # the long context turns it
-    assert lm_history({TIMED(LSTM): {"val perplexity": 4.9}})[3] == FAILS
-    assert lm_history({TF: {"tokens/s": 900.0}})[4] == FAILS
+    assert lm_history() == [HOLDS] * 6
+    # the window LM does not gain from a longer window; then it gains, but no more than the n-gram
+    assert lm_history({"window 4 (BPE)": (5.1, None, 1_349_000)})[0] == FAILS
+    assert lm_history({"5-gram (BPE)": (4.5, None, 800_000)})[0] == FAILS
+    # the check: the n-gram adding fewer counts than the window LM adds weights
+    assert lm_history({"5-gram (BPE)": (4.8, None, 90_000)})[1] == FAILS
+    # the Transformer already ahead on little data; its gap growing with the data
+    assert lm_history({SIZED(TF, 0.1): (1.60, None, 200_000)})[2] == FAILS
+    assert lm_history({SIZED(TF, 1.0): (1.60, None, 200_000)})[3] == FAILS
+    assert lm_history({SIZED(TF, 0.3): (1.65, None, 200_000)})[3] == FAILS  # 10% -> 30% widens it
+    assert lm_history({LSTM: (1.95, 1000.0, 200_000)})[4] == UNSURE  # a tie is no win
+    assert lm_history({TIMED(LSTM): (1.95, None, 200_000)})[4] == FAILS  # loses at equal wall-clock
+    assert lm_history({TF: (None, 900.0, 200_000)})[5] == FAILS
 
 
 def test_language_model_history_without_a_speed_is_inconclusive():
-    assert lm_history({LSTM: {"tokens/s": None}})[4] == UNSURE
-    assert lm_history({LONG(LSTM): {"tokens/s": None}})[4] == UNSURE
+    assert lm_history({LSTM: (1.80, None, 200_000)})[5] == UNSURE
+    assert lm_history({LONG(LSTM): (None, None, 200_000)})[5] == UNSURE

@@ -30,7 +30,7 @@ Each notebook registers its claims before the run (`claims`: the notes' claim, m
 n), and results.json keeps the specs it was judged under.
 """
 
-from transformer_jax.ablation import decoding, lengths, norm_probes, orders, positions, probes
+from transformer_jax.ablation import decoding, lengths, lm_history, norm_probes, orders, positions, probes
 from transformer_jax.ablation.claims import (
     REGISTERED_AFTER_FULL_RUN,
     Claim,
@@ -159,6 +159,7 @@ __all__ = [
     "kept_measurement",
     "lengths",
     "linear_fit",
+    "lm_history",
     "load_run",
     "loglog_slope",
     "lr_grid",
