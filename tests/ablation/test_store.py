@@ -162,7 +162,7 @@ def test_sweep_lr_on_a_synthetic_task_scores_the_dev_seeds_own_examples(smoke, m
 def test_tuned_runs_score_the_seeds_at_the_swept_rate(smoke, monkeypatch):
     seen = []
 
-    def run_arm(c, arm, seed, nb):
+    def run_arm(c, arm, seed, nb, measure=None):
         seen.append((arm, seed, c.train.optim.lr))
         return fake_curves(val=(2.0, abs(c.train.optim.lr - 3e-3)))
 
