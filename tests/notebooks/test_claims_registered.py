@@ -29,7 +29,10 @@ CHANGED_AFTER = {
 }
 # a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
-PENDING_RERUN: dict[str, str] = {}
+PENDING_RERUN: dict[str, str] = {
+    "norm_placement": "the trained claims registered anew 2026-12-05 (warmup where deep Post-LN trains; Post vs Pre "
+    "per arm's best setting at 6 layers; Adam vs SGD at 18 layers), run on fresh seeds over 4-5 sittings",
+}
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
 NOT_IN_NOTES = {
     "decoding": {

@@ -1,0 +1,133 @@
+"""The trained arms of notebooks/norm_placement.py: one base config, arms by placement, depth,
+optimizer, learning rate and warmup length, and the warmup scan that finds where deep Post-LN trains.
+
+Every arm is the base config (character-level Shakespeare, d_model 64, Xavier init without a
+depth factor, unit-variance token embeddings, an untied output head) with the placement and depth
+changed, Adam without weight decay or SGD with momentum 0.9, and no gradient clipping. Arm names
+keep the form of the runs committed before this module (``"post L18 adam warmup lr=0.001"``), so
+that those run summaries are reused (`store.run_arm`); a warmup other than the standard one is
+named by its length (``"warmup 500"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from transformer_jax.ablation.paths import pick
+from transformer_jax.ablation.runs import Curves, shakespeare_config
+from transformer_jax.ablation.store import run_arm
+from transformer_jax.ablation.tuning import dev_split, with_lr, with_optim, with_steps
+
+
+def base_config(notebook: str, steps: int) -> Any:
+    """The shared config: Shakespeare characters, d_model 64 (32 in SMOKE mode), Xavier init, scaled
+    unit-variance embeddings, separate output head, scanned layers; in FULL mode one validation pass,
+    at the end."""
+    from transformer_jax.data import build_data
+    from transformer_jax.models import EmbeddingsConfig, InitConfig, with_changes
+
+    full_only = pick(smoke={}, full={"eval": {"every": steps}})
+    base = shakespeare_config(notebook, steps=steps, nonfinite="halt", **full_only)
+    model = with_changes(
+        base.model,
+        d_model=pick(smoke=32, full=64),
+        n_heads=pick(smoke=2, full=4),
+        d_ff=pick(smoke=64, full=256),
+        vocab_size=build_data(base.data, batch_size=1).vocab_size,
+        init=InitConfig(scheme="xavier"),
+        embeddings=EmbeddingsConfig(tie=False, scale=True),
+        scan_layers=True,
+    )
+    return dataclasses.replace(base, model=model)
+
+
+def unigram_floor(base: Any, notebook: str) -> dict[str, float]:
+    """The loss of character frequencies alone (an add-k 1-gram of the training text) on the dev
+    and the validation split: a model that uses no context ends there."""
+    from transformer_jax.models import AddKSmoothing, NgramConfig, baseline_model_config
+
+    ngram = baseline_model_config(
+        "ngram", NgramConfig(ngram_order=1, smoothing=AddKSmoothing()), vocab_size=base.model.dims.vocab_size
+    )
+    unigram = with_steps(dataclasses.replace(base, model=ngram), 1)
+    return {
+        "dev": run_arm(dev_split(unigram), "1-gram dev", 0, notebook).final_val,
+        "val": run_arm(unigram, "1-gram", 0, notebook).final_val,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Arms:
+    """Arms of one notebook built from ``base``; ``warmup``: the standard warmup length (steps)."""
+
+    base: Any
+    notebook: str
+    warmup: int
+
+    def config(self, placement: str, depth: int, *, lr: float, optimizer: str = "adam", warmup: int | None = None):
+        """``base`` with ``placement`` at ``depth`` layers, ``optimizer`` at peak ``lr``, ``warmup``
+        steps (None: the standard length; 0: none), no gradient clipping."""
+        from transformer_jax.models import with_changes
+        from transformer_jax.train.optim import Adam, Sgd
+
+        model = with_changes(self.base.model, placement=placement, n_layers=depth)
+        cfg = with_lr(dataclasses.replace(self.base, model=model), lr)
+        settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
+        steps = self.warmup if warmup is None else warmup
+        return with_optim(cfg, optimizer=settings, warmup_steps=steps, grad_clip=None)
+
+    def name(self, placement: str, depth: int, optimizer: str = "adam", warmup: int | None = None) -> str:
+        """``"<placement> L<depth> <optimizer> warmup"`` (``"warmup <steps>"``, ``"no warmup"``)."""
+        steps = self.warmup if warmup is None else warmup
+        what = "no warmup" if steps == 0 else "warmup" if steps == self.warmup else f"warmup {steps}"
+        return f"{placement} L{depth} {optimizer} {what}"
+
+    def train(
+        self,
+        placement: str,
+        depth: int,
+        seeds: Sequence[int],
+        *,
+        lr: float,
+        optimizer: str = "adam",
+        warmup: int | None = None,
+        measure: Any = None,
+    ) -> list[Curves]:
+        """One run per seed of ``seeds`` (reused when this arm, seed and config already ran)."""
+        cfg = self.config(placement, depth, lr=lr, optimizer=optimizer, warmup=warmup)
+        name = f"{self.name(placement, depth, optimizer, warmup)} lr={lr:.3g}"
+        return [run_arm(cfg, name, s, self.notebook, measure=measure) for s in seeds]
+
+    def dev_loss(self, placement: str, depth: int, *, lr: float, warmup: int | None = None, seed: int = 0) -> float:
+        """The final dev-split loss of one Adam run (+inf when it diverged)."""
+        cfg = dev_split(self.config(placement, depth, lr=lr, warmup=warmup))
+        name = f"{self.name(placement, depth, 'adam', warmup)} lr={lr:.3g} dev"
+        c = run_arm(cfg, name, seed, self.notebook)
+        return math.inf if c.diverged else c.final_val
+
+
+def warmup_scan(
+    arms: Arms,
+    depth: int,
+    lrs: Sequence[float],
+    warmups: Sequence[int],
+    *,
+    floor: float,
+    margin: float,
+    placement: str = "post",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """``placement`` at ``depth`` layers on the dev split at each learning rate x warmup length (one
+    ``seed``). A cell *trains* when its dev loss ends more than ``margin`` below ``floor`` (the dev
+    split's unigram loss). Returns ``{"cells": [{"lr", "warmup", "dev_loss", "trains"}], "pick"}``:
+    the training cell of lowest dev loss, or None when no cell trains."""
+    cells = []
+    for lr in lrs:
+        for w in warmups:
+            loss = arms.dev_loss(placement, depth, lr=lr, warmup=w, seed=seed)
+            cells.append({"lr": float(lr), "warmup": int(w), "dev_loss": loss, "trains": bool(loss < floor - margin)})
+    trained = [c for c in cells if c["trains"]]
+    return {"cells": cells, "pick": min(trained, key=lambda c: c["dev_loss"]) if trained else None}
