@@ -96,8 +96,13 @@ SHALLOW, DEEP = ablation.pick(smoke=(2, 2), full=(6, 18))
 PLACEMENTS = ("post", "pre", "deepnorm")
 WARMUP = ablation.pick(smoke=3, full=100)
 WARMUP_LRS = ablation.pick(smoke=(1e-3,), full=(1e-3, 3e-3))
+SCAN_DEPTHS = ablation.pick(smoke=(2,), full=(18, 12, 9))  # deepest first, until Post-LN trains with warmup
 SCAN_LRS = ablation.pick(smoke=(1e-3,), full=(1e-4, 3e-4, 1e-3))  # where 18-layer Post-LN may train
 SCAN_WARMUPS = ablation.pick(smoke=(3, 6), full=(100, 500))
+ADAM_GRID = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3))
+PLATEAU_STEPS = ablation.pick(smoke=(5, 10), full=(1000, 2000, 3000, 4000, 5000))  # Post vs Pre: candidate lengths
+PLATEAU_EVERY = ablation.pick(smoke=1, full=200)
+DEV_SEEDS = ablation.pick(smoke=(0, 1), full=(0, 1, 2))  # Adam vs SGD: LRs by the mean over these dev seeds
 RESCUE_GRID = ablation.pick(smoke=[1e-3, 3e-3], full=[1e-3, 3e-3, 1e-2])
 FAIL_MARGIN = 0.5  # a run "fails" when it diverges or ends within 0.5 nats of the unigram loss (no context used)
 print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
@@ -123,10 +128,11 @@ CLAIMS = ablation.register(
         "vanish, so the model sticks in a poor optimum or its loss diverges to NaN; warmup holds the later layers "
         "back while the earlier ones catch up (and line 97: Post-Norm usually needs warmup and a small enough LR "
         "to converge)",
-        measure="18 layers, Post-LN, Adam: on the dev split (seed 0) the LR x warmup cell of lowest dev loss "
-        "among those that train (dev loss more than 0.5 nats below the unigram loss; LRs 1e-4, 3e-4, 1e-3 x "
-        "warmup 100, 500 steps; none: not measured); at it, the final validation loss without warmup minus with, "
-        "paired by seed, and the loss without warmup against the validation split's unigram loss - 0.5",
+        measure="Post-LN, Adam, on the dev split (seed 0): at 18 layers, else (no cell trains there) 12, else 9, "
+        "the LR x warmup cell of lowest dev loss among those that train (dev loss more than 0.5 nats below the "
+        "unigram loss; LRs 1e-4, 3e-4, 1e-3 x warmup 100, 500 steps; none at any depth: not measured); at it, the "
+        "final validation loss without warmup minus with, paired by seed, and the loss without warmup against the "
+        "validation split's unigram loss - 0.5",
         criteria=(ablation.Criterion("greater"), ablation.Criterion("greater", "the unigram loss - 0.5")),
         why="warmup is what lets it train: the run without it ends worse (refuted by a gap below 0: dropping warmup "
         "helps) and fails (a diverged run counts as ln V; refuted by a loss without warmup surely more than 0.5 "
@@ -149,6 +155,12 @@ CLAIMS = ablation.register(
                 fresh=True,
                 seeds=(3, 4, 5, 6, 7, 8),
             ),
+            ablation.Revision(
+                "2026-12-05",
+                "the scan goes on at 12, then 9 layers where no cell trains at 18 (Adam vs SGD follows its depth)",
+                "its first cell at 18 layers (lr 1e-4, warmup 100) sat at the unigram loss on the dev split, like "
+                "every earlier 18-layer Post-LN run; dev data only, no scored run seen",
+            ),
         ),
     ),
     claim(
@@ -165,9 +177,10 @@ CLAIMS = ablation.register(
         says="Pre-Norm is usually the easier to train but ends worse than Post-Norm; this compares Post-Norm at its "
         "best settings with Pre-Norm at its own, not both at the same ones",
         measure="6 layers, Adam: final validation loss Post-LN minus Pre-LN, paired by seed; each arm's LR (3-point "
-        "log grid, grown at its edge) and warmup (100 or 500 steps) picked on the dev split (seed 0), both trained "
-        "for the steps at which Pre-LN's dev loss at its pick gains less than 0.02 nats over its last fifth (a dev "
-        "run of up to 5,000 steps, validated every 250)",
+        "log grid around its 1,000-step pick, grown at its edge) and warmup (100 or 500 steps) picked on the dev "
+        "split (seed 0), both trained for the first of 1,000-5,000 steps (every 1,000) at which Pre-LN's dev loss, "
+        "at its 1,000-step pick in one 5,000-step dev run validated every 200 steps, gains less than 0.02 nats "
+        "over the last fifth of those steps",
         criteria=(ablation.Criterion("less"),),
         why="a direction, refuted by an interval above 0 (Pre-LN ends lower at both arms' best settings); n sized "
         "for 0.02 nats, the smallest gap we would call a win",
@@ -193,9 +206,10 @@ CLAIMS = ablation.register(
         lines=(113, 135),
         says="Adam's update is of order the LR whenever the gradient beats the noise, SGD's is proportional to the "
         "gradient, so vanishing gradients stall SGD more",
-        measure="18 layers (where Post-LN's identity path is 2^-9 at the input, `init` below): (loss SGD - "
-        "loss Adam) for Post-LN minus the same for Pre-LN, paired by seed, with the warmup of the Post-LN scan's "
-        "pick; each of the four arms at its LR picked on the dev split by the mean over 3 dev seeds (0-2)",
+        measure="at the depth of the warmup scan's pick (18 layers, else 12 or 9: deep enough that Post-LN's "
+        "identity path is 2^-3 or less at the input, `init` below; 18 if the scan picks nothing) and with its warmup: "
+        "(loss SGD - loss Adam) for Post-LN minus the same for Pre-LN, paired by seed; each of the four arms at "
+        "its LR picked on the dev split by the mean over 3 dev seeds (0-2)",
         criteria=(ablation.Criterion("greater"),),
         why="a direction: SGD costs Post-LN more than Pre-LN (refuted by an interval below 0); n sized for 0.15 nats",
         n=4,
@@ -213,6 +227,11 @@ CLAIMS = ablation.register(
                 "seen, so the claim is judged on 3-6",
                 fresh=True,
                 seeds=(3, 4, 5, 6),
+            ),
+            ablation.Revision(
+                "2026-12-05",
+                "at the depth of the warmup scan's pick, not always 18 layers",
+                "the warmup scan may go on at 12 or 9 layers (see the warmup claim); no run of this claim seen",
             ),
         ),
     ),
@@ -305,10 +324,10 @@ print(f"ln V = {ceiling:.3f}; unigram loss: dev {floor['dev']:.3f}, validation {
 arms = ablation.norm_trained.Arms(base, NOTEBOOK, WARMUP)
 
 
-def train(placement, depth, *, lr, optimizer="adam", warmup=True, measure=None, seeds=SEEDS) -> list:
+def train(placement, depth, *, lr, optimizer="adam", warmup=True, steps=None, measure=None, seeds=SEEDS) -> list:
     """One run per seed; ``warmup``: True (the standard length), False (none) or a length in steps."""
-    steps = None if warmup is True else 0 if warmup is False else warmup
-    return arms.train(placement, depth, seeds, lr=lr, optimizer=optimizer, warmup=steps, measure=measure)
+    w = None if warmup is True else 0 if warmup is False else warmup
+    return arms.train(placement, depth, seeds, lr=lr, optimizer=optimizer, warmup=w, steps=steps, measure=measure)
 
 
 def trained_change(curves) -> dict:
@@ -379,21 +398,76 @@ rel_change = {  # a diverged run has no trained checkpoint to probe
 # %% [markdown]
 # ## Where warmup lets deep Post-LN train, and the same LR without it
 # At the fixed LRs above no 18-layer Post-LN run trains, with or without warmup: there is nothing
-# for warmup to rescue. The notes ask for warmup *and* a small enough LR (line 97), so Post-LN at
-# the deep depth is scanned on the dev split (seed 0) over smaller LRs and a longer warmup; at the
-# training cell (dev loss more than 0.5 nats below the unigram loss) of lowest dev loss, the fresh
-# seeds train with that warmup and without any. Where no cell trains, the claim is not measured.
+# for warmup to rescue. The notes ask for warmup *and* a small enough LR (line 97), so Post-LN is
+# scanned on the dev split (seed 0) over smaller LRs and a longer warmup, at 18 layers and, where no
+# cell trains there, at 12, then 9. At the deepest depth with a training cell (dev loss more than
+# 0.5 nats below the unigram loss), at its cell of lowest dev loss, the fresh seeds train with that
+# warmup and without any. Where no cell trains at any depth, the claim is not measured.
 
 # %%
-scan = ablation.norm_trained.warmup_scan(arms, DEEP, SCAN_LRS, SCAN_WARMUPS, floor=floor["dev"], margin=FAIL_MARGIN)
-for cell in scan["cells"]:
-    print(f"lr {cell['lr']:g}, warmup {cell['warmup']}: dev loss {cell['dev_loss']:.3f}", "(trains)" * cell["trains"])
-point = scan["pick"] or ablation.pick(smoke=scan["cells"][0], full=None)  # SMOKE: exercise the seeded runs
-lets = {"scan": scan, "point": point, "warmup": [], "no warmup": []}
+scans = ablation.norm_trained.deepest_training_scan(
+    arms, SCAN_DEPTHS, SCAN_LRS, SCAN_WARMUPS, floor=floor["dev"], margin=FAIL_MARGIN
+)
+for depth, scan in scans["scans"].items():
+    for c in scan["cells"]:
+        print(f"L{depth} lr {c['lr']:g}, warmup {c['warmup']}: dev loss {c['dev_loss']:.3f}", "(trains)" * c["trains"])
+point = scans["pick"] or ablation.pick(smoke=scans["scans"][DEEP]["cells"][0], full=None)  # SMOKE: runs it all
+warm_depth = scans["depth"] or DEEP
+lets = {"warmup": [], "no warmup": []}
 if point:
     for key, w in (("warmup", point["warmup"]), ("no warmup", 0)):
-        lets[key] = final(train("post", DEEP, lr=point["lr"], warmup=w or False, seeds=FRESH))
-        print(f"post L{DEEP} lr {point['lr']:g}, {key}:", ablation.mean_text(lets[key], 4))
+        lets[key] = final(train("post", warm_depth, lr=point["lr"], warmup=w or False, seeds=FRESH))
+        print(f"post L{warm_depth} lr {point['lr']:g}, {key}:", ablation.mean_text(lets[key], 4))
+
+# %% [markdown]
+# ## Post vs Pre at 6 layers, each at its best LR and warmup, to a dev plateau
+# The length: Pre-LN at its 1,000-step dev pick, one 5,000-step dev run; the first of 1,000-5,000
+# steps whose last fifth gains less than 0.02 nats. At that length each placement's LR (a 3-point
+# grid around its 1,000-step pick, grown at the edge) and warmup (100 or 500) come from the dev
+# split; then the fresh seeds train.
+
+# %%
+nt = ablation.norm_trained
+short = {
+    p: ablation.sweep_lr(arms.config(p, SHALLOW, lr=1e-3), arms.name(p, SHALLOW), ADAM_GRID, NOTEBOOK)
+    for p in ("post", "pre")
+}
+longest = max(PLATEAU_STEPS)
+plateau_cfg = ablation.dev_split(arms.config("pre", SHALLOW, lr=short["pre"]["lr"], steps=longest))
+plateau_name = f"{arms.name('pre', SHALLOW, steps=longest)} lr={short['pre']['lr']:.3g} every {PLATEAU_EVERY} dev"
+plateau = ablation.run_arm(nt.evaluated_every(plateau_cfg, PLATEAU_EVERY), plateau_name, 0, NOTEBOOK)
+long_steps = nt.plateau_steps(plateau.val_steps, plateau.val_loss, PLATEAU_STEPS, gain=0.02)
+best = {
+    p: nt.tuned(arms, p, SHALLOW, ablation.lr_grid(short[p]["lr"]), SCAN_WARMUPS, steps=long_steps)
+    for p in ("post", "pre")
+}
+versus = {
+    p: final(train(p, SHALLOW, lr=b["lr"], warmup=b["warmup"], steps=long_steps, seeds=FRESH[:5]))
+    for p, b in best.items()
+}
+for p, b in best.items():
+    print(
+        f"{p} L{SHALLOW}, {long_steps} steps, lr {b['lr']:.3g}, warmup {b['warmup']}:", ablation.mean_text(versus[p], 4)
+    )
+
+# %% [markdown]
+# ## Adam vs SGD at depth, where Post-LN's identity path vanishes
+# At the depth of the Post-LN scan's pick (18, else 12 or 9) and that pick's warmup, each placement
+# with each optimizer at its LR picked on the dev split by the mean over 3 dev seeds (Adam around
+# the scan's LR, SGD around 0.1); then the fresh seeds.
+
+# %%
+deep_warmup = point["warmup"] if point else WARMUP
+centers = {"adam": point["lr"] if point else 1e-3, "sgd": 0.1}
+optimizers = {}
+for p in ("post", "pre"):
+    for o in ("adam", "sgd"):
+        t = nt.tuned(arms, p, warm_depth, ablation.lr_grid(centers[o]), (deep_warmup,), optimizer=o, seeds=DEV_SEEDS)
+        optimizers[p, o] = {
+            **t,
+            "final": final(train(p, warm_depth, lr=t["lr"], optimizer=o, warmup=deep_warmup, seeds=FRESH[:4])),
+        }
+        print(f"{p} L{warm_depth} {o} lr {t['lr']:.3g}:", ablation.mean_text(optimizers[p, o]["final"], 4))
 
 # %% [markdown]
 # ## DeepNorm against Post-LN where Post-LN fails, with the same warmup
@@ -442,14 +516,13 @@ diff = lambda a, b: np.subtract(a, b)
 gap = lambda p, d, lr: diff(warm_loss[p, d, False, lr], warm_loss[p, d, True, lr])
 slope = lambda ys, x: [ablation.linear_fit(x, y)[0] for y in ys]
 change_slopes = slope([np.log(r) for r in rel_change["pre"]], np.log(np.arange(1, DEEP + 1)))
-later = lambda expect: ablation.Comparison.unmeasured(expect, "registered 2026-12-05; runs in a later sitting")
 claims = {
     "Warmup is what lets deep Post-LN train": (
-        f"{DEEP} layers, Post-LN, Adam at the dev scan's pick (lr {point['lr']:g}, {point['warmup']} warmup steps): "
+        f"{warm_depth} layers, Post-LN, Adam at the dev scan's pick (lr {point['lr']:g}, warmup {point['warmup']}): "
         f"loss(no warmup) - loss(warmup); loss(no warmup) against the unigram loss - {FAIL_MARGIN} = "
         f"{floor['val'] - FAIL_MARGIN:.3f}"
         if point
-        else f"{DEEP} layers, Post-LN: trains at no LR x warmup of the dev scan",
+        else "Post-LN trains at no depth, LR and warmup of the dev scan",
         [
             ablation.paired(diff(lets["no warmup"], lets["warmup"]), expect="greater"),
             ablation.paired(lets["no warmup"], expect="greater", reference=floor["val"] - FAIL_MARGIN),
@@ -467,12 +540,20 @@ claims = {
         ],
     ),
     "Post-LN ends lower than Pre-LN at 6 layers, each at its best LR and warmup": (
-        "6 layers, each at its dev-picked LR and warmup, to a dev plateau",
-        [later("less")],
+        f"{SHALLOW} layers, {long_steps} steps: loss post (lr {best['post']['lr']:.3g}, warmup "
+        f"{best['post']['warmup']}) - pre (lr {best['pre']['lr']:.3g}, warmup {best['pre']['warmup']})",
+        [ablation.paired(versus["post"], versus["pre"], expect="less")],
     ),
     "Adam is less hurt than SGD by deep Post-LN's vanishing identity path": (
-        "18 layers, each arm at its LR picked over 3 dev seeds",
-        [later("greater")],
+        f"{warm_depth} layers, warmup {deep_warmup}: (loss SGD - loss Adam) for post (lr "
+        f"{optimizers['post', 'sgd']['lr']:.3g} vs {optimizers['post', 'adam']['lr']:.3g}) minus the same for pre "
+        f"({optimizers['pre', 'sgd']['lr']:.3g} vs {optimizers['pre', 'adam']['lr']:.3g})",
+        [
+            ablation.paired(
+                *(diff(optimizers[p, "sgd"]["final"], optimizers[p, "adam"]["final"]) for p in ("post", "pre")),
+                expect="greater",
+            )
+        ],
     ),
     "DeepNorm rescues deep Post-LN (same warmup)": (
         f"{DEEP} layers, lr {rescue['lr']:.3g}, both with warmup: loss deepnorm - post; deepnorm's loss "
@@ -522,8 +603,14 @@ out = ablation.save_results(
             f"{p} L{d} {'warmup' if w else 'no warmup'} lr={lr:g}": runs_record(v)
             for (p, d, w, lr), v in warm_loss.items()
         },
-        "warmup_scan": scan,
+        "warmup_scan": {
+            "depth": scans["depth"],
+            "pick": scans["pick"],
+            **{f"L{d}": v for d, v in scans["scans"].items()},
+        },
         "warmup_lets_train": {k: runs_record(lets[k], FRESH) for k in ("warmup", "no warmup") if lets[k]},
+        "post_vs_pre": {"steps": long_steps, **{p: {**b, **runs_record(versus[p], FRESH)} for p, b in best.items()}},
+        "adam_vs_sgd": {f"{p} {o}": {**t, **runs_record(t["final"], FRESH)} for (p, o), t in optimizers.items()},
         "unigram_loss": floor,
         "rescue": {**rescue, **{k: runs_record(rescue[k]) for k in ("post", "deepnorm") if rescue[k]}},
         "verdicts": table,

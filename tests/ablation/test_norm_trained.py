@@ -44,3 +44,46 @@ def test_warmup_scan_picks_the_best_cell_that_trains(arms, monkeypatch):
     assert (scan["pick"]["lr"], scan["pick"]["warmup"]) == (3e-4, 500)
     loss.clear()
     assert norm_trained.warmup_scan(arms, 18, (1e-4,), (100,), floor=3.3, margin=0.5)["pick"] is None
+
+
+def test_steps_change_the_length_and_the_name_only(arms):
+    cfg = arms.config("pre", 6, lr=1e-3, steps=50)
+    assert cfg.train.steps == 50 and cfg.train.checkpoint.every == 50
+    assert arms.name("pre", 6, steps=50) == "pre L6 adam warmup 50 steps"
+    assert arms.config("pre", 6, lr=1e-3) == arms.config("pre", 6, lr=1e-3, steps=None)
+
+
+def test_plateau_is_the_first_length_whose_last_fifth_gains_little():
+    steps = list(range(200, 5001, 200))
+    loss = [2.0 + 10 / s**0.5 for s in steps]  # the last fifth gains 0.037 at 1000, 0.026 at 2000, 0.021, 0.019
+    assert norm_trained.plateau_steps(steps, loss, (1000, 2000, 3000, 4000, 5000), gain=0.02) == 4000
+    assert norm_trained.plateau_steps(steps, loss, (1000, 5000), gain=0.001) == 5000  # never: the longest
+
+
+def test_tuned_picks_the_warmup_whose_best_rate_is_lowest(arms, monkeypatch):
+    seen = []
+
+    def sweep(cfg, name, grid, notebook, *, seeds):
+        seen.append((name, cfg.train.optim.warmup_steps, tuple(seeds)))
+        best = {"pre L18 sgd warmup": 2.5, "pre L18 sgd warmup 500": 2.4}[name]
+        return {"grid": list(grid), "dev_loss": [best + 0.1, best], "lr": grid[1], "at_edge": True}
+
+    monkeypatch.setattr(norm_trained, "sweep_lr", sweep)
+    t = norm_trained.tuned(arms, "pre", 18, [0.1, 0.3], (None, 500), optimizer="sgd", seeds=(0, 1, 2))
+    assert (t["lr"], t["warmup"], t["dev_loss"]) == (0.3, 500, 2.4)
+    assert seen == [("pre L18 sgd warmup", 100, (0, 1, 2)), ("pre L18 sgd warmup 500", 500, (0, 1, 2))]
+
+
+def test_the_scan_goes_shallower_until_a_cell_trains(arms, monkeypatch):
+    seen = []
+
+    def dev_loss(self, p, depth, *, lr, warmup=None, seed=0):
+        seen.append(depth)
+        return 2.5 if (depth, lr, warmup) == (12, 3e-4, 500) else 3.3
+
+    monkeypatch.setattr(norm_trained.Arms, "dev_loss", dev_loss)
+    out = norm_trained.deepest_training_scan(arms, (18, 12, 9), (1e-4, 3e-4), (100, 500), floor=3.3, margin=0.5)
+    assert (out["depth"], out["pick"]["lr"], out["pick"]["warmup"]) == (12, 3e-4, 500)
+    assert sorted(out["scans"]) == [12, 18] and seen == [18] * 4 + [12] * 4
+    none = norm_trained.deepest_training_scan(arms, (18,), (1e-4,), (100,), floor=3.3, margin=0.5)
+    assert none["depth"] is None and none["pick"] is None and list(none["scans"]) == [18]

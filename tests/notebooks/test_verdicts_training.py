@@ -27,6 +27,8 @@ WARM_LOSS = {  # (placement, depth, warmup): loss, at both fixed LRs
 UNIGRAM = {"dev": 3.3, "val": 3.3}  # the loss of character frequencies alone: the failure line is 2.8
 NORM_FRESH = (3, 4, 5, 6, 7, 8)
 LETS = {"warmup": 2.20, "no warmup": 3.32}  # deep Post-LN at the scan's pick, on the fresh seeds
+VERSUS = {"post": 1.48, "pre": 1.52}  # 6 layers, each at its best LR and warmup
+OPTIMIZERS = {("post", "adam"): 2.20, ("post", "sgd"): 2.90, ("pre", "adam"): 2.10, ("pre", "sgd"): 2.30}
 NORM_CLAIMS = (
     "Warmup is what lets deep Post-LN train",
     "Pre-LN trains without warmup",
@@ -44,6 +46,9 @@ def fresh(mean: float, k: int = 0) -> list[float]:
     return [mean + 0.01 * math.sin(k + 2 * s) for s in NORM_FRESH]
 
 
+BEST = {"long_steps": 3000, "best": {p: {"lr": 3e-3, "warmup": 100} for p in ("post", "pre")}}
+
+
 def norm_placement(
     warm=None,
     rescue=None,
@@ -54,12 +59,19 @@ def norm_placement(
     lrs=LRS,
     lets=None,
     point=True,
+    versus=None,
+    optimizers=None,
 ):
     losses = {**WARM_LOSS, **(warm or {})}
     warm_loss = {
         (p, d, w, lr): jitter(v, i + j) for j, lr in enumerate(lrs) for i, ((p, d, w), v) in enumerate(losses.items())
     }
     lets = {k: v if isinstance(v, list) else fresh(v, i) for i, (k, v) in enumerate({**LETS, **(lets or {})}.items())}
+    versus = {k: fresh(v, i)[:5] for i, (k, v) in enumerate({**VERSUS, **(versus or {})}.items())}
+    optimizers = {
+        k: {"lr": 1e-3, "final": fresh(v, i)[:4]}
+        for i, (k, v) in enumerate({**OPTIMIZERS, **(optimizers or {})}.items())
+    }
     rescue = {
         "lr": 1e-2,
         "post_fails_in_sweep": True,
@@ -81,9 +93,14 @@ def norm_placement(
     v = notebook_verdicts(
         "norm_placement",
         warm_loss=warm_loss,
-        scan={"cells": [], "pick": None},
+        scans={"scans": {}, "depth": None, "pick": None},
         point={"lr": 3e-4, "warmup": 500, "dev_loss": 2.3, "trains": True} if point else None,
         lets={"scan": {}, "point": None, **lets} if point else {"warmup": [], "no warmup": []},
+        **BEST,
+        versus=versus,
+        optimizers=optimizers,
+        deep_warmup=500,
+        warm_depth=DEEP,
         rescue=rescue,
         floor=UNIGRAM,
         init=init,
@@ -107,7 +124,7 @@ def norm_placement(
 
 
 def test_norm_placement_verdicts():
-    assert norm_placement() == [HOLDS, HOLDS, UNSURE, UNSURE] + [HOLDS] * 4  # rows 3-4: a later sitting
+    assert norm_placement() == [HOLDS] * 8
     # warmup is what lets deep Post-LN train: either part refutes it
     assert norm_placement(lets={"no warmup": 2.15})[0] == FAILS  # trains without warmup, and better
     assert norm_placement(lets={"no warmup": 2.40})[0] == FAILS  # worse without warmup, but it trains
@@ -118,6 +135,10 @@ def test_norm_placement_verdicts():
     assert norm_placement(point=False)[0] == UNSURE  # the scan found nowhere it trains: nothing to rescue
     assert norm_placement({("pre", DEEP, False): 1.50})[1] == FAILS  # gap 0.10 > the 0.05 margin
     assert norm_placement({("pre", DEEP, False): 1.445})[1] == UNSURE  # gap 0.045: the interval crosses 0.05
+    assert norm_placement(versus={"post": 1.52})[2] == UNSURE  # a tie is no win
+    assert norm_placement(versus={"post": 1.56})[2] == FAILS  # Pre-LN ends lower at both best settings
+    assert norm_placement(optimizers={("pre", "sgd"): 3.00})[3] == FAILS  # SGD costs pre more than post
+    assert norm_placement(optimizers={("pre", "sgd"): 2.80})[3] == UNSURE  # 0.7 against 0.7: the same cost
     assert norm_placement(rescue={"deepnorm": jitter(4.1, 1)})[4] == FAILS  # no better than failing Post-LN
     assert norm_placement(rescue={"deepnorm": jitter(3.9, 1)})[4] == FAILS  # better, but still near ln V
     # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
@@ -139,9 +160,14 @@ def test_norm_placement_at_one_training_depth():
         warm_loss={
             (p, 2, w, 1e-3): jitter(1.5 + (not w) * (p == "post") * 0.5) for p in ("post", "pre") for w in (1, 0)
         },
-        scan={"cells": [], "pick": None},
+        scans={"scans": {}, "depth": None, "pick": None},
         point=None,
         lets={"warmup": [], "no warmup": []},
+        **BEST,
+        versus={p: jitter(1.5)[:2] for p in ("post", "pre")},
+        optimizers={(p, o): {"lr": 1e-3, "final": jitter(1.5)[:2]} for p in ("post", "pre") for o in ("adam", "sgd")},
+        deep_warmup=3,
+        warm_depth=2,
         rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
         floor=UNIGRAM,
         init={("post", 3): {k: [0.3, 0.31] for k in ("identity_decay", "predicted_decay", "log2_var")}},

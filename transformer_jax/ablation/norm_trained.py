@@ -19,7 +19,7 @@ from typing import Any
 from transformer_jax.ablation.paths import pick
 from transformer_jax.ablation.runs import Curves, shakespeare_config
 from transformer_jax.ablation.store import run_arm
-from transformer_jax.ablation.tuning import dev_split, with_lr, with_optim, with_steps
+from transformer_jax.ablation.tuning import dev_split, sweep_lr, with_lr, with_optim, with_steps
 
 
 def base_config(notebook: str, steps: int) -> Any:
@@ -67,23 +67,37 @@ class Arms:
     notebook: str
     warmup: int
 
-    def config(self, placement: str, depth: int, *, lr: float, optimizer: str = "adam", warmup: int | None = None):
+    def config(
+        self,
+        placement: str,
+        depth: int,
+        *,
+        lr: float,
+        optimizer: str = "adam",
+        warmup: int | None = None,
+        steps: int | None = None,
+    ):
         """``base`` with ``placement`` at ``depth`` layers, ``optimizer`` at peak ``lr``, ``warmup``
-        steps (None: the standard length; 0: none), no gradient clipping."""
+        steps (None: the standard length; 0: none), no gradient clipping; ``steps`` training steps
+        (None: the base's)."""
         from transformer_jax.models import with_changes
         from transformer_jax.train.optim import Adam, Sgd
 
         model = with_changes(self.base.model, placement=placement, n_layers=depth)
         cfg = with_lr(dataclasses.replace(self.base, model=model), lr)
         settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
-        steps = self.warmup if warmup is None else warmup
-        return with_optim(cfg, optimizer=settings, warmup_steps=steps, grad_clip=None)
+        w = self.warmup if warmup is None else warmup
+        cfg = with_optim(cfg, optimizer=settings, warmup_steps=w, grad_clip=None)
+        return cfg if steps is None else with_steps(cfg, steps)
 
-    def name(self, placement: str, depth: int, optimizer: str = "adam", warmup: int | None = None) -> str:
-        """``"<placement> L<depth> <optimizer> warmup"`` (``"warmup <steps>"``, ``"no warmup"``)."""
-        steps = self.warmup if warmup is None else warmup
-        what = "no warmup" if steps == 0 else "warmup" if steps == self.warmup else f"warmup {steps}"
-        return f"{placement} L{depth} {optimizer} {what}"
+    def name(
+        self, placement: str, depth: int, optimizer: str = "adam", warmup: int | None = None, steps: int | None = None
+    ) -> str:
+        """``"<placement> L<depth> <optimizer> warmup"`` (``"warmup <n>"``, ``"no warmup"``; then
+        ``"<steps> steps"`` when not the base's)."""
+        w = self.warmup if warmup is None else warmup
+        what = "no warmup" if w == 0 else "warmup" if w == self.warmup else f"warmup {w}"
+        return f"{placement} L{depth} {optimizer} {what}" + ("" if steps is None else f" {steps} steps")
 
     def train(
         self,
@@ -94,11 +108,12 @@ class Arms:
         lr: float,
         optimizer: str = "adam",
         warmup: int | None = None,
+        steps: int | None = None,
         measure: Any = None,
     ) -> list[Curves]:
         """One run per seed of ``seeds`` (reused when this arm, seed and config already ran)."""
-        cfg = self.config(placement, depth, lr=lr, optimizer=optimizer, warmup=warmup)
-        name = f"{self.name(placement, depth, optimizer, warmup)} lr={lr:.3g}"
+        cfg = self.config(placement, depth, lr=lr, optimizer=optimizer, warmup=warmup, steps=steps)
+        name = f"{self.name(placement, depth, optimizer, warmup, steps)} lr={lr:.3g}"
         return [run_arm(cfg, name, s, self.notebook, measure=measure) for s in seeds]
 
     def dev_loss(self, placement: str, depth: int, *, lr: float, warmup: int | None = None, seed: int = 0) -> float:
@@ -131,3 +146,56 @@ def warmup_scan(
             cells.append({"lr": float(lr), "warmup": int(w), "dev_loss": loss, "trains": bool(loss < floor - margin)})
     trained = [c for c in cells if c["trains"]]
     return {"cells": cells, "pick": min(trained, key=lambda c: c["dev_loss"]) if trained else None}
+
+
+def tuned(
+    arms: Arms,
+    placement: str,
+    depth: int,
+    grid: Sequence[float],
+    warmups: Sequence[int | None],
+    *,
+    optimizer: str = "adam",
+    steps: int | None = None,
+    seeds: Sequence[int] = (0,),
+) -> dict[str, Any]:
+    """An arm's learning rate and warmup: `tuning.sweep_lr` over ``grid`` (mean dev loss over
+    ``seeds``) at each warmup length, then the length whose pick has the lowest dev loss. Returns
+    ``{"lr", "warmup", "dev_loss", "sweeps": {warmup: sweep record}}``."""
+    sweeps = {}
+    for w in warmups:
+        cfg = arms.config(placement, depth, lr=grid[0], optimizer=optimizer, warmup=w, steps=steps)
+        name = arms.name(placement, depth, optimizer, w, steps)
+        sweeps[w] = sweep_lr(cfg, name, grid, arms.notebook, seeds=seeds)
+    best = lambda w: min(sweeps[w]["dev_loss"])
+    w = min(sweeps, key=best)
+    return {"lr": sweeps[w]["lr"], "warmup": w, "dev_loss": best(w), "sweeps": {str(k): v for k, v in sweeps.items()}}
+
+
+def plateau_steps(steps: Sequence[int], loss: Sequence[float], candidates: Sequence[int], gain: float) -> int:
+    """The smallest of ``candidates`` at which the validation loss (``loss`` at ``steps``) gained
+    less than ``gain`` over the last fifth of those steps (from 0.8 x it); the largest when none did."""
+    at = dict(zip(steps, loss))
+    for s in sorted(candidates):
+        if at[round(0.8 * s)] - at[s] < gain:
+            return int(s)
+    return int(max(candidates))
+
+
+def evaluated_every(cfg: Any, every: int) -> Any:
+    """``cfg`` validated every ``every`` steps."""
+    return dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, eval=dataclasses.replace(cfg.train.eval, every=every))
+    )
+
+
+def deepest_training_scan(arms: Arms, depths: Sequence[int], lrs: Sequence[float], warmups: Sequence[int], **kw: Any):
+    """`warmup_scan` at each of ``depths`` in turn (deepest first), stopping at the first depth where
+    a cell trains. Returns ``{"scans": {depth: scan}, "depth", "pick"}`` (``depth`` and ``pick``
+    None when no cell trains at any depth)."""
+    scans: dict[int, dict[str, Any]] = {}
+    for depth in depths:
+        scans[depth] = warmup_scan(arms, depth, lrs, warmups, **kw)
+        if scans[depth]["pick"] is not None:
+            return {"scans": scans, "depth": depth, "pick": scans[depth]["pick"]}
+    return {"scans": scans, "depth": None, "pick": None}
