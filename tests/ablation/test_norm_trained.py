@@ -1,4 +1,4 @@
-"""norm_placement's trained arms (`ablation.norm_trained`): names that keep the committed runs'
+"""norm_training's trained arms (`ablation.norm_trained`): names that keep the committed runs'
 keys, configs that change only what the arm names, and the warmup scan's pick."""
 
 import dataclasses

@@ -21,7 +21,7 @@ NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py") if p.stem != "conftest")
 CHANGED_AFTER = {
     "causal_mask": {"... and so does generation"},
     "decoding": {"Beam search with a length penalty does not shorten the output", "... nor than the references"},
-    "norm_placement": {
+    "norm_training": {
         "DeepNorm rescues deep Post-LN (same warmup)",
         "Pre-LN's relative residual change falls with depth (trained)",
     },
@@ -30,8 +30,10 @@ CHANGED_AFTER = {
 # a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
 PENDING_RERUN: dict[str, str] = {
-    "norm_placement": "the trained claims registered anew 2026-12-05 (warmup where deep Post-LN trains; Post vs Pre "
-    "per arm's best setting at 6 layers; Adam vs SGD at 18 layers), run on fresh seeds over 4-5 sittings",
+    "norm_placement": "split 2026-12-05: its init half reruns alone, the trained half moved to norm_training",
+    "norm_training": "the trained half of norm_placement, its claims registered anew 2026-12-05 (warmup where deep "
+    "Post-LN trains; Post vs Pre per arm's best setting at 6 layers; Adam vs SGD where the identity path vanishes), "
+    "run on fresh seeds over 4-5 sittings; no results.json until then",
 }
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
 NOT_IN_NOTES = {
@@ -90,6 +92,8 @@ def _comparison(d: dict) -> ablation.Comparison:
 
 @pytest.mark.parametrize("notebook", NAMES)
 def test_committed_results_were_run_under_the_notebooks_current_claims(notebook):
+    if notebook in PENDING_RERUN and not (RESULTS / notebook / "results.json").exists():
+        pytest.skip(f"{notebook}: no FULL results yet ({PENDING_RERUN[notebook]})")
     stored = _record(notebook).get("claims")
     current = json.loads(json.dumps(ablation.spec_record(notebook_claims(notebook))))
     assert stored is not None, f"{notebook}: the committed results.json stores no registered claims"

@@ -1,4 +1,4 @@
-"""Verdicts of the training-heavy notebooks (norm_placement, mixture_of_experts, decoding,
+"""Verdicts of the training-heavy notebooks (norm_placement, norm_training, mixture_of_experts, decoding,
 language_model_history) on synthetic per-seed or per-sentence inputs whose answer is known; see
 ``test_verdicts.py`` for the scheme and ``verdict_cells.py`` for how a cell is run."""
 
@@ -35,9 +35,11 @@ NORM_CLAIMS = (
     "Post-LN ends lower than Pre-LN at 6 layers, each at its best LR and warmup",
     "Adam is less hurt than SGD by deep Post-LN's vanishing identity path",
     "DeepNorm rescues deep Post-LN (same warmup)",
+    "Pre-LN's relative residual change falls with depth (trained)",
+)
+INIT_CLAIMS = (
     "At init, Post-LN's identity path shrinks by (v(1 + r))^(-1/2) per sublayer, as the notes derive",
     "The notes' assumption at init: Var(F(x)) = Var(x) in Post-LN (Xavier)",
-    "Pre-LN's relative residual change falls with depth (trained)",
 )
 
 
@@ -49,12 +51,9 @@ def fresh(mean: float, k: int = 0) -> list[float]:
 BEST = {"long_steps": 3000, "best": {p: {"lr": 3e-3, "warmup": 100} for p in ("post", "pre")}}
 
 
-def norm_placement(
+def norm_training(
     warm=None,
     rescue=None,
-    identity_rate=0.50,
-    predicted_rate=0.52,
-    log2_var=-0.3,
     change_power=-1.0,
     lrs=LRS,
     lets=None,
@@ -79,19 +78,11 @@ def norm_placement(
         "deepnorm": jitter(1.6, 1),
         **(rescue or {}),
     }
-    probe_depths, noise = (6, 48), (0.0, 0.01, -0.01)
-    init = {  # halvings per layer of the identity path, measured and predicted, per initialisation
-        ("post", d): {
-            "identity_decay": [identity_rate + e for e in noise],
-            "predicted_decay": [predicted_rate + e / 2 for e in noise],
-            "log2_var": [log2_var + e for e in noise],
-        }
-        for d in probe_depths
-    }
+    noise = (0.0, 0.01, -0.01)
     layers = np.arange(1, DEEP + 1)
     rel_change = {"pre": [0.5 * layers ** (change_power + e) for e in noise], "post": [np.ones(DEEP)] * 3}
     v = notebook_verdicts(
-        "norm_placement",
+        "norm_training",
         warm_loss=warm_loss,
         scans={"scans": {}, "depth": None, "pick": None},
         point={"lr": 3e-4, "warmup": 500, "dev_loss": 2.3, "trains": True} if point else None,
@@ -103,60 +94,76 @@ def norm_placement(
         warm_depth=DEEP,
         rescue=rescue,
         floor=UNIGRAM,
-        init=init,
-        xiong={},
         rel_change=rel_change,
         WARMUP_LRS=lrs,
         SHALLOW=SHALLOW,
         DEEP=DEEP,
-        PROBE_DEPTHS=probe_depths,
         SEEDS=SEEDS,
         FRESH=NORM_FRESH,
-        PROBE_SEEDS=SEEDS,
         FAIL_MARGIN=0.5,
         ceiling=CEILING,
         base={},
-        fig_init=None,
         fig_train=None,
     )
     assert list(v) == list(NORM_CLAIMS)
     return [v[c] for c in NORM_CLAIMS]
 
 
-def test_norm_placement_verdicts():
-    assert norm_placement() == [HOLDS] * 8
-    # warmup is what lets deep Post-LN train: either part refutes it
-    assert norm_placement(lets={"no warmup": 2.15})[0] == FAILS  # trains without warmup, and better
-    assert norm_placement(lets={"no warmup": 2.40})[0] == FAILS  # worse without warmup, but it trains
-    assert norm_placement(lets={"no warmup": CEILING})[0] == HOLDS  # a diverged run counts as ln V
-    assert norm_placement(lets={"no warmup": 2.80})[0] == UNSURE  # on the failure line
-    # one seed of six trains without warmup: the interval of the gap stays above 0, of the loss crosses the line
-    assert norm_placement(lets={"no warmup": [3.32] * 5 + [2.2]})[0] == UNSURE
-    assert norm_placement(point=False)[0] == UNSURE  # the scan found nowhere it trains: nothing to rescue
-    assert norm_placement({("pre", DEEP, False): 1.50})[1] == FAILS  # gap 0.10 > the 0.05 margin
-    assert norm_placement({("pre", DEEP, False): 1.445})[1] == UNSURE  # gap 0.045: the interval crosses 0.05
-    assert norm_placement(versus={"post": 1.52})[2] == UNSURE  # a tie is no win
-    assert norm_placement(versus={"post": 1.56})[2] == FAILS  # Pre-LN ends lower at both best settings
-    assert norm_placement(optimizers={("pre", "sgd"): 3.00})[3] == FAILS  # SGD costs pre more than post
-    assert norm_placement(optimizers={("pre", "sgd"): 2.80})[3] == UNSURE  # 0.7 against 0.7: the same cost
-    assert norm_placement(rescue={"deepnorm": jitter(4.1, 1)})[4] == FAILS  # no better than failing Post-LN
-    assert norm_placement(rescue={"deepnorm": jitter(3.9, 1)})[4] == FAILS  # better, but still near ln V
-    # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
-    assert norm_placement(rescue={"deepnorm": jitter(3.0, 1)})[4] == FAILS
-    assert norm_placement(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
-    # the identity path does not shrink towards the input (and the prediction says so too)
-    assert norm_placement(identity_rate=-0.05, predicted_rate=-0.05)[5] == FAILS
-    assert norm_placement(identity_rate=0.0, predicted_rate=0.0)[5] == UNSURE  # flat: neither shrinks nor grows
-    assert norm_placement(predicted_rate=1.0)[5] == FAILS  # the notes' r = 1: 0.5 halvings per layer off
-    assert norm_placement(predicted_rate=0.35)[5] == FAILS  # shrinks, but 0.15 per layer faster than predicted
-    assert norm_placement(predicted_rate=0.595)[5] == UNSURE  # 0.095 off: the interval crosses the 0.1 margin
-    assert norm_placement(log2_var=-2.0)[6] == FAILS  # Var(F) a quarter of Var(x)
-    assert norm_placement(change_power=0.2)[7] == FAILS
-
-
-def test_norm_placement_at_one_training_depth():
+def norm_placement(identity_rate=0.50, predicted_rate=0.52, log2_var=-0.3):
+    probe_depths, noise = (6, 48), (0.0, 0.01, -0.01)
+    init = {  # halvings per layer of the identity path, measured and predicted, per initialisation
+        ("post", d): {
+            "identity_decay": [identity_rate + e for e in noise],
+            "predicted_decay": [predicted_rate + e / 2 for e in noise],
+            "log2_var": [log2_var + e for e in noise],
+        }
+        for d in probe_depths
+    }
     v = notebook_verdicts(
-        "norm_placement",
+        "norm_placement", init=init, xiong={}, PROBE_DEPTHS=probe_depths, PROBE_SEEDS=SEEDS, base={}, fig_init=None
+    )
+    assert list(v) == list(INIT_CLAIMS)
+    return [v[c] for c in INIT_CLAIMS]
+
+
+def test_norm_training_verdicts():
+    assert norm_training() == [HOLDS] * 6
+    # warmup is what lets deep Post-LN train: either part refutes it
+    assert norm_training(lets={"no warmup": 2.15})[0] == FAILS  # trains without warmup, and better
+    assert norm_training(lets={"no warmup": 2.40})[0] == FAILS  # worse without warmup, but it trains
+    assert norm_training(lets={"no warmup": CEILING})[0] == HOLDS  # a diverged run counts as ln V
+    assert norm_training(lets={"no warmup": 2.80})[0] == UNSURE  # on the failure line
+    # one seed of six trains without warmup: the interval of the gap stays above 0, of the loss crosses the line
+    assert norm_training(lets={"no warmup": [3.32] * 5 + [2.2]})[0] == UNSURE
+    assert norm_training(point=False)[0] == UNSURE  # the scan found nowhere it trains: nothing to rescue
+    assert norm_training({("pre", DEEP, False): 1.50})[1] == FAILS  # gap 0.10 > the 0.05 margin
+    assert norm_training({("pre", DEEP, False): 1.445})[1] == UNSURE  # gap 0.045: the interval crosses 0.05
+    assert norm_training(versus={"post": 1.52})[2] == UNSURE  # a tie is no win
+    assert norm_training(versus={"post": 1.56})[2] == FAILS  # Pre-LN ends lower at both best settings
+    assert norm_training(optimizers={("pre", "sgd"): 3.00})[3] == FAILS  # SGD costs pre more than post
+    assert norm_training(optimizers={("pre", "sgd"): 2.80})[3] == UNSURE  # 0.7 against 0.7: the same cost
+    assert norm_training(rescue={"deepnorm": jitter(4.1, 1)})[4] == FAILS  # no better than failing Post-LN
+    assert norm_training(rescue={"deepnorm": jitter(3.9, 1)})[4] == FAILS  # better, but still near ln V
+    # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
+    assert norm_training(rescue={"deepnorm": jitter(3.0, 1)})[4] == FAILS
+    assert norm_training(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
+    assert norm_training(change_power=0.2)[5] == FAILS
+
+
+def test_norm_placement_verdicts():
+    assert norm_placement() == [HOLDS] * 2
+    # the identity path does not shrink towards the input (and the prediction says so too)
+    assert norm_placement(identity_rate=-0.05, predicted_rate=-0.05)[0] == FAILS
+    assert norm_placement(identity_rate=0.0, predicted_rate=0.0)[0] == UNSURE  # flat: neither shrinks nor grows
+    assert norm_placement(predicted_rate=1.0)[0] == FAILS  # the notes' r = 1: 0.5 halvings per layer off
+    assert norm_placement(predicted_rate=0.35)[0] == FAILS  # shrinks, but 0.15 per layer faster than predicted
+    assert norm_placement(predicted_rate=0.595)[0] == UNSURE  # 0.095 off: the interval crosses the 0.1 margin
+    assert norm_placement(log2_var=-2.0)[1] == FAILS  # Var(F) a quarter of Var(x)
+
+
+def test_norm_training_at_one_training_depth():
+    v = notebook_verdicts(
+        "norm_training",
         warm_loss={
             (p, 2, w, 1e-3): jitter(1.5 + (not w) * (p == "post") * 0.5) for p in ("post", "pre") for w in (1, 0)
         },
@@ -170,20 +177,15 @@ def test_norm_placement_at_one_training_depth():
         warm_depth=2,
         rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
         floor=UNIGRAM,
-        init={("post", 3): {k: [0.3, 0.31] for k in ("identity_decay", "predicted_decay", "log2_var")}},
-        xiong={},
         rel_change={"pre": [np.asarray([0.5, 0.3])] * 2, "post": [np.ones(2)] * 2},
         WARMUP_LRS=(1e-3,),
         SHALLOW=2,
         DEEP=2,
-        PROBE_DEPTHS=(3,),
         SEEDS=(0, 1),
         FRESH=(3, 4),
-        PROBE_SEEDS=(0, 1),
         FAIL_MARGIN=0.5,
         ceiling=CEILING,
         base={},
-        fig_init=None,
         fig_train=None,
     )
     assert v[NORM_CLAIMS[0]] == UNSURE and v[NORM_CLAIMS[4]] == UNSURE

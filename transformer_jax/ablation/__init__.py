@@ -21,7 +21,7 @@ claims by two one-sided tests against a margin stated before the run. An arm's l
 comes from a sweep scored on a dev split carved from the training text (`tuning`); every run
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
 (`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes,
-`norm_probes` the identity path's gradient at init, `norm_trained` builds norm_placement's trained
+`norm_probes` the identity path's gradient at init, `norm_trained` builds norm_training's trained
 arms; `orders` holds the order-blind reference of a seq2seq task.
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.

@@ -1,5 +1,6 @@
-"""The trained arms of notebooks/norm_placement.py: one base config, arms by placement, depth,
-optimizer, learning rate and warmup length, and the warmup scan that finds where deep Post-LN trains.
+"""The trained arms of notebooks/norm_training.py (norm_placement's trained half): one base config,
+arms by placement, depth, optimizer, learning rate, warmup length and steps, the warmup scan that
+finds where deep Post-LN trains, and the tuning of an arm's LR and warmup.
 
 Every arm is the base config (character-level Shakespeare, d_model 64, Xavier init without a
 depth factor, unit-variance token embeddings, an untied output head) with the placement and depth
@@ -199,3 +200,58 @@ def deepest_training_scan(arms: Arms, depths: Sequence[int], lrs: Sequence[float
         if scans[depth]["pick"] is not None:
             return {"scans": scans, "depth": depth, "pick": scans[depth]["pick"]}
     return {"scans": scans, "depth": None, "pick": None}
+
+
+def relative_change(curves: Curves) -> dict[str, Any]:
+    """A `store.run_arm` measure: ||x_{l+1} - x_l|| / ||x_l|| per layer of the trained checkpoint,
+    on validation rows (`probes.trained_relative_change`)."""
+    from transformer_jax.ablation.probes import trained_relative_change
+
+    return {"relative_change": trained_relative_change(curves.workdir)}
+
+
+def fixed_lr_arms(
+    arms: Arms, placements: Sequence[str], depths: Sequence[int], lrs: Sequence[float], seeds: Sequence[int]
+) -> dict[tuple[str, int, bool, float], list[Curves]]:
+    """Each placement at each depth and fixed LR, with the standard warmup and without any, one run
+    per seed: ``{(placement, depth, warmup?, lr): runs}``. The deepest runs at the first LR with
+    warmup keep their trained checkpoint's `relative_change`."""
+    return {
+        (p, d, w, lr): arms.train(
+            p,
+            d,
+            seeds,
+            lr=lr,
+            warmup=None if w else 0,
+            measure=relative_change if (d, w, lr) == (max(depths), True, lrs[0]) else None,
+        )
+        for lr in lrs
+        for p in placements
+        for d in sorted(set(depths))
+        for w in (True, False)
+    }
+
+
+def training_figure(warm: dict, deepnorm: Sequence[Curves], rel_change: dict, floor: float, depth: int, lr: float):
+    """Train loss by step of Post-LN and Pre-LN (with and without warmup, at ``lr``) and DeepNorm at
+    ``depth``, against the unigram loss ``floor``; and each placement's mean relative change by layer."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for i, p in enumerate(("post", "pre")):
+        for w in (True, False):
+            for j, c in enumerate(warm[p, depth, w, lr]):
+                label = f"{p}{'' if w else ', no warmup'}" if j == 0 else None
+                axes[0].plot(c.steps, c.train_loss, ls="-" if w else "--", color=f"C{i}", alpha=0.6, label=label)
+    for j, c in enumerate(deepnorm):
+        axes[0].plot(c.steps, c.train_loss, color="C2", alpha=0.6, label="deepnorm" if j == 0 else None)
+    axes[0].axhline(floor, color="k", ls=":", label="unigram loss (validation)")
+    axes[0].set(title=f"{depth} layers, Adam lr {lr:g} (one line per seed)", xlabel="step", ylabel="train loss")
+    for p in (p for p in ("post", "pre") if rel_change.get(p)):
+        r = np.mean(rel_change[p], axis=0)
+        axes[1].loglog(np.arange(1, len(r) + 1), r, "o-", ms=3, label=f"{p}, trained")
+    axes[1].set(xlabel="layer l", ylabel="||x_{l+1} - x_l|| / ||x_l||", title="Relative change, trained checkpoints")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    return fig
