@@ -174,11 +174,14 @@ def tuned(
 
 
 def plateau_steps(steps: Sequence[int], loss: Sequence[float], candidates: Sequence[int], gain: float) -> int:
-    """The smallest of ``candidates`` at which the validation loss (``loss`` at ``steps``) gained
-    less than ``gain`` over the last fifth of those steps (from 0.8 x it); the largest when none did."""
-    at = dict(zip(steps, loss))
+    """The smallest of ``candidates`` at which the validation loss (``loss`` at ``steps``, linearly
+    interpolated) gained less than ``gain`` over the last fifth of those steps (from 0.8 x it); the
+    largest when none did."""
+    import numpy as np
+
+    at = lambda s: float(np.interp(s, steps, loss))
     for s in sorted(candidates):
-        if at[round(0.8 * s)] - at[s] < gain:
+        if at(0.8 * s) - at(s) < gain:
             return int(s)
     return int(max(candidates))
 
