@@ -324,19 +324,8 @@ if point:
 
 # %%
 nt = ablation.norm_trained
-short = {
-    p: ablation.sweep_lr(arms.config(p, SHALLOW, lr=1e-3), arms.name(p, SHALLOW), ADAM_GRID, NOTEBOOK)
-    for p in ("post", "pre")
-}
-longest = max(PLATEAU_STEPS)
-plateau_cfg = ablation.dev_split(arms.config("pre", SHALLOW, lr=short["pre"]["lr"], steps=longest))
-plateau_name = f"{arms.name('pre', SHALLOW, steps=longest)} lr={short['pre']['lr']:.3g} every {PLATEAU_EVERY} dev"
-plateau = ablation.run_arm(nt.evaluated_every(plateau_cfg, PLATEAU_EVERY), plateau_name, 0, NOTEBOOK)
-long_steps = nt.plateau_steps(plateau.val_steps, plateau.val_loss, PLATEAU_STEPS, gain=0.02)
-best = {
-    p: nt.tuned(arms, p, SHALLOW, ablation.lr_grid(short[p]["lr"]), SCAN_WARMUPS, steps=long_steps)
-    for p in ("post", "pre")
-}
+to_plateau = nt.best_to_plateau(arms, ("post", "pre"), SHALLOW, ADAM_GRID, SCAN_WARMUPS, PLATEAU_STEPS, PLATEAU_EVERY)
+long_steps, best = to_plateau["steps"], to_plateau["best"]
 versus = {
     p: final(train(p, SHALLOW, lr=b["lr"], warmup=b["warmup"], steps=long_steps, seeds=FRESH[:5]))
     for p, b in best.items()
@@ -474,7 +463,7 @@ out = ablation.save_results(
             **{f"L{d}": v for d, v in scans["scans"].items()},
         },
         "warmup_lets_train": {k: runs_record(lets[k], FRESH) for k in ("warmup", "no warmup") if lets[k]},
-        "post_vs_pre": {"steps": long_steps, **{p: {**b, **runs_record(versus[p], FRESH)} for p, b in best.items()}},
+        "post_vs_pre": {**to_plateau, **{p: {**b, **runs_record(versus[p], FRESH)} for p, b in best.items()}},
         "adam_vs_sgd": {f"{p} {o}": {**t, **runs_record(t["final"], FRESH)} for (p, o), t in optimizers.items()},
         "unigram_loss": floor,
         "rescue": {**rescue, **{k: runs_record(rescue[k]) for k in ("post", "deepnorm") if rescue[k]}},

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from transformer_jax.ablation import norm_trained
-from transformer_jax.ablation.runs import shakespeare_config
+from transformer_jax.ablation.runs import Curves, shakespeare_config
 from transformer_jax.train.optim import Adam, Sgd
 
 
@@ -87,3 +87,17 @@ def test_the_scan_goes_shallower_until_a_cell_trains(arms, monkeypatch):
     assert sorted(out["scans"]) == [12, 18] and seen == [18] * 4 + [12] * 4
     none = norm_trained.deepest_training_scan(arms, (18,), (1e-4,), (100,), floor=3.3, margin=0.5)
     assert none["depth"] is None and none["pick"] is None and list(none["scans"]) == [18]
+
+
+def test_best_to_plateau_tunes_each_placement_at_the_plateau_length(arms, monkeypatch):
+    picks = {"post L6 adam warmup": 3e-3, "pre L6 adam warmup": 9e-3}
+    sweep = lambda cfg, name, grid, notebook: {"lr": picks[name], "grid": list(grid)}
+    steps = list(range(200, 5001, 200))
+    curve = Curves("p", [], [], steps, [2.0 + 10 / s**0.5 for s in steps], {}, "")
+    runs, tunes = [], []
+    monkeypatch.setattr(norm_trained, "sweep_lr", sweep)
+    monkeypatch.setattr(norm_trained, "plateau_run", lambda *a: runs.append(a[1:]) or curve)
+    monkeypatch.setattr(norm_trained, "tuned", lambda a, p, d, grid, w, steps: tunes.append((p, grid, steps)) or {})
+    out = norm_trained.best_to_plateau(arms, ("post", "pre"), 6, [1e-3, 3e-3], (100, 500), (1000, 3000, 5000), 200)
+    assert runs == [("pre", 6, 9e-3, 5000, 200)] and out["steps"] == 5000  # 3000 still gains 0.021
+    assert [(p, round(g[1], 6), s) for p, g, s in tunes] == [("post", 3e-3, 5000), ("pre", 9e-3, 5000)]

@@ -48,7 +48,7 @@ def fresh(mean: float, k: int = 0) -> list[float]:
     return [mean + 0.01 * math.sin(k + 2 * s) for s in NORM_FRESH]
 
 
-BEST = {"long_steps": 3000, "best": {p: {"lr": 3e-3, "warmup": 100} for p in ("post", "pre")}}
+BEST = {"long_steps": 3000, "best": {p: {"lr": 3e-3, "warmup": 100} for p in ("post", "pre")}, "to_plateau": {}}
 
 
 def norm_training(

@@ -258,3 +258,37 @@ def training_figure(warm: dict, deepnorm: Sequence[Curves], rel_change: dict, fl
     for ax in axes:
         ax.legend(fontsize=8)
     return fig
+
+
+def plateau_run(arms: Arms, placement: str, depth: int, lr: float, steps: int, every: int) -> Curves:
+    """One Adam run of ``steps`` steps on the dev split (seed 0), validated every ``every`` steps."""
+    cfg = evaluated_every(dev_split(arms.config(placement, depth, lr=lr, steps=steps)), every)
+    return run_arm(cfg, f"{arms.name(placement, depth, steps=steps)} lr={lr:.3g} every {every} dev", 0, arms.notebook)
+
+
+def best_to_plateau(
+    arms: Arms,
+    placements: Sequence[str],
+    depth: int,
+    grid: Sequence[float],
+    warmups: Sequence[int],
+    lengths: Sequence[int],
+    every: int,
+    gain: float = 0.02,
+) -> dict[str, Any]:
+    """Each placement's best setting at the length where the last placement's dev loss plateaus:
+    its LR at the base length (`tuning.sweep_lr` over ``grid``), a dev run of the longest of
+    ``lengths`` for the last placement at its LR, the first length whose last fifth gains less than
+    ``gain`` (`plateau_steps`), and at that length each placement's LR (a 3-point grid around its
+    base-length pick) and warmup (`tuned`). Returns ``{"short", "plateau", "steps", "best"}``."""
+    from transformer_jax.ablation.protocol import lr_grid
+
+    short = {
+        p: sweep_lr(arms.config(p, depth, lr=grid[0]), arms.name(p, depth), grid, arms.notebook) for p in placements
+    }
+    last = placements[-1]
+    run = plateau_run(arms, last, depth, short[last]["lr"], max(lengths), every)
+    steps = plateau_steps(run.val_steps, run.val_loss, lengths, gain)
+    best = {p: tuned(arms, p, depth, lr_grid(short[p]["lr"]), warmups, steps=steps) for p in placements}
+    plateau = {"placement": last, "lr": short[last]["lr"], "steps": run.val_steps, "dev_loss": run.val_loss}
+    return {"short": short, "plateau": plateau, "steps": steps, "best": best}
