@@ -30,7 +30,6 @@ CHANGED_AFTER = {
 # a rerun in progress over several sittings (issue 39, item 3): the notebook's claims are registered
 # for its next FULL run, whose run summaries are being committed; its results.json is the previous run's
 PENDING_RERUN: dict[str, str] = {
-    "norm_placement": "split 2026-12-05: its init half reruns alone, the trained half moved to norm_training",
     "norm_training": "the trained half of norm_placement, its claims registered anew 2026-12-05 (warmup where deep "
     "Post-LN trains; Post vs Pre per arm's best setting at 6 layers; Adam vs SGD where the identity path vanishes), "
     "run on fresh seeds over 4-5 sittings; no results.json until then",
