@@ -490,5 +490,9 @@ print("results in", out)
 #   [+0.022, +0.093]; SGD with Post-LN sat at the unigram loss at its one-seed dev pick;
 # - Pre-LN's relative residual change fell with depth: log-log slope -0.550 [-0.593, -0.506].
 #
-# **Sitting 1** (2026-12-05): the 18-layer warmup scan on the dev split (see the report of that
-# sitting in the commit log): every cell so far sits at the unigram loss.
+# **Sitting 1** (2026-12-05, the warmup scan on the dev split, seed 0; unigram loss 3.340 there).
+# No 18-layer cell trains: dev loss 3.344 and 3.344 at lr 1e-4 (warmup 100, 500), 3.340 and 3.303
+# at 3e-4, 3.340 and 3.340 at 1e-3. Every run drops to the unigram loss within the first hundred
+# steps (or by the end of the 500-step warmup) and stays there, so at 18 layers, in this regime
+# (Xavier without a depth factor, 1,000 steps), neither warmup nor a 10x smaller LR lets Post-LN
+# train, against the notes' remedy (line 97). The scan goes on at 12 layers, as registered.
