@@ -14,43 +14,25 @@
 # ---
 
 # %% [markdown]
-# # Post-LN, Pre-LN and DeepNorm: warmup, optimizers and depth
+# # Post-LN, Pre-LN and DeepNorm at initialisation: the identity path
 #
-# **What the notes claim** (`000_20579b809c9e1b51.txt`; each claim in our words, with its lines, in
-# the registered claims below). Post-Norm, Norm(x + F(x)), weakens the residual's identity path:
+# **What the notes claim** (`000_20579b809c9e1b51.txt`, lines 97-107; in our words, with its lines,
+# in the registered claims below). Post-Norm, Norm(x + F(x)), weakens the residual's identity path:
 # with x and F(x) independent and of unit variance each norm divides the stream by sqrt(2), so x_0
-# reaches layer l with the coefficient 2^(-l/2) and gradients vanish; it needs warmup and a small
-# enough LR, since without warmup the top layers learn fast on the poor output of the bottom ones.
-# Pre-Norm, x + F(Norm(x)), keeps the whole identity path and trains more easily, but at their best
-# settings Post-Norm ends better. Adam's update is of order the LR whatever the gradient's size, so
-# vanishing gradients hurt it less than SGD. DeepNorm, Norm(alpha x + F(x)) with alpha > 1, keeps
-# the identity path's coefficient large. In Pre-Norm the stream grows like O(t), so a deep layer
-# changes it relatively little: stacking makes the model wider rather than deeper.
+# reaches layer l with the coefficient 2^(-l/2), and the gradient's fast path is lost. Pre-Norm,
+# x + F(Norm(x)), keeps the whole identity path; DeepNorm, Norm(alpha x + F(x)) with alpha > 1,
+# keeps its coefficient large. What the notes say of training (warmup, Post vs Pre at their best
+# settings, Adam vs SGD, DeepNorm, Pre-Norm's relative change) is tested in `norm_training`.
 #
-# **The notes' regime.** Every model here uses Xavier init without any depth factor
-# (`model.init.scheme="xavier"`; DeepNorm adds DeepNet's beta on the value, output and FFN projections and
-# alpha on the residual, nothing else) and token embeddings of unit variance (scaled by sqrt(d) as
-# in Vaswani et al.), so x_0 has the unit variance the notes assume; the output head is a separate
-# Xavier matrix (tied to unit-variance embeddings, the strong identity path of DeepNorm made every
-# model start by predicting the current character, and DeepNorm stalled near 3.3 nats in a 150-step
-# trial). A layer holds two sublayers (attention, FFN), so the notes' 2^(-1/2) per sublayer is one
-# halving of the identity path per layer.
-#
-# **Like for like.** Character-level Shakespeare, d_model 64, 1000 steps of 12 x 64 characters,
-# training at 6 and 18 layers (a 48-layer run takes about 1.2 s a step on two busy cores, too long
-# for three seeds of every arm; the probes at init cover 6, 18 and 48), every arm with several seeds
-# (initialisation and data order; arms paired by seed), Adam without weight decay, SGD with
-# momentum 0.9 and no decay, no gradient clipping in any arm (a clip binds for one placement and
-# not the other). The warmup claims are about one fixed LR, so they are shown at two fixed LRs.
-# Post vs Pre, and Adam vs SGD, use each arm's LR picked from a 3-point log grid on a dev split
-# carved from the end of the training text (`ablation.sweep_lr`); the validation split is scored.
-# DeepNorm and Post-LN share the same warmup, at the smallest LR of a sweep where Post-LN (with
-# that warmup) fails on the dev split: diverges, or ends within 0.5 nats of the unigram loss (what
-# character frequencies alone give; a model stuck there uses no context). The relative residual
-# change is read from the trained checkpoints. Each verdict comes from a 95% interval over seeds
-# (90% for "no worse" and "equal", against a margin fixed before the run). Every run's curve and
-# summary is kept under `experiments/results/norm_placement/runs/` and reused by a later sitting.
-# `TRANSFORMER_JAX_SMOKE=1`: tiny models, one training depth, 2 seeds, 2-point grids.
+# **The notes' regime.** Xavier init without any depth factor (`model.init.scheme="xavier"`;
+# DeepNorm adds DeepNet's beta on the value, output and FFN projections and alpha on the residual,
+# nothing else) and token embeddings of unit variance (scaled by sqrt(d) as in Vaswani et al.), so
+# x_0 has the unit variance the notes assume; a separate Xavier output head. d_model 64, the
+# models `norm_training` trains (`ablation.norm_trained.base_config`), probed at 6, 18 and 48
+# layers with 8 initialisations each. A layer holds two sublayers (attention, FFN), so the notes'
+# 2^(-1/2) per sublayer is one halving of the identity path per layer. Each verdict comes from an
+# interval over initialisations (90% for "equal", against a margin fixed before the run).
+# `TRANSFORMER_JAX_SMOKE=1`: tiny models, one depth, 2 initialisations.
 
 # %%
 # On Colab (or wherever transformer-jax is not installed yet) this cell installs it from its
@@ -77,39 +59,17 @@ if "google.colab" in sys.modules and importlib.util.find_spec("transformer_jax")
     subprocess.run(pip, check=True)
 
 # %%
-import dataclasses
-import math
-
 import jax
 import matplotlib.pyplot as plt
-import numpy as np
 
 from transformer_jax import ablation
-from transformer_jax.data import build_data
-from transformer_jax.models import (
-    AddKSmoothing,
-    EmbeddingsConfig,
-    InitConfig,
-    NgramConfig,
-    baseline_model_config,
-    with_changes,
-)
-from transformer_jax.train.optim import Adam, Sgd
+from transformer_jax.models import with_changes
 
 NOTEBOOK = "norm_placement"
-STEPS = ablation.pick(smoke=10, full=1000)
-SEEDS = ablation.seeds()
 PROBE_SEEDS = ablation.pick(smoke=(0, 1), full=tuple(range(8, 16)))  # 0-7: seen by issue 39's audit
 PROBE_DEPTHS = ablation.pick(smoke=(3,), full=(6, 18, 48))
-SHALLOW, DEEP = ablation.pick(smoke=(2, 2), full=(6, 18))
 PLACEMENTS = ("post", "pre", "deepnorm")
-WARMUP = ablation.pick(smoke=3, full=100)
-WARMUP_LRS = ablation.pick(smoke=(1e-3,), full=(1e-3, 3e-3))
-ADAM_GRID = ablation.pick(smoke=[1e-3, 3e-3], full=ablation.lr_grid(1e-3))
-SGD_GRID = ablation.pick(smoke=[0.1, 0.3], full=ablation.lr_grid(0.1))
-RESCUE_GRID = ablation.pick(smoke=[1e-3, 3e-3], full=[1e-3, 3e-3, 1e-2])
-FAIL_MARGIN = 0.5  # a run "fails" when it diverges or ends within 0.5 nats of the unigram loss (no context used)
-print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| seeds:", SEEDS, "| devices:", jax.devices())
+print("mode:", "SMOKE" if ablation.smoke() else "FULL", "| devices:", jax.devices())
 print(ablation.committed_note(NOTEBOOK))
 
 # %% [markdown]
@@ -125,59 +85,6 @@ claim = lambda name, **kw: ablation.Claim(
     name, **{"notes": "000_20579b809c9e1b51.txt", "n": 3, "history": (REGISTERED,), **kw}
 )
 CLAIMS = ablation.register(
-    claim(
-        "Post-LN without warmup trains worse, more so with depth; warmup rescues it",
-        lines=(141, 145),
-        says="without warmup the later layers learn fast on the output of earlier layers whose gradients vanish, "
-        "so the model sticks in a poor optimum or its loss diverges; warmup holds the later layers back",
-        measure="loss without warmup minus with, at 18 layers, and that gap minus the gap at 6, per fixed LR",
-        criteria=(ablation.Criterion("greater"),),
-        why="directions",
-    ),
-    claim(
-        "Pre-LN trains without warmup",
-        lines=(79, 81),
-        says="Pre-Norm is usually the easier to train; Post-Norm is harder and needs extras such as LR warmup",
-        measure="loss without warmup minus with, at 6 and 18 layers, per fixed LR",
-        criteria=(ablation.Criterion("not greater", margin=0.05),),
-        why="no worse by more than 0.05 nats, set before the run as negligible; not sized from a pilot",
-    ),
-    claim(
-        "Post-LN can end lower than Pre-LN at shallow depth (each at its best LR)",
-        lines=(79, 81),
-        says="Pre-Norm usually ends worse than Post-Norm: Post-Norm at its best settings, not at the same ones",
-        measure="6 layers, Adam, final loss Post-LN minus Pre-LN, each at its dev-picked LR, paired by seed",
-        criteria=(ablation.Criterion("less"),),
-        why="a direction",
-    ),
-    claim(
-        "Adam is less hurt than SGD by Post-LN",
-        lines=(113, 135),
-        says="Adam's update is of order the LR whenever the gradient beats the noise, SGD's is proportional to the "
-        "gradient, so vanishing gradients stall SGD more",
-        measure="(loss SGD - loss Adam) for Post-LN minus the same for Pre-LN, SGD at its pick, then one step lower",
-        criteria=(ablation.Criterion("greater"),),
-        why="directions",
-    ),
-    claim(
-        "DeepNorm rescues deep Post-LN (same warmup)",
-        lines=(147, 151),
-        says="DeepNorm multiplies the stream by alpha > 1 inside the norm, Norm(alpha x + F(x)), to keep the "
-        "identity path's coefficient large",
-        measure="18 layers, both with warmup: loss DeepNorm minus Post-LN; DeepNorm's loss against a failure line",
-        criteria=(ablation.Criterion("less"), ablation.Criterion("less", "the unigram loss - 0.5")),
-        why="lower than Post-LN, and more than 0.5 nats below the unigram loss (a model that uses no context)",
-        history=(
-            REGISTERED,
-            ablation.Revision(
-                "2026-12-04",
-                "Post-LN fails when it ends within 0.5 nats of the unigram loss, not of ln V",
-                "every deep Post-LN run sat at the unigram loss, 1.1 nats below ln V, and had counted as training "
-                "(commit 9d02348)",
-                seen="2026-12-04",
-            ),
-        ),
-    ),
     claim(
         "At init, Post-LN's identity path shrinks by (v(1 + r))^(-1/2) per sublayer, as the notes derive",
         lines=(97, 107),
@@ -220,87 +127,10 @@ CLAIMS = ablation.register(
         n=8,
         check=True,
     ),
-    claim(
-        "Pre-LN's relative residual change falls with depth (trained)",
-        lines=(85, 93),
-        says="in Pre-Norm x_t sums t sublayer outputs of like size, so x_t = O(t) and x_(t+1) differs from x_t "
-        "relatively less as t grows: more layers make the model wider rather than deeper",
-        measure="log-log slope of ||x_(l+1) - x_l|| / ||x_l|| against l, 18 layers, trained, per seed",
-        criteria=(ablation.Criterion("less"),),
-        why="a direction (the notes' O(t) gives -1)",
-        history=(
-            REGISTERED,
-            ablation.Revision(
-                "2026-12-02",
-                "a negative log-log slope against l, not the last layer's change over the first's below 0.5",
-                "changed after the first rounds' runs were seen (commit 5e96f26; issue 39's audit)",
-                seen="2026-12-02",
-            ),
-        ),
-    ),
 )
 
 # %%
-# FULL: one validation pass, at the end (only the final loss is read; each pass over the whole
-# validation split costs as much as 20-40 training steps)
-full_only = ablation.pick(smoke={}, full={"eval": {"every": STEPS}})
-base = ablation.shakespeare_config(NOTEBOOK, steps=STEPS, nonfinite="halt", **full_only)
-base = dataclasses.replace(
-    base,
-    model=with_changes(
-        base.model,
-        d_model=ablation.pick(smoke=32, full=64),
-        n_heads=ablation.pick(smoke=2, full=4),
-        d_ff=ablation.pick(smoke=64, full=256),
-        vocab_size=build_data(base.data, batch_size=1).vocab_size,  # training sets it so; ln V and the probes need it
-        init=InitConfig(scheme="xavier"),
-        embeddings=EmbeddingsConfig(tie=False, scale=True),
-        scan_layers=True,
-    ),
-)
-ceiling = math.log(base.model.dims.vocab_size)
-unigram = ablation.with_steps(
-    dataclasses.replace(
-        base,
-        model=baseline_model_config(
-            "ngram", NgramConfig(ngram_order=1, smoothing=AddKSmoothing()), vocab_size=base.model.dims.vocab_size
-        ),
-    ),
-    1,
-)
-# The loss of the best predictor that ignores the context (character frequencies of the training
-# text): a model that learned nothing else ends here, well below ln V.
-floor = {
-    "dev": ablation.run_arm(ablation.dev_split(unigram), "1-gram dev", 0, NOTEBOOK).final_val,
-    "val": ablation.run_arm(unigram, "1-gram", 0, NOTEBOOK).final_val,
-}
-print(f"ln V = {ceiling:.3f}; unigram loss: dev {floor['dev']:.3f}, validation {floor['val']:.3f}")
-
-
-def variant(placement: str, depth: int, *, optimizer: str = "adam", lr: float = 1e-3, warmup: bool = True):
-    model = with_changes(base.model, placement=placement, n_layers=depth)
-    cfg = ablation.with_lr(dataclasses.replace(base, model=model), lr)
-    settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
-    return ablation.with_optim(cfg, optimizer=settings, warmup_steps=WARMUP if warmup else 0, grad_clip=None)
-
-
-def arm(placement: str, depth: int, optimizer: str = "adam", warmup: bool = True) -> str:
-    return f"{placement} L{depth} {optimizer} {'warmup' if warmup else 'no warmup'}"
-
-
-def trained_change(curves) -> dict:
-    """||x_{l+1} - x_l|| / ||x_l|| per layer of the trained checkpoint, on validation rows."""
-    return {"relative_change": ablation.probes.trained_relative_change(curves.workdir)}
-
-
-def train(placement, depth, *, lr, optimizer="adam", warmup=True, measure=None) -> list:
-    """One run per seed (reused when this arm, seed and config already ran)."""
-    cfg = variant(placement, depth, optimizer=optimizer, lr=lr, warmup=warmup)
-    name = f"{arm(placement, depth, optimizer, warmup)} lr={lr:.3g}"
-    return [ablation.run_arm(cfg, name, seed, NOTEBOOK, measure=measure) for seed in SEEDS]
-
-
-final = lambda runs: [c.final_or(ceiling) for c in runs]
+base = ablation.norm_trained.base_config(NOTEBOOK, ablation.pick(smoke=10, full=1000))  # norm_training's models
 
 # %% [markdown]
 # ## At initialisation: the identity path, the total gradient, and Var(F(x)) / Var(x)
@@ -334,174 +164,11 @@ fig_init = ablation.norm_probes.init_figure(init, PROBE_DEPTHS, PLACEMENTS)
 plt.show()
 
 # %% [markdown]
-# ## Warmup at fixed learning rates (Adam)
-# Post-LN and Pre-LN at the shallow and the deep depth, with and without warmup, at each fixed LR.
-# A run that diverges counts as the uniform predictor (ln V nats), so that it can be paired. The
-# deep runs at the first LR also record the relative residual change of their trained checkpoint.
-
-# %%
-warm = {}
-for lr in WARMUP_LRS:
-    for placement in ("post", "pre"):
-        for depth in sorted({SHALLOW, DEEP}):
-            for w in (True, False):
-                measure = trained_change if (depth == DEEP and w and lr == WARMUP_LRS[0]) else None
-                warm[placement, depth, w, lr] = train(placement, depth, lr=lr, warmup=w, measure=measure)
-warm_loss = {key: final(runs) for key, runs in warm.items()}
-for key, runs in warm.items():
-    diverged = sum(c.diverged for c in runs)
-    print(key, ablation.mean_text(warm_loss[key], 4), f"{diverged} diverged" if diverged else "")
-rel_change = {  # a diverged run has no trained checkpoint to probe
-    p: [
-        np.asarray(c.summary["measured"]["relative_change"])
-        for c in warm[p, DEEP, True, WARMUP_LRS[0]]
-        if not c.diverged
-    ]
-    for p in ("post", "pre")
-}
-
-# %% [markdown]
-# ## Each arm at its own learning rate: Post vs Pre (Adam), and Adam vs SGD
-# Sweeps on the dev split (seed 0), at the shallow depth with warmup; then every seed at the pick.
-# SGD's best LR sits near the edge of stability, where one seed on the dev split says little about
-# the others, so the Adam-vs-SGD claim is also shown with each SGD arm one grid step (x 1/3) lower.
-
-# %%
-tuned, sweeps = {}, {}
-for placement in ("post", "pre"):
-    for optimizer, grid in (("adam", ADAM_GRID), ("sgd", SGD_GRID)):
-        sweep = ablation.sweep_lr(
-            variant(placement, SHALLOW, optimizer=optimizer), arm(placement, SHALLOW, optimizer), grid, NOTEBOOK
-        )
-        sweeps[placement, optimizer] = sweep
-        runs = train(placement, SHALLOW, lr=sweep["lr"], optimizer=optimizer)
-        tuned[placement, optimizer] = {"lr": sweep["lr"], "final": final(runs)}
-        edge = " (at the edge of the grid)" if sweep["at_edge"] else ""
-        print(
-            placement,
-            optimizer,
-            f"lr {sweep['lr']:.3g}{edge}:",
-            ablation.mean_text(tuned[placement, optimizer]["final"], 4),
-        )
-sgd_lower = {}
-for placement in ("post", "pre"):
-    lr = max((x for x in sweeps[placement, "sgd"]["grid"] if x < tuned[placement, "sgd"]["lr"]), default=None)
-    lr = tuned[placement, "sgd"]["lr"] / 3 if lr is None else lr
-    sgd_lower[placement] = {"lr": lr, "final": final(train(placement, SHALLOW, lr=lr, optimizer="sgd"))}
-    print(placement, f"sgd lr {lr:.3g} (a step below the pick):", ablation.mean_text(sgd_lower[placement]["final"], 4))
-
-# %% [markdown]
-# ## DeepNorm against Post-LN where Post-LN fails, with the same warmup
-# Post-LN at the deep depth with warmup, on the dev split at each LR of a fixed grid (one seed; no
-# grid extension, since the scan looks for a failure, not for the best LR); the comparison runs at
-# the smallest LR where it fails (diverges or ends within 0.5 nats of the dev split's unigram loss).
-# Where it fails nowhere there is nothing to rescue, and the seeded runs are not trained.
-
-
-# %%
-def post_dev_loss(lr: float) -> float:
-    """Post-LN's final loss on the dev split at ``lr`` (+inf when the run diverged)."""
-    cfg = ablation.with_lr(ablation.dev_split(variant("post", DEEP)), lr)
-    c = ablation.run_arm(cfg, f"{arm('post', DEEP, 'adam')} lr={lr:.3g} dev", 0, NOTEBOOK)
-    return math.inf if c.diverged else c.final_val
-
-
-post_scan = {"grid": list(RESCUE_GRID), "dev_loss": [post_dev_loss(lr) for lr in RESCUE_GRID]}
-fails = [not loss < floor["dev"] - FAIL_MARGIN for loss in post_scan["dev_loss"]]
-rescue_lr = RESCUE_GRID[fails.index(True)] if any(fails) else RESCUE_GRID[-1]
-rescue = {"lr": rescue_lr, "post_fails_in_sweep": any(fails), "sweep": post_scan, "post": [], "deepnorm": []}
-rescue_runs = {p: train(p, DEEP, lr=rescue_lr) for p in ("post", "deepnorm")} if any(fails) else {}
-rescue.update({p: final(runs) for p, runs in rescue_runs.items()})
-print({k: v for k, v in rescue.items() if k != "sweep"})
-
-fig_train, axes = plt.subplots(1, 2, figsize=(12, 4))
-for i, placement in enumerate(("post", "pre")):
-    for w in (True, False):
-        for j, c in enumerate(warm[placement, DEEP, w, WARMUP_LRS[0]]):
-            label = f"{placement}{'' if w else ', no warmup'}" if j == 0 else None
-            axes[0].plot(c.steps, c.train_loss, ls="-" if w else "--", color=f"C{i}", alpha=0.6, label=label)
-for j, c in enumerate(rescue_runs.get("deepnorm", [])):
-    axes[0].plot(c.steps, c.train_loss, color="C2", alpha=0.6, label=f"deepnorm, lr {rescue_lr:g}" if j == 0 else None)
-axes[0].axhline(floor["val"], color="k", ls=":", label="unigram loss (validation)")
-axes[0].set(title=f"{DEEP} layers, Adam lr {WARMUP_LRS[0]:g} (one line per seed)", xlabel="step", ylabel="train loss")
-for placement in (p for p in ("post", "pre") if rel_change[p]):
-    r = np.mean(rel_change[placement], axis=0)
-    axes[1].loglog(np.arange(1, len(r) + 1), r, "o-", ms=3, label=f"{placement}, trained")
-axes[1].set(xlabel="layer l", ylabel="||x_{l+1} - x_l|| / ||x_l||", title="Relative change, trained checkpoints")
-for ax in axes:
-    ax.legend(fontsize=8)
-plt.show()
-
-# %% [markdown]
 # ## Verdict
-# Each row judged by its registered criterion (`CLAIMS` above), differences paired by seed or by
-# initialisation. Two criteria were changed after runs had been seen, so their rows are exploratory
-# until rerun on new seeds: the failure line (the unigram loss, not ln V) and the relative change
-# (a slope, not the last layer's change over the first's).
+# Each row judged by its registered criterion (`CLAIMS` above), paired by initialisation.
 
 # %%
-diff = lambda a, b: np.subtract(a, b)
-gap = lambda p, d, lr: diff(warm_loss[p, d, False, lr], warm_loss[p, d, True, lr])
-slope = lambda ys, x: [ablation.linear_fit(x, y)[0] for y in ys]
-change_slopes = slope([np.log(r) for r in rel_change["pre"]], np.log(np.arange(1, DEEP + 1)))
-one_depth = ablation.Comparison.unmeasured("greater", "one training depth only")
 claims = {
-    "Post-LN without warmup trains worse, more so with depth; warmup rescues it": (
-        f"at fixed LRs {', '.join(f'{lr:g}' for lr in WARMUP_LRS)}: loss(no warmup) - loss(warmup) at {DEEP} "
-        f"layers, and that gap minus the gap at {SHALLOW}",
-        [
-            part
-            for lr in WARMUP_LRS
-            for part in (
-                ablation.paired(gap("post", DEEP, lr), expect="greater"),
-                ablation.paired(gap("post", DEEP, lr), gap("post", SHALLOW, lr), expect="greater")
-                if DEEP != SHALLOW
-                else one_depth,
-            )
-        ],
-    ),
-    "Pre-LN trains without warmup": (
-        "loss(no warmup) - loss(warmup), "
-        + ", ".join(f"{d} layers lr {lr:g}" for lr in WARMUP_LRS for d in sorted({SHALLOW, DEEP})),
-        [
-            ablation.paired(gap("pre", d, lr), expect="not greater", margin=0.05)
-            for lr in WARMUP_LRS
-            for d in sorted({SHALLOW, DEEP})
-        ],
-    ),
-    "Post-LN can end lower than Pre-LN at shallow depth (each at its best LR)": (
-        f"{SHALLOW} layers, Adam, loss post (lr {tuned['post', 'adam']['lr']:.3g}) - pre "
-        f"(lr {tuned['pre', 'adam']['lr']:.3g})",
-        [ablation.paired(tuned["post", "adam"]["final"], tuned["pre", "adam"]["final"], expect="less")],
-    ),
-    "Adam is less hurt than SGD by Post-LN": (
-        f"{SHALLOW} layers, each optimizer at its own LR, no clipping: (loss SGD - loss Adam) for post "
-        f"minus the same for pre, with SGD at its pick (post {tuned['post', 'sgd']['lr']:.3g}, pre "
-        f"{tuned['pre', 'sgd']['lr']:.3g}), then one grid step lower (post {sgd_lower['post']['lr']:.3g}, pre "
-        f"{sgd_lower['pre']['lr']:.3g})",
-        [
-            ablation.paired(
-                diff(sgd["post"]["final"], tuned["post", "adam"]["final"]),
-                diff(sgd["pre"]["final"], tuned["pre", "adam"]["final"]),
-                expect="greater",
-            )
-            for sgd in ({p: tuned[p, "sgd"] for p in ("post", "pre")}, sgd_lower)
-        ],
-    ),
-    "DeepNorm rescues deep Post-LN (same warmup)": (
-        f"{DEEP} layers, lr {rescue['lr']:.3g}, both with warmup: loss deepnorm - post; deepnorm's loss "
-        f"against the unigram loss - {FAIL_MARGIN} = {floor['val'] - FAIL_MARGIN:.3f}",
-        [
-            ablation.paired(rescue["deepnorm"], rescue["post"], expect="less"),
-            ablation.paired(rescue["deepnorm"], expect="less", reference=floor["val"] - FAIL_MARGIN),
-        ]
-        if rescue["post_fails_in_sweep"]
-        else [
-            ablation.Comparison.unmeasured(
-                "less", f"Post-LN with warmup did not fail at any LR up to {rescue['lr']:g}: nothing to rescue"
-            )
-        ],
-    ),
     "At init, Post-LN's identity path shrinks by (v(1 + r))^(-1/2) per sublayer, as the notes derive": (
         "halvings per layer of Post-LN's identity path, output to input, at "
         + ", ".join(f"{d}" for d in PROBE_DEPTHS)
@@ -518,34 +185,19 @@ claims = {
         f"mean log2 of Var(F) / Var(x) over the {2 * PROBE_DEPTHS[-1]} Post-LN sublayers",
         [ablation.paired(init["post", PROBE_DEPTHS[-1]]["log2_var"], expect="equal", margin=1.0)],
     ),
-    "Pre-LN's relative residual change falls with depth (trained)": (
-        f"log-log slope of ||x_(l+1) - x_l|| / ||x_l|| against l, {DEEP} layers, trained",
-        [ablation.paired(change_slopes, expect="less")],
-    ),
 }
 table = ablation.verdict_table([ablation.row(claim, what, *parts) for claim, (what, parts) in claims.items()])
 print(table)
-runs_record = lambda runs_by_seed: ablation.arm_record({s: {"final_val": v} for s, v in zip(SEEDS, runs_by_seed)})
 out = ablation.save_results(
     NOTEBOOK,
     {
         "init_probes": {f"{p} L{d}": {"seeds": list(PROBE_SEEDS), **v} for (p, d), v in init.items()},
         "init_xiong_last_ffn_ratio": xiong,
-        "trained_relative_change": {p: {"seeds": list(SEEDS), "values": v} for p, v in rel_change.items()},
-        "warmup_arms": {
-            f"{p} L{d} {'warmup' if w else 'no warmup'} lr={lr:g}": runs_record(v)
-            for (p, d, w, lr), v in warm_loss.items()
-        },
-        "tuned_arms": {f"{p} {o}": {"lr": t["lr"], **runs_record(t["final"])} for (p, o), t in tuned.items()},
-        "sgd_one_step_lower": {p: {"lr": t["lr"], **runs_record(t["final"])} for p, t in sgd_lower.items()},
-        "sweeps": {f"{p} {o}": s for (p, o), s in sweeps.items()},
-        "unigram_loss": floor,
-        "rescue": {**rescue, **{k: runs_record(rescue[k]) for k in ("post", "deepnorm") if rescue[k]}},
         "verdicts": table,
     },
-    figures={"init": fig_init, "training": fig_train},
+    figures={"init": fig_init},
     configs={"base": base},
-    seeds=SEEDS,
+    seeds=PROBE_SEEDS,
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
     claims=CLAIMS,
 )
@@ -578,33 +230,3 @@ print("results in", out)
 #   gradient of the last FFN's output matrix, Post-LN over Pre-LN, is 2.24 [2.06, 2.43], 4.20 [3.68,
 #   4.72] and 8.15 [6.65, 9.66] at 6, 18, 48 layers against sqrt(L) = 2.45, 4.24, 6.93; log-log
 #   slope 0.61 [0.53, 0.69] against their 1/2.
-#
-# **Trained** (3 seeds, 2026-12-04). Val loss, mean of 3 seeds; ln V = 4.220, the unigram loss
-# (character frequencies alone) 3.323.
-# - **Deep Post-LN fails here, with or without warmup.** Every 18-layer Post-LN run, at lr 1e-3
-#   and 3e-3, with and without 100 warmup steps, ends at the unigram loss (3.32-3.40): it learns
-#   the character frequencies and nothing else. So "warmup rescues it" does not hold at 18 layers
-#   in this regime (Xavier, no depth factor, 1,000 steps): the no-warmup minus warmup gaps are
-#   -0.024 [-0.130, +0.081] and +0.001 [-0.002, +0.004], inconclusive because both arms fail alike.
-#   At 6 layers Post-LN trains; without warmup at 3e-3 one seed of three collapsed to the unigram
-#   loss (2.477 against 2.035 with warmup), the only trace of the warmup effect.
-# - **DeepNorm rescues it, like for like** (holds, exploratory: the failure line was set after the
-#   numbers were seen). At the smallest LR of the scan where Post-LN with warmup fails (1e-3; it
-#   fails at 3e-3 and 1e-2 too), DeepNorm with the same warmup ends at 2.277 against Post-LN's
-#   3.348: -1.071 [-1.205, -0.937], and 0.55 nats below the failure line. It trains about as well
-#   as Pre-LN at that depth and LR (2.233).
-# - **Pre-LN trains without warmup everywhere** (no run fails); the cost of dropping warmup is
-#   inside the 0.05-nat margin at 6 layers and at 18 layers lr 1e-3, but +0.046 [+0.019, +0.074]
-#   at 18 layers lr 3e-3, so "no worse" is inconclusive there and the row with it.
-# - **Post-LN does not end lower than Pre-LN at 6 layers** (does not hold): each at its dev-picked
-#   LR, Post-LN (3e-3) 2.035, Pre-LN (9e-3) 1.978, +0.057 [+0.022, +0.093]. Liu et al. (2020)
-#   report the Post-LN advantage for models trained to convergence; 1,000 steps of a 0.3M-parameter
-#   model may be too short for it.
-# - **Adam vs SGD is inconclusive.** At the dev picks Post-LN with SGD (0.3) sat at the unigram
-#   loss on all three validation seeds (its single dev run at 0.3 had reached 2.154), which gives
-#   +1.065 [+1.045, +1.084]; one grid step lower, where both placements train with SGD, SGD costs
-#   them alike: -0.033 [-0.255, +0.188]. What the first setting shows is SGD with Post-LN being
-#   unstable near its best LR, not a larger loss when it trains.
-# - **Pre-LN's relative residual change falls with depth** on the trained 18-layer checkpoints
-#   (holds, exploratory: the slope criterion came after the numbers): log-log slope -0.550
-#   [-0.593, -0.506], slower than the 1/l of x_l = O(l).

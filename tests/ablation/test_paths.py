@@ -36,7 +36,7 @@ def test_full_mode_outside_a_checkout_says_where_the_summaries_are_and_what_a_re
     message = str(info.value)
     url = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
     assert f"git clone {url}" in message
-    assert "about 5.1 h of training" in message and paths.RESULTS_ENV in message
+    assert f"about {paths.FULL_HOURS['norm_placement']} h of training" in message and paths.RESULTS_ENV in message
     with pytest.raises(paths.ResultsNotFoundError):
         paths.results_dir("norm_placement")
     assert not (outside / "experiments").exists()

@@ -20,7 +20,7 @@ NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py") if p.stem != "conftest")
 # issue 39's audit: criteria changed after the numbers were seen (five found; a row leaves once rerun on fresh seeds
 # or redone), and rows whose verdict is an identity
 CHANGED_AFTER = {
-    "norm_placement": {
+    "norm_training": {
         "DeepNorm rescues deep Post-LN (same warmup)",
         "Pre-LN's relative residual change falls with depth (trained)",
     },
@@ -33,6 +33,9 @@ PENDING_RERUN: dict[str, str] = {
     "with its decodings) and the KV-cache timing at positions 1,024-4,096; its FULL sitting is next (issue 39, item 3)",
     "language_model_history": "issue 39's redo: the n-gram against the window LM on BPE tokens and the data-size "
     "sweep (LSTM against Transformer at 10/30/100% of the 38 plays), registered 2026-12-05, run over 3 sittings",
+    "norm_training": "the trained half of norm_placement, its claims registered anew 2026-12-05 (warmup where deep "
+    "Post-LN trains; Post vs Pre per arm's best setting at 6 layers; Adam vs SGD where the identity path vanishes), "
+    "run on fresh seeds over 4-5 sittings; no results.json until then",
 }
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)
 NOT_IN_NOTES: dict[str, set[str]] = {}
@@ -80,6 +83,8 @@ def _comparison(d: dict) -> ablation.Comparison:
 
 @pytest.mark.parametrize("notebook", NAMES)
 def test_committed_results_were_run_under_the_notebooks_current_claims(notebook):
+    if notebook in PENDING_RERUN and not (RESULTS / notebook / "results.json").exists():
+        pytest.skip(f"{notebook}: no FULL results yet ({PENDING_RERUN[notebook]})")
     stored = _record(notebook).get("claims")
     current = json.loads(json.dumps(ablation.spec_record(notebook_claims(notebook))))
     assert stored is not None, f"{notebook}: the committed results.json stores no registered claims"

@@ -1,4 +1,4 @@
-"""Verdicts of the training-heavy notebooks (norm_placement, mixture_of_experts, decoding,
+"""Verdicts of the training-heavy notebooks (norm_placement, norm_training, mixture_of_experts, decoding,
 language_model_history) on synthetic per-seed or per-sentence inputs whose answer is known; see
 ``test_verdicts.py`` for the scheme and ``verdict_cells.py`` for how a cell is run."""
 
@@ -23,39 +23,53 @@ WARM_LOSS = {  # (placement, depth, warmup): loss, at both fixed LRs
     ("pre", DEEP, True): 1.40,
     ("pre", DEEP, False): 1.42,
 }
-TUNED = {("post", "adam"): 1.48, ("pre", "adam"): 1.52, ("post", "sgd"): 2.50, ("pre", "sgd"): 1.90}
-SGD_LOWER = {"post": 2.30, "pre": 1.85}  # each SGD arm one grid step below its pick
 UNIGRAM = {"dev": 3.3, "val": 3.3}  # the loss of character frequencies alone: the failure line is 2.8
+NORM_FRESH = (3, 4, 5, 6, 7, 8)
+LETS = {"warmup": 2.20, "no warmup": 3.32}  # deep Post-LN at the scan's pick, on the fresh seeds
+VERSUS = {"post": 1.48, "pre": 1.52}  # 6 layers, each at its best LR and warmup
+OPTIMIZERS = {("post", "adam"): 2.20, ("post", "sgd"): 2.90, ("pre", "adam"): 2.10, ("pre", "sgd"): 2.30}
 NORM_CLAIMS = (
-    "Post-LN without warmup trains worse, more so with depth; warmup rescues it",
+    "Warmup is what lets deep Post-LN train",
     "Pre-LN trains without warmup",
-    "Post-LN can end lower than Pre-LN at shallow depth (each at its best LR)",
-    "Adam is less hurt than SGD by Post-LN",
+    "Post-LN ends lower than Pre-LN at 6 layers, each at its best LR and warmup",
+    "Adam is less hurt than SGD by deep Post-LN's vanishing identity path",
     "DeepNorm rescues deep Post-LN (same warmup)",
+    "Pre-LN's relative residual change falls with depth (trained)",
+)
+INIT_CLAIMS = (
     "At init, Post-LN's identity path shrinks by (v(1 + r))^(-1/2) per sublayer, as the notes derive",
     "The notes' assumption at init: Var(F(x)) = Var(x) in Post-LN (Xavier)",
-    "Pre-LN's relative residual change falls with depth (trained)",
 )
 
 
-def norm_placement(
+def fresh(mean: float, k: int = 0) -> list[float]:
+    """Six per-seed values around ``mean`` (one per fresh seed)."""
+    return [mean + 0.01 * math.sin(k + 2 * s) for s in NORM_FRESH]
+
+
+BEST = {"long_steps": 3000, "best": {p: {"lr": 3e-3, "warmup": 100} for p in ("post", "pre")}, "to_plateau": {}}
+
+
+def norm_training(
     warm=None,
-    tuned=None,
     rescue=None,
-    identity_rate=0.50,
-    predicted_rate=0.52,
-    log2_var=-0.3,
     change_power=-1.0,
     lrs=LRS,
-    sgd_lower=None,
+    lets=None,
+    point=True,
+    versus=None,
+    optimizers=None,
 ):
     losses = {**WARM_LOSS, **(warm or {})}
     warm_loss = {
         (p, d, w, lr): jitter(v, i + j) for j, lr in enumerate(lrs) for i, ((p, d, w), v) in enumerate(losses.items())
     }
-    tuned_runs = {k: {"lr": 1e-3, "final": jitter(v, i)} for i, (k, v) in enumerate({**TUNED, **(tuned or {})}.items())}
-    lower = {**SGD_LOWER, **(sgd_lower or {})}
-    lower = {p: {"lr": 3e-4, "final": jitter(v, i)} for i, (p, v) in enumerate(lower.items())}
+    lets = {k: v if isinstance(v, list) else fresh(v, i) for i, (k, v) in enumerate({**LETS, **(lets or {})}.items())}
+    versus = {k: fresh(v, i)[:5] for i, (k, v) in enumerate({**VERSUS, **(versus or {})}.items())}
+    optimizers = {
+        k: {"lr": 1e-3, "final": fresh(v, i)[:4]}
+        for i, (k, v) in enumerate({**OPTIMIZERS, **(optimizers or {})}.items())
+    }
     rescue = {
         "lr": 1e-2,
         "post_fails_in_sweep": True,
@@ -63,6 +77,38 @@ def norm_placement(
         "deepnorm": jitter(1.6, 1),
         **(rescue or {}),
     }
+    noise = (0.0, 0.01, -0.01)
+    layers = np.arange(1, DEEP + 1)
+    rel_change = {"pre": [0.5 * layers ** (change_power + e) for e in noise], "post": [np.ones(DEEP)] * 3}
+    v = notebook_verdicts(
+        "norm_training",
+        warm_loss=warm_loss,
+        scans={"scans": {}, "depth": None, "pick": None},
+        point={"lr": 3e-4, "warmup": 500, "dev_loss": 2.3, "trains": True} if point else None,
+        lets={"scan": {}, "point": None, **lets} if point else {"warmup": [], "no warmup": []},
+        **BEST,
+        versus=versus,
+        optimizers=optimizers,
+        deep_warmup=500,
+        warm_depth=DEEP,
+        rescue=rescue,
+        floor=UNIGRAM,
+        rel_change=rel_change,
+        WARMUP_LRS=lrs,
+        SHALLOW=SHALLOW,
+        DEEP=DEEP,
+        SEEDS=SEEDS,
+        FRESH=NORM_FRESH,
+        FAIL_MARGIN=0.5,
+        ceiling=CEILING,
+        base={},
+        fig_train=None,
+    )
+    assert list(v) == list(NORM_CLAIMS)
+    return [v[c] for c in NORM_CLAIMS]
+
+
+def norm_placement(identity_rate=0.50, predicted_rate=0.52, log2_var=-0.3):
     probe_depths, noise = (6, 48), (0.0, 0.01, -0.01)
     init = {  # halvings per layer of the identity path, measured and predicted, per initialisation
         ("post", d): {
@@ -72,84 +118,73 @@ def norm_placement(
         }
         for d in probe_depths
     }
-    layers = np.arange(1, DEEP + 1)
-    rel_change = {"pre": [0.5 * layers ** (change_power + e) for e in noise], "post": [np.ones(DEEP)] * 3}
     v = notebook_verdicts(
-        "norm_placement",
-        warm_loss=warm_loss,
-        tuned=tuned_runs,
-        sgd_lower=lower,
-        sweeps={},
-        rescue=rescue,
-        floor=UNIGRAM,
-        init=init,
-        xiong={},
-        rel_change=rel_change,
-        WARMUP_LRS=lrs,
-        SHALLOW=SHALLOW,
-        DEEP=DEEP,
-        PROBE_DEPTHS=probe_depths,
-        SEEDS=SEEDS,
-        PROBE_SEEDS=SEEDS,
-        FAIL_MARGIN=0.5,
-        ceiling=CEILING,
-        base={},
-        fig_init=None,
-        fig_train=None,
+        "norm_placement", init=init, xiong={}, PROBE_DEPTHS=probe_depths, PROBE_SEEDS=SEEDS, base={}, fig_init=None
     )
-    assert list(v) == list(NORM_CLAIMS)
-    return [v[c] for c in NORM_CLAIMS]
+    assert list(v) == list(INIT_CLAIMS)
+    return [v[c] for c in INIT_CLAIMS]
+
+
+def test_norm_training_verdicts():
+    assert norm_training() == [HOLDS] * 6
+    # warmup is what lets deep Post-LN train: either part refutes it
+    assert norm_training(lets={"no warmup": 2.15})[0] == FAILS  # trains without warmup, and better
+    assert norm_training(lets={"no warmup": 2.40})[0] == FAILS  # worse without warmup, but it trains
+    assert norm_training(lets={"no warmup": CEILING})[0] == HOLDS  # a diverged run counts as ln V
+    assert norm_training(lets={"no warmup": 2.80})[0] == UNSURE  # on the failure line
+    # one seed of six trains without warmup: the interval of the gap stays above 0, of the loss crosses the line
+    assert norm_training(lets={"no warmup": [3.32] * 5 + [2.2]})[0] == UNSURE
+    assert norm_training(point=False)[0] == UNSURE  # the scan found nowhere it trains: nothing to rescue
+    assert norm_training({("pre", DEEP, False): 1.50})[1] == FAILS  # gap 0.10 > the 0.05 margin
+    assert norm_training({("pre", DEEP, False): 1.445})[1] == UNSURE  # gap 0.045: the interval crosses 0.05
+    assert norm_training(versus={"post": 1.52})[2] == UNSURE  # a tie is no win
+    assert norm_training(versus={"post": 1.56})[2] == FAILS  # Pre-LN ends lower at both best settings
+    assert norm_training(optimizers={("pre", "sgd"): 3.00})[3] == FAILS  # SGD costs pre more than post
+    assert norm_training(optimizers={("pre", "sgd"): 2.80})[3] == UNSURE  # 0.7 against 0.7: the same cost
+    assert norm_training(rescue={"deepnorm": jitter(4.1, 1)})[4] == FAILS  # no better than failing Post-LN
+    assert norm_training(rescue={"deepnorm": jitter(3.9, 1)})[4] == FAILS  # better, but still near ln V
+    # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
+    assert norm_training(rescue={"deepnorm": jitter(3.0, 1)})[4] == FAILS
+    assert norm_training(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
+    assert norm_training(change_power=0.2)[5] == FAILS
 
 
 def test_norm_placement_verdicts():
-    assert norm_placement() == [HOLDS] * 8
-    assert norm_placement({("post", SHALLOW, False): 2.60})[0] == FAILS  # gap 1.1 at 6 > 0.95 at 48
-    assert norm_placement({("post", DEEP, False): CEILING})[0] == HOLDS  # a diverged run counts as ln V
-    assert norm_placement({("pre", DEEP, False): 1.50})[1] == FAILS  # gap 0.10 > the 0.05 margin
-    assert norm_placement({("pre", DEEP, False): 1.445})[1] == UNSURE  # gap 0.045: the interval crosses 0.05
-    assert norm_placement(tuned={("post", "adam"): 1.52})[2] == UNSURE  # a tie is no win
-    assert norm_placement(tuned={("post", "adam"): 1.56})[2] == FAILS
-    assert norm_placement(tuned={("pre", "sgd"): 2.60})[3] == FAILS  # SGD hurts pre more than post
-    assert norm_placement(sgd_lower={"post": 1.70})[3] == FAILS  # holds at the picks, not a step lower
-    assert norm_placement(rescue={"deepnorm": jitter(4.1, 1)})[4] == FAILS  # no better than failing Post-LN
-    assert norm_placement(rescue={"deepnorm": jitter(3.9, 1)})[4] == FAILS  # better, but still near ln V
-    # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
-    assert norm_placement(rescue={"deepnorm": jitter(3.0, 1)})[4] == FAILS
-    assert norm_placement(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
+    assert norm_placement() == [HOLDS] * 2
     # the identity path does not shrink towards the input (and the prediction says so too)
-    assert norm_placement(identity_rate=-0.05, predicted_rate=-0.05)[5] == FAILS
-    assert norm_placement(identity_rate=0.0, predicted_rate=0.0)[5] == UNSURE  # flat: neither shrinks nor grows
-    assert norm_placement(predicted_rate=1.0)[5] == FAILS  # the notes' r = 1: 0.5 halvings per layer off
-    assert norm_placement(predicted_rate=0.35)[5] == FAILS  # shrinks, but 0.15 per layer faster than predicted
-    assert norm_placement(predicted_rate=0.595)[5] == UNSURE  # 0.095 off: the interval crosses the 0.1 margin
-    assert norm_placement(log2_var=-2.0)[6] == FAILS  # Var(F) a quarter of Var(x)
-    assert norm_placement(change_power=0.2)[7] == FAILS
+    assert norm_placement(identity_rate=-0.05, predicted_rate=-0.05)[0] == FAILS
+    assert norm_placement(identity_rate=0.0, predicted_rate=0.0)[0] == UNSURE  # flat: neither shrinks nor grows
+    assert norm_placement(predicted_rate=1.0)[0] == FAILS  # the notes' r = 1: 0.5 halvings per layer off
+    assert norm_placement(predicted_rate=0.35)[0] == FAILS  # shrinks, but 0.15 per layer faster than predicted
+    assert norm_placement(predicted_rate=0.595)[0] == UNSURE  # 0.095 off: the interval crosses the 0.1 margin
+    assert norm_placement(log2_var=-2.0)[1] == FAILS  # Var(F) a quarter of Var(x)
 
 
-def test_norm_placement_at_one_training_depth_leaves_the_depth_growth_unmeasured():
+def test_norm_training_at_one_training_depth():
     v = notebook_verdicts(
-        "norm_placement",
+        "norm_training",
         warm_loss={
             (p, 2, w, 1e-3): jitter(1.5 + (not w) * (p == "post") * 0.5) for p in ("post", "pre") for w in (1, 0)
         },
-        tuned={(p, o): {"lr": 1e-3, "final": jitter(1.5)} for p in ("post", "pre") for o in ("adam", "sgd")},
-        sgd_lower={p: {"lr": 3e-4, "final": jitter(1.6)} for p in ("post", "pre")},
-        sweeps={},
+        scans={"scans": {}, "depth": None, "pick": None},
+        point=None,
+        lets={"warmup": [], "no warmup": []},
+        **BEST,
+        versus={p: jitter(1.5)[:2] for p in ("post", "pre")},
+        optimizers={(p, o): {"lr": 1e-3, "final": jitter(1.5)[:2]} for p in ("post", "pre") for o in ("adam", "sgd")},
+        deep_warmup=3,
+        warm_depth=2,
         rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
         floor=UNIGRAM,
-        init={("post", 3): {k: [0.3, 0.31] for k in ("identity_decay", "predicted_decay", "log2_var")}},
-        xiong={},
         rel_change={"pre": [np.asarray([0.5, 0.3])] * 2, "post": [np.ones(2)] * 2},
         WARMUP_LRS=(1e-3,),
         SHALLOW=2,
         DEEP=2,
-        PROBE_DEPTHS=(3,),
         SEEDS=(0, 1),
-        PROBE_SEEDS=(0, 1),
+        FRESH=(3, 4),
         FAIL_MARGIN=0.5,
         ceiling=CEILING,
         base={},
-        fig_init=None,
         fig_train=None,
     )
     assert v[NORM_CLAIMS[0]] == UNSURE and v[NORM_CLAIMS[4]] == UNSURE

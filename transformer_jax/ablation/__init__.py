@@ -21,16 +21,26 @@ claims by two one-sided tests against a margin stated before the run. An arm's l
 comes from a sweep scored on a dev split carved from the training text (`tuning`); every run
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
 (`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes,
-`norm_probes` the identity path's gradient at init; `orders` holds the order-blind reference of a
-seq2seq task (and the weaker source-bag one) and runs the reordering arms; `positions` checks two
-identities of position encodings (permutation equivariance, RoPE's offset); `lengths` trains arms at
-one context and measures them at longer ones; `decoding` the decoding notebook's measurements of a
-translation model.
+`norm_probes` the identity path's gradient at init, `norm_trained` builds norm_training's trained
+arms; `orders` holds the order-blind reference of a seq2seq task (and the weaker source-bag one) and
+runs the reordering arms; `positions` checks two identities of position encodings (permutation
+equivariance, RoPE's offset); `lengths` trains arms at one context and measures them at longer ones;
+`decoding` the decoding notebook's measurements of a translation model; `lm_history` the data-size
+corpus and the n-gram/window comparisons of language_model_history.
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.
 """
 
-from transformer_jax.ablation import decoding, lengths, lm_history, norm_probes, orders, positions, probes
+from transformer_jax.ablation import (
+    decoding,
+    lengths,
+    lm_history,
+    norm_probes,
+    norm_trained,
+    orders,
+    positions,
+    probes,
+)
 from transformer_jax.ablation.claims import (
     REGISTERED_AFTER_FULL_RUN,
     Claim,
@@ -165,6 +175,7 @@ __all__ = [
     "lr_grid",
     "mean_text",
     "norm_probes",
+    "norm_trained",
     "order_blind_loss",
     "orders",
     "paired",
