@@ -117,7 +117,7 @@ claim = lambda name, **kw: ablation.Claim(
 CLAIMS = ablation.register(
     claim(
         "A longer context helps the window LM more than the n-gram",
-        lines=(75, 77),
+        lines=(73, 77),
         says="a larger n gives an n-gram more context but its counts go sparse and its memory grows, and a "
         "smaller n costs accuracy; a neural LM over a fixed window has no memory or sparsity problem",
         measure="validation loss (nats per BPE token), window LM at window 4 minus at window 1, paired by seed; "
@@ -131,7 +131,7 @@ CLAIMS = ablation.register(
     ),
     claim(
         "The n-gram's memory grows with n faster than the window LM's",
-        lines=(75, 77),
+        lines=(73, 77),
         says="as n grows the n-gram needs more space; the window LM has no memory problem",
         measure="(stored counts of the order-5 n-gram - of the order-2) / (parameters of the window-4 LM - of "
         "the window-1 LM): what one more token of context costs each",

@@ -471,7 +471,7 @@ out = ablation.save_results(
     },
     figures={"training": fig_train},
     configs={"base": base},
-    seeds=SEEDS,
+    seeds=sorted({*SEEDS, *FRESH}),
     comparisons={claim: parts for claim, (_, parts) in claims.items()},
     claims=CLAIMS,
 )
