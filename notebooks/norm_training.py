@@ -491,12 +491,9 @@ print("results in", out)
 # - Pre-LN's relative residual change fell with depth: log-log slope -0.550 [-0.593, -0.506].
 #
 # **Sitting 1** (2026-12-05, the warmup scan on the dev split, seed 0; unigram loss 3.340 there).
-# No 18-layer cell trains: dev loss 3.344 and 3.344 at lr 1e-4 (warmup 100, 500), 3.340 and 3.303
-# at 3e-4, 3.340 and 3.340 at 1e-3. Every run drops to the unigram loss within the first hundred
-# steps (or by the end of the 500-step warmup) and stays there, so at 18 layers, in this regime
-# (Xavier without a depth factor, 1,000 steps), neither warmup nor a 10x smaller LR lets Post-LN
-# train, against the notes' remedy (line 97). The scan goes on at 12 layers, as registered, where
-# every cell trains: dev loss 2.701 / 2.666 at lr 1e-4 (warmup 100 / 500), 2.446 / 2.418 at 3e-4,
-# 2.709 / 2.243 at 1e-3. The pick is lr 1e-3 with 500 warmup steps, where the longer warmup is
-# worth 0.47 nats on the dev split; the fresh seeds 3-8 train there with it and without any (their
-# runs are being committed; the verdict waits for all 12).
+# No 18-layer cell trains (dev loss 3.30-3.34 at lr 1e-4 / 3e-4 / 1e-3 with warmup 100 or 500: each
+# run drops to the unigram loss within the first hundred steps, or by the end of the warmup, and
+# stays): in this regime neither warmup nor a 10x smaller LR lets Post-LN train, against the notes'
+# remedy (line 97). At 12 layers, as registered, every cell trains: 2.701 / 2.666 at lr 1e-4 (warmup
+# 100 / 500), 2.446 / 2.418 at 3e-4, 2.709 / 2.243 at 1e-3. The pick is lr 1e-3 with 500 warmup
+# steps; the fresh seeds 3-8 train there with and without warmup (the verdict waits for all 12).
