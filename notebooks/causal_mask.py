@@ -90,9 +90,12 @@ REGISTERED = ablation.REGISTERED_AFTER_FULL_RUN
 claim = lambda name, **kw: ablation.Claim(name, **{"notes": "004_0c7acc088a14ef8a.txt", "n": 3, **kw})
 # the pilot: the share of characters in real words, unmasked - masked, seeds 0-2 of the FULL run of
 # 2026-12-03: -0.340, -0.417, -0.320 (lr 1e-3) and -0.353, -0.423, -0.307 (lr 3e-3); sd pooled over both
+# registered at alpha 0.05 (a one-sided test at 90%) while the verdict reads a two-sided 95% interval
+# (0.025 per side): the gallery labels the row underpowered (`ablation.Claim.underpowered`)
 GEN_POWER = ablation.Power(
     sd=0.055,
     effect=0.15,
+    alpha=0.05,
     pilot="the FULL run of 2026-12-03, seeds 0-2: unmasked - masked real-word character share, paired sd "
     "pooled over the two learning rates",
 )
@@ -375,7 +378,10 @@ print("results in", out)
 #   characters in real words against 0.49: -0.476 [-0.521, -0.430], **sides with the notes**. At
 #   lr 1e-3, 0.05 against 0.42: -0.363 [-0.600, -0.126], **inconclusive**: every seed is lower by
 #   more than 0.2 (-0.25, -0.42, -0.41), but the paired sd came out at 0.095, not the pilot's 0.055,
-#   and three seeds cannot put the interval past -0.2. The samples themselves (above) are runs of
+#   and three seeds cannot put the interval past -0.2. That n was also sized at a one-sided alpha
+#   of 0.05 while the verdict reads a two-sided 95% interval (0.025 per side): at 0.025 three seeds
+#   had power 0.64 and four were needed, so the gallery labels the row *underpowered* (found
+#   2026-12-06; adding seeds after seeing these would not be a fresh test). The samples themselves (above) are runs of
 #   colons, "t" and "s", or "MEMERM": the copying model has learned no language it can use alone.
 #   Refuted the row would have been by an interval above -0.2: an unmasked model that writes
 #   nearly as much English as the masked one, which it could, since the last position of every

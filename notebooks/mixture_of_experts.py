@@ -102,8 +102,13 @@ claim = lambda name, **kw: ablation.Claim(
     name, **{"notes": "002_aa3d7b0c5341285e.txt", "n": 3, "history": (REGISTERED,), **kw}
 )
 # the pilot: DeepSeekMoE - GShard top-2 on seeds 0-2 of the FULL run of 2026-12-03 (-0.004, +0.033, -0.013)
+# registered at alpha 0.05 (a one-sided test at 90%) while the verdict reads a two-sided 95% interval
+# (0.025 per side): the gallery labels the row underpowered (`ablation.Claim.underpowered`)
 FINE_POWER = ablation.Power(
-    sd=0.0243, effect=0.025, pilot="the FULL run of 2026-12-03, DeepSeekMoE - GShard top-2 (paired sd over seeds 0-2)"
+    sd=0.0243,
+    effect=0.025,
+    alpha=0.05,
+    pilot="the FULL run of 2026-12-03, DeepSeekMoE - GShard top-2 (paired sd over seeds 0-2)",
 )
 FRESH_FIRST = 3  # the first seed nobody has seen: the committed run used 0-2
 CLAIMS = ablation.register(
@@ -375,6 +380,9 @@ print("results in", out)
 #   DeepSeekMoE 1.684 +- 0.011; DeepSeekMoE - GShard **-0.015 [-0.028, -0.001]** nats (n=8,
 #   lower on 6 of 8 seeds): it **sides with the notes**, by a gain smaller than the 0.025 the n was
 #   sized for and an interval that just clears 0 (the paired sd, 0.016, came out below the pilot's).
+#   The n was sized at a one-sided alpha of 0.05 while the verdict reads a two-sided 95% interval
+#   (0.025 per side): there 8 seeds had power 0.70 and 10 were needed, so the gallery labels the
+#   row *underpowered* (found 2026-12-06); its "holds" stands, a stricter test having been met.
 # - **Expert load** (not in the notes, so a table, not a verdict): without balancing the max/mean
 #   expert load is 2.4x [1.7, 3.2] the balanced run's; the loss-free bias brings it to 1.20
 #   [1.01, 1.39] with no auxiliary loss. Unbalanced routing did not cost loss here (GShard without

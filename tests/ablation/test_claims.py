@@ -4,6 +4,7 @@ verdicts that say they decide nothing."""
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -67,12 +68,52 @@ def test_criteria_judge_blocks_of_parts_and_rows_named_after_the_claim():
 
 
 def test_power_n_for_a_direction_and_an_equivalence():
-    # one-sided paired t, effect = 1 sd, alpha 0.05, power 0.8: 8 (noncentral t: power 0.815 at 8, 0.754 at 7)
-    assert ablation.Power(sd=1.0, effect=1.0, pilot="p").n() == 8
-    # issue 39's audit: a 0.01-nat margin with a paired sd of 0.024 needs ~50 seeds, not 3
+    # effect = 1 sd, power 0.8: 8 at one-sided alpha 0.05 (noncentral t: power 0.815 at 8, 0.754 at 7); a direction's
+    # verdict reads a two-sided 95% interval, one-sided 0.025, the default: 10 (noncentral t: 0.803 at 10, 0.746 at 9)
+    assert ablation.Power(sd=1.0, effect=1.0, pilot="p", alpha=0.05).n() == 8
+    assert ablation.Power(sd=1.0, effect=1.0, pilot="p").n() == 10
+    # issue 39's audit: a 0.01-nat margin with a paired sd of 0.024 needs ~50 seeds, not 3 (90%: 0.05 per side)
     assert ablation.Power(sd=0.0243, effect=0.01, pilot="p", equivalence=True).n() == 53
     record = _claim(power=ablation.Power(sd=0.0243, effect=0.01, pilot="p", equivalence=True)).as_dict()
     assert record["power"]["n"] == 53 and record["alpha"] == 0.05 and record["n"] == 3
+
+
+@pytest.mark.parametrize("bad", [{"alpha": 0.95}, {"alpha": 0.0}, {"power": 80}, {"power": 1.0}])
+def test_power_refuses_an_alpha_or_power_that_is_not_a_rate(bad):
+    with pytest.raises(ValueError, match="one-sided error rate"):
+        ablation.Power(sd=1.0, effect=1.0, pilot="p", **bad)
+
+
+@pytest.mark.parametrize(("sd", "effect", "alpha"), [(1.0, 1.0, 0.025), (0.055, 0.15, 0.025), (0.0243, 0.025, 0.05)])
+def test_power_achieved_inverts_n_and_errs_below_the_noncentral_t(sd, effect, alpha):
+    from scipy import stats  # an independent reference: the exact power of a one-sided paired t test
+
+    power = ablation.Power(sd=sd, effect=effect, pilot="p", alpha=alpha)
+    n = power.n()
+    assert power.achieved(n) >= 0.8 > power.achieved(n - 1)
+    for m in (n - 1, n, n + 2):
+        exact = 1 - stats.nct.cdf(stats.t.ppf(1 - alpha, m - 1), m - 1, math.sqrt(m) * effect / sd)
+        assert power.achieved(m) <= exact + 0.01
+
+
+def test_a_row_short_of_its_power_at_the_verdicts_own_alpha_is_labelled_underpowered():
+    at_90 = ablation.Power(sd=0.055, effect=0.15, pilot="p", alpha=0.05)  # 3 seeds at 0.05, 4 at 0.025
+    short = ablation.Claim("Gen", "n.txt", "s", "m", (ablation.Criterion("less", -0.2),), "w", n=3, power=at_90)
+    assert "power 0.64 at the verdict's one-sided alpha 0.025 (4 needed" in str(short.underpowered())
+    assert dataclasses.replace(short, n=4).underpowered() is None
+    spec = json.loads(json.dumps(short.as_dict()))
+    assert spec["alpha"] == 0.025 and spec["underpowered"] and ablation.claims.from_spec(spec) == short
+    # derived fields change no criterion, and a stale one is computed again from the stored spec
+    stale = {**spec, "alpha": 0.05}
+    del stale["underpowered"]
+    assert ablation.criterion_spec(stale) == ablation.criterion_spec(spec)
+    again = ablation.claims.reword({"claims": {"Gen": stale}}, [short])["claims"]["Gen"]
+    assert again["alpha"] == 0.025 and again["underpowered"] == spec["underpowered"]
+    # power.n is derived too; a claim the notebook no longer registers is recomputed as well
+    stale["power"] = {**spec["power"], "n": 99}
+    assert ablation.criterion_spec(stale) == ablation.criterion_spec(spec)
+    gone = ablation.claims.reword({"claims": {"Gen": stale}}, [])["claims"]["Gen"]
+    assert gone == spec and gone["power"]["n"] == 3
 
 
 def test_a_criterion_changed_after_the_numbers_is_exploratory_until_rerun_on_new_data():
@@ -115,9 +156,10 @@ def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tm
         _claim("Decided after", history=(OLD, changed)),
         _claim("An identity", check=True),
         _claim("Not in the notes", lines=None),
+        _claim("Too few", power=ablation.Power(sd=1.0, effect=1.0, pilot="p")),
     )
     rows = [("Decided before (lr 0.1)", "m1", HOLDS), ("Decided after", "m|2", UNSURE), ("An identity", "m3", HOLDS)]
-    rows += [("Not in the notes", "m4", FAILS)]
+    rows += [("Not in the notes", "m4", FAILS), ("Too few", "m5", UNSURE)]
     folder = tmp_path / "experiments" / "results" / "demo"
     folder.mkdir(parents=True)
     record = {"notebook": "demo", "mode": "full", "date": "2026-12-03 10:00:00 UTC", "protocol": ablation.PROTOCOL}
@@ -131,6 +173,7 @@ def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tm
     )
     assert "An identity" not in verdicts and "| An identity | negligible | m3 | agrees |" in checks
     assert "| Not in the notes | m4 | does not hold (not a claim of the notes) |" in verdicts
+    assert "| Too few | m5 | inconclusive (underpowered) |" in verdicts and "*underpowered*:" in verdicts
     said = "- *Decided before*: finer experts specialise better (notes `002.txt`, lines 12-14)"
     assert said in verdicts and "*Not in the notes*:" not in md and "*An identity*:" not in md
 

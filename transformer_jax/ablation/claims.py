@@ -7,7 +7,9 @@ notebook's current specs with the ones its committed results were run under, so 
 criterion forces a rerun; a criterion changed after a run's numbers were seen stays in the spec's
 ``history`` (`Revision` with ``seen``), and the gallery labels its row *exploratory* until a
 registered rerun on new data (`exploratory`). A claim that cannot come out the other way (an
-identity, a property of the probe's construction) is a *check*: shown, never a verdict.
+identity, a property of the probe's construction) is a *check*: shown, never a verdict. A redo over
+several sittings, with no results.json of its own yet, keeps the specs of its first sitting in
+registered.json (`registration`), so they cannot drift between sittings.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from transformer_jax.ablation.stats import DIRECTIONS, EXPECTS, Comparison, default_level, t_quantile
+from transformer_jax.ablation.stats import DIRECTIONS, EXPECTS, Comparison, default_level, t_cdf, t_quantile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,14 +59,30 @@ class Criterion:
 class Power:
     """The inputs of a power calculation for a paired t test: the ``sd`` of the paired difference
     (from ``pilot``, the run it was read from), the ``effect`` to detect (a direction) or the
-    equivalence margin (with a true difference of 0), ``alpha`` per one-sided test, and ``power``."""
+    equivalence margin (with a true difference of 0), ``alpha`` per one-sided test, and ``power``.
+    ``alpha`` defaults to that of the test a verdict applies (`one_sided_alpha`): 0.025 for a direction
+    (its two-sided 95% interval must clear the line), 0.05 per side of an equivalence (90%)."""
 
     sd: float
     effect: float
     pilot: str
-    alpha: float = 0.05
+    alpha: float | None = None
     power: float = 0.8
     equivalence: bool = False
+
+    def __post_init__(self) -> None:
+        if self.alpha is None:
+            object.__setattr__(self, "alpha", one_sided_alpha("equal" if self.equivalence else "less"))
+        if not 0 < self.one_sided < 0.5 or not 0 < self.power < 1:
+            raise ValueError(
+                f"Power(alpha={self.alpha}, power={self.power}): alpha is a one-sided error rate in (0, 0.5), "
+                "power a probability in (0, 1)"
+            )
+
+    @property
+    def one_sided(self) -> float:
+        """``alpha``, resolved (`__post_init__` fills its default)."""
+        return one_sided_alpha("equal" if self.equivalence else "less") if self.alpha is None else self.alpha
 
     def n(self) -> int:
         """The smallest n with ((t_{1-alpha} + t_{power'}) * sd / effect)^2 <= n, t with n-1 degrees of
@@ -73,10 +91,24 @@ class Power:
             raise ValueError(f"{self}: sd and effect must be positive")
         beta = (1 - self.power) / 2 if self.equivalence else 1 - self.power
         for n in range(2, 100_000):
-            t = t_quantile(1 - self.alpha, n - 1) + t_quantile(1 - beta, n - 1)
+            t = t_quantile(1 - self.one_sided, n - 1) + t_quantile(1 - beta, n - 1)
             if (t * self.sd / self.effect) ** 2 <= n:
                 return n
         raise ValueError(f"{self}: needs more than 100,000 seeds")
+
+    def achieved(self, n: int) -> float:
+        """The power at ``n`` under the same approximation as `n` (its inverse): p = F_{n-1}(sqrt(n)
+        effect / sd - t_{1-alpha}) for a direction, 1 - 2 (1 - p) for two one-sided tests. Below the
+        exact (noncentral t) power at small n, so `n` errs towards more seeds."""
+        p = t_cdf(math.sqrt(n) * self.effect / self.sd - t_quantile(1 - self.one_sided, n - 1), n - 1)
+        return max(0.0, 1 - 2 * (1 - p)) if self.equivalence else p
+
+
+def one_sided_alpha(expect: str, level: float | None = None) -> float:
+    """The error rate of each one-sided test a verdict at ``level`` (default `stats.default_level`)
+    applies: (1 - level)/2, since a direction is judged by where a two-sided interval lies and an
+    equivalence by two one-sided tests, one per edge."""
+    return round((1 - (default_level(expect) if level is None else level)) / 2, 6)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +164,24 @@ class Claim:
 
     @property
     def alpha(self) -> float:
-        """The error rate of each part: 1 - level for a direction, (1 - level)/2 per one-sided test."""
+        """The error rate of each one-sided test of the first part (`one_sided_alpha`)."""
         c = self.criteria[0]
-        return round((1 - float(c.level or 0)) / (1 if c.expect in DIRECTIONS else 2), 6)
+        return one_sided_alpha(c.expect, c.level)
+
+    def underpowered(self) -> str | None:
+        """Why ``n`` falls short of what ``power`` asks at the alpha of the test the verdict applies
+        (that of the first criterion of the kind the power is for: an equivalence or a direction), a
+        calculation registered at another alpha included; None when it does not (or no power)."""
+        if self.power is None:
+            return None
+        kind = [c for c in self.criteria if (c.expect in DIRECTIONS) != self.power.equivalence] or list(self.criteria)
+        at = dataclasses.replace(self.power, alpha=one_sided_alpha(kind[0].expect, kind[0].level))
+        if self.n >= at.n():
+            return None
+        return (
+            f"n={self.n} has power {at.achieved(self.n):.2f} at the verdict's one-sided alpha {at.alpha:g} "
+            f"({at.n()} needed for {at.power:g})"
+        )
 
     def matches(self, row: str) -> bool:
         return row_of(row, self.name)
@@ -147,6 +194,8 @@ class Claim:
                 del r["seeds"]
         if self.power is not None:
             d["power"]["n"] = self.power.n()
+        if short := self.underpowered():
+            d["underpowered"] = short
         return d
 
 
@@ -210,20 +259,51 @@ def spec_record(specs: Iterable[Claim]) -> dict[str, dict[str, Any]]:
 WORDING = ("notes", "says", "lines")
 """The fields of a spec that locate (file, lines) and word the notes' claim; changing them changes no
 criterion."""
+DERIVED = ("alpha", "underpowered", "power.n")
+"""The fields of a spec computed from the others (`Claim.as_dict`; ``power.n`` is the ``n`` inside
+``power``, computed from the Power's inputs, which do stay in the criterion); a fix to how they are
+computed changes no criterion."""
 
 
 def criterion_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored spec (`spec_record`'s entry) without its `WORDING`: what a rerun must match."""
-    return {k: v for k, v in spec.items() if k not in WORDING}
+    """A stored spec (`spec_record`'s entry) without its `WORDING` and `DERIVED` fields: what a rerun
+    must match."""
+    kept = {k: v for k, v in spec.items() if k not in WORDING + DERIVED}
+    if kept.get("power"):
+        kept["power"] = {k: v for k, v in kept["power"].items() if f"power.{k}" not in DERIVED}
+    return kept
+
+
+def derive(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored spec with its `DERIVED` fields computed again from the others (`from_spec`): one
+    stored before a fix to how they are computed reads as the fixed code computes it."""
+    fresh = from_spec(spec).as_dict()
+    out = {k: v for k, v in spec.items() if k not in DERIVED or k in fresh}  # in place, to keep the order
+    out |= {k: fresh[k] for k in DERIVED if k in fresh}
+    if out.get("power"):
+        out["power"] = {**out["power"], "n": fresh["power"]["n"]}
+    return out
+
+
+def from_spec(spec: Mapping[str, Any]) -> Claim:
+    """The `Claim` a stored spec (`spec_record`'s entry) was made from; derived fields left out."""
+    kw = {f.name: spec[f.name] for f in dataclasses.fields(Claim) if f.name in spec}
+    kw["criteria"] = tuple(Criterion(**c) for c in spec["criteria"])
+    kw["history"] = tuple(Revision(**{**r, "seeds": tuple(r.get("seeds", ()))}) for r in spec.get("history") or ())
+    if spec.get("power"):
+        kw["power"] = Power(**{k: v for k, v in spec["power"].items() if k != "n"})
+    if spec.get("lines"):
+        kw["lines"] = tuple(spec["lines"])
+    return Claim(**kw)
 
 
 def reword(record: Mapping[str, Any], specs: Iterable[Claim]) -> dict[str, Any]:
     """Results ``record`` with the `WORDING` of each stored claim taken from the claim of the same
-    name in ``specs`` (the notebook's current ones); criteria, numbers and claims of other names as
-    they were."""
+    name in ``specs`` (the notebook's current ones) and the `DERIVED` fields of every stored claim
+    computed again (`derive`); criteria and numbers as they were."""
     current = spec_record(specs)
     stored = {
-        name: {**spec, **{k: current[name][k] for k in WORDING}} if name in current else dict(spec)
+        name: derive({**spec, **({k: current[name][k] for k in WORDING} if name in current else {})})
         for name, spec in (record.get("claims") or {}).items()
     }
     return {**record, "claims": stored}
@@ -255,7 +335,9 @@ def data_date(record: Mapping[str, Any], seeds: Iterable[int] = ()) -> str:
 def exploratory(spec: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
     """Whether a stored spec's row is exploratory in results ``record``: its criterion was changed
     after numbers were seen (a `Revision` with ``seen``), and no later ``fresh`` revision registers a
-    rerun whose data (`data_date`, of the revision's ``seeds`` if it names them) is as new as that revision."""
+    rerun whose data (`data_date`, of the revision's ``seeds`` if it names them) is as new as that revision.
+    Dates cannot order a registration and a rerun of one day: tests/notebooks/test_registration_order.py
+    checks by commit order that each committed fresh revision precedes the runs it judges."""
     history = list(spec.get("history") or ())
     changed = [i for i, r in enumerate(history) if r.get("seen")]
     if not changed:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from transformer_jax.ablation.paths import (
+    PENDING_RERUN,
     ResultsNotFoundError,
     missing_results_message,
     pick,
@@ -113,7 +114,8 @@ def pick_lr(dev_loss: Mapping[float, float | Sequence[float]]) -> dict[str, Any]
 def committed_note(notebook: str) -> str:
     """What the committed FULL ``experiments/results/<notebook>/results.json`` may claim: a
     result saved under the protocol is cited as is; one that predates it (no per-seed numbers, no
-    intervals) is inconclusive by the protocol, whatever its table says. Every notebook prints it
+    intervals) is inconclusive by the protocol, whatever its table says; a notebook in
+    `paths.PENDING_RERUN` says its redo is in progress. Every notebook prints it
     first, so FULL mode without a results root stops here (`paths.ResultsNotFoundError`)."""
     root = results_root()
     if root is None:
@@ -126,11 +128,13 @@ def committed_note(notebook: str) -> str:
     except (OSError, ValueError):
         return f"No FULL result of {notebook} is committed yet."
     when = f"commit {str(record.get('git_commit'))[:12]}, {record.get('date', 'undated')}"
+    redo = PENDING_RERUN.get(notebook)
+    redo = f" It is the previous run's: a registered redo is in progress ({redo})." if redo else ""
     if record.get("mode") != "full":
-        return f"The committed result of {notebook} ({when}) is not a FULL run."
+        return f"The committed result of {notebook} ({when}) is not a FULL run.{redo}"
     if record.get("protocol") == PROTOCOL:
-        return f"The committed FULL result of {notebook} ({when}) follows the protocol ({PROTOCOL})."
+        return f"The committed FULL result of {notebook} ({when}) follows the protocol ({PROTOCOL}).{redo}"
     return (
         f"The committed FULL result of {notebook} ({when}) predates the protocol: every arm is one run "
-        "(n=1, no interval), so each of its verdicts is inconclusive by the protocol."
+        f"(n=1, no interval), so each of its verdicts is inconclusive by the protocol.{redo}"
     )

@@ -12,8 +12,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformer_jax.ablation import runs
-from transformer_jax.ablation.claims import Claim, beyond_notes, check_claims, exploratory, spec_record, stored_spec
-from transformer_jax.ablation.paths import START_COMMIT, START_TIME, repo_root, results_dir, smoke
+from transformer_jax.ablation.claims import (
+    Claim,
+    beyond_notes,
+    check_claims,
+    exploratory,
+    from_spec,
+    spec_record,
+    stored_spec,
+)
+from transformer_jax.ablation.paths import PENDING_RERUN, START_COMMIT, START_TIME, repo_root, results_dir, smoke
 from transformer_jax.ablation.protocol import PROTOCOL
 from transformer_jax.ablation.stats import FAILS, HOLDS, UNSURE, Comparison
 from transformer_jax.core import configlib
@@ -136,35 +144,68 @@ PREDATES = (
 )
 
 
-def gallery_markdown(root: pathlib.Path | None = None, page_dir: pathlib.Path | None = None) -> str:
+def gallery_markdown(
+    root: pathlib.Path | None = None,
+    page_dir: pathlib.Path | None = None,
+    pending: Mapping[str, str] | None = None,
+) -> str:
     """The gallery of ``GALLERY_PAGE``: for each ``experiments/results/<notebook>/results.json`` of a
     FULL run (sorted by name), a heading, its PNG figures and its verdict table, with commit and date.
+    A notebook in ``pending`` (default `paths.PENDING_RERUN`: a registered redo in progress) gets a
+    line saying so above its previous run's table, or, with no FULL results yet and its
+    ``notebooks/<notebook>.py`` under ``root``, a short section saying why and where its claims are.
     Figures are linked relative to ``page_dir``, the folder of the page (default: that of
     ``GALLERY_PAGE`` under ``root``)."""
     root = repo_root() if root is None else root
     page_dir = (root / GALLERY_PAGE).parent if page_dir is None else page_dir
+    pending = PENDING_RERUN if pending is None else pending
     link = lambda png: pathlib.Path(os.path.relpath(png, page_dir)).as_posix()
-    parts = []
+    sections = {nb: _awaited(nb, why) for nb, why in pending.items() if (root / "notebooks" / f"{nb}.py").is_file()}
     for path in sorted((root / "experiments" / "results").glob("*/results.json")):
         record = json.loads(path.read_text())
         if record.get("mode") != "full":
             continue
-        folder = path.parent.relative_to(root).as_posix()
+        notebook, folder = record["notebook"], path.parent.relative_to(root).as_posix()
+        redo = f"{_redo(notebook, pending[notebook])}\n\n" if notebook in pending else ""
         figures = "\n".join(f"![{png.stem}]({link(png)})" for png in sorted(path.parent.glob("*.png")))
         table = _registered(record["results"].get("verdicts", ""), record)
         if record.get("protocol") != PROTOCOL:
             table += f"\n\n{PREDATES}"
-        parts.append(
-            f"### {record['notebook']}\n\n{figures}\n\n{table}\n\n"
-            f"`notebooks/{record['notebook']}.py`, FULL mode, commit {str(record.get('git_commit'))[:12]}, "
+        sections[notebook] = (
+            f"### {notebook}\n\n{redo}{figures}\n\n{table}\n\n"
+            f"`notebooks/{notebook}.py`, FULL mode, commit {str(record.get('git_commit'))[:12]}, "
             f"{record.get('date', '')}; numbers and configs in `{folder}/results.json`.{_wall_clock_text(record)}"
         )
-    return "\n\n".join(parts) if parts else "(no FULL results committed yet)"
+    return "\n\n".join(sections[nb] for nb in sorted(sections)) if sections else "(no FULL results committed yet)"
+
+
+def _redo(notebook: str, why: str) -> str:
+    """The line above a pending notebook's previous results."""
+    return (
+        f"**A registered redo is in progress**: {why}. The figures and rows below are the previous run's, "
+        f"judged by the claims that run was registered under; the redo's claims, registered in "
+        f"`notebooks/{notebook}.py`, are judged only when its FULL results are committed."
+    )
+
+
+def _awaited(notebook: str, why: str) -> str:
+    """The section of a pending notebook with no FULL results yet."""
+    return (
+        f"### {notebook}\n\nNo FULL results yet. **A registered redo is in progress**: {why}. Its claims are "
+        f"registered in `notebooks/{notebook}.py` (the `ablation.register` cell); its sittings commit run "
+        f"summaries under `experiments/results/{notebook}/runs/`, and its verdicts appear here once its "
+        "results.json is committed."
+    )
 
 
 EXPLORATORY = (
     "*exploratory*: the row's criterion was changed after the run's numbers were seen (`claims` in "
     "results.json holds the change and why); it decides nothing until rerun on new data."
+)
+UNDERPOWERED = (
+    "*underpowered*: the row ran fewer seeds than its registered power calculation asks at the test the "
+    "verdict applies (computed from the stored spec; its `underpowered` in results.json says how many and "
+    "the power it had): a 'holds' stands, but an 'inconclusive' may only mean too few seeds."
 )
 BEYOND_NOTES = (
     "*not a claim of the notes*: the row tests something the notes do not say (its spec names no lines of "
@@ -189,12 +230,13 @@ def _notes_said(record: dict[str, Any]) -> str:
 
 def _registered(table: str, record: dict[str, Any]) -> str:
     """The verdict ``table`` of a record with registered claims: rows of a check moved to a checks
-    table, rows of an exploratory claim labelled so (`claims.exploratory`)."""
+    table, rows of an exploratory or underpowered claim labelled so (`claims.exploratory`,
+    `claims.Claim.underpowered`)."""
     specs = record.get("claims")
     if not specs or not table:
         return table
     lines = table.splitlines()
-    verdicts, checks, flagged, beyond = lines[:2], [], False, False
+    verdicts, checks, flagged, beyond, short = lines[:2], [], False, False, False
     for line in lines[2:]:
         claim, measured, v = (c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1])
         name = claim.replace("\\|", "|")
@@ -205,11 +247,13 @@ def _registered(table: str, record: dict[str, Any]) -> str:
             word, why = {HOLDS: "agrees", FAILS: "disagrees"}.get(v, v), spec["why"].replace("|", "\\|")
             checks.append(f"| {claim} | {why} | {measured} | {word} |")
         else:
-            outside, late = beyond_notes(spec), exploratory(spec, record)
-            labels = [word for word, on in (("not a claim of the notes", outside), ("exploratory", late)) if on]
-            beyond, flagged = beyond or outside, flagged or late
+            outside, late, few = beyond_notes(spec), exploratory(spec, record), bool(from_spec(spec).underpowered())
+            marks = (("not a claim of the notes", outside), ("exploratory", late), ("underpowered", few))
+            labels = [word for word, on in marks if on]
+            beyond, flagged, short = beyond or outside, flagged or late, short or few
             verdicts.append(f"| {claim} | {measured} | {v} ({', '.join(labels)}) |" if labels else line)
-    out = "\n".join(verdicts) + (f"\n\n{EXPLORATORY}" if flagged else "") + (f"\n\n{BEYOND_NOTES}" if beyond else "")
+    notes = ((EXPLORATORY, flagged), (UNDERPOWERED, short), (BEYOND_NOTES, beyond))
+    out = "\n".join(verdicts) + "".join(f"\n\n{text}" for text, on in notes if on)
     out += _notes_said(record)
     if checks:
         head = ["| check | why it cannot decide | measured | result |", "| --- | --- | --- | --- |"]
