@@ -39,6 +39,21 @@ FULL_HOURS = {
 of the committed runs and the sitting's own (``wall_clock`` of the committed ``results.json``, on the
 2-core machine that made them; a test keeps the two equal)."""
 
+PENDING_RERUN: dict[str, str] = {
+    "decoding": "claims registered 2026-12-05 (revised 2026-12-06 before any run: n from the beam claim's power at "
+    "alpha 0's se, beam's conservatism against the human references, k's variety a check) for six MT models of "
+    "1,800 steps (seeds 0-5, one run summary each with its decodings) and the KV-cache timing at positions "
+    "1,024-4,096; its FULL sitting is next (issue 39, item 3)",
+    "language_model_history": "the n-gram against the window LM on BPE tokens and the data-size sweep (LSTM against "
+    "Transformer at 10/30/100% of the 38 plays), registered 2026-12-05 (issue 39, item 3), run over 3 sittings",
+    "norm_training": "the trained half of norm_placement, its claims registered anew 2026-12-05 (warmup where deep "
+    "Post-LN trains; Post vs Pre per arm's best setting at 6 layers; Adam vs SGD where the identity path vanishes), "
+    "run on fresh seeds over 4-5 sittings",
+}
+"""Notebooks whose registered claims await a FULL rerun spanning several sittings (issue 39, item 3),
+with why: their run summaries are being committed, and their ``results.json``, if any, is the previous
+run's. The gallery says so; a notebook leaves once its rerun's results are committed."""
+
 
 class ResultsNotFoundError(FileNotFoundError):
     """FULL mode outside a checkout: no committed results to read, nowhere agreed to write."""

@@ -1,0 +1,83 @@
+"""A pending redo's claims as registered when its first sitting started, so they cannot drift
+between sittings.
+
+A redo that spans several sittings (`paths.PENDING_RERUN`) has no results.json of its own until its
+last sitting, so nothing stores the specs its first runs were trained to judge. ``registered.json``
+beside its run summaries does: the `claims.spec_record` of the notebook when the first sitting
+started (`write_snapshot`, ``tools/register_sitting.py``). Every later spec must match it
+(`claims.criterion_spec`) unless its ``history`` extends the snapshot's with a new `claims.Revision`
+(the change recorded, and dated); a snapshot claim may not disappear (`drift`).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from transformer_jax.ablation.claims import Claim, criterion_spec, spec_record
+from transformer_jax.ablation.paths import git_commit, repo_root
+
+SNAPSHOT = "registered.json"
+
+
+def snapshot_path(notebook: str, root: pathlib.Path | None = None) -> pathlib.Path:
+    """``experiments/results/<notebook>/registered.json`` of the checkout ``root`` (default `repo_root`)."""
+    return (repo_root() if root is None else root) / "experiments" / "results" / notebook / SNAPSHOT
+
+
+def read_snapshot(notebook: str, root: pathlib.Path | None = None) -> dict[str, Any] | None:
+    """The snapshot of ``notebook`` (``notebook``, ``registered``, ``commit``, ``updated``, ``claims``), or None."""
+    path = snapshot_path(notebook, root)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def drift(registered: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Why specs ``current`` (`spec_record` entries, by name) may not follow the specs ``registered``
+    in a snapshot: a claim gone, or a criterion changed without a new `Revision` appended to the
+    history it had; empty when they may. Claims added since are not judged here."""
+    current = json.loads(json.dumps(dict(current)))
+    problems = []
+    for name, old in registered.items():
+        new = current.get(name)
+        if new is None:
+            problems.append(f"{name!r}: registered for this redo, gone from the notebook (renamed or dropped)")
+            continue
+        if criterion_spec(old) == criterion_spec(new):
+            continue
+        was, now = list(old.get("history") or ()), list(new.get("history") or ())
+        if len(now) <= len(was) or now[: len(was)] != was:
+            problems.append(
+                f"{name!r}: its criterion differs from the one registered for this redo, and its history does "
+                "not extend the registered one with a new ablation.Revision recording the change"
+            )
+    return problems
+
+
+def write_snapshot(notebook: str, specs: Iterable[Claim], root: pathlib.Path | None = None) -> pathlib.Path:
+    """Writes (first sitting) or updates (a later one) the snapshot of ``notebook`` to ``specs``;
+    raises ValueError when they drift from the snapshot already there (`drift`)."""
+    path, current = snapshot_path(notebook, root), json.loads(json.dumps(spec_record(specs)))
+    old = read_snapshot(notebook, root)
+    if old is not None and (problems := drift(old["claims"], current)):
+        raise ValueError(
+            f"{notebook}: the registered claims drifted since {old['registered']}:\n" + "\n".join(problems)
+        )
+    now, commit = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), git_commit()
+    kept = {k: v for k, v in (old or {}).items() if k not in ("notebook", "updated", "updated_commit", "claims")}
+    first = {"registered": now, "commit": commit} if old is None else kept  # a note such as ``source`` stays
+    record = {"notebook": notebook, **first, "updated": now, "updated_commit": commit, "claims": current}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def redo_runs(notebook: str, root: pathlib.Path | None = None) -> list[pathlib.Path]:
+    """The run summaries of ``notebook`` trained after its committed results.json (all of them when
+    it has none): those of a redo in progress."""
+    folder = snapshot_path(notebook, root).parent
+    results = folder / "results.json"
+    since = json.loads(results.read_text())["date"] if results.is_file() else ""
+    return [p for p in sorted((folder / "runs").glob("*.json")) if json.loads(p.read_text())["date"] > since]
