@@ -10,8 +10,9 @@ function to import). ``notebook_verdicts`` runs that cell, exactly as written in
 ``notebooks/<name>.py``, on synthetic per-seed (or per-item) inputs bound to the names the cell
 reads, with the real ``ablation`` functions except a ``save_results`` that only records; it
 returns ``{claim: verdict}`` and checks that every claim's comparisons were saved
-(``verdict_cells.py``). This file holds the package's part and three notebooks,
-``test_verdicts_training.py`` the other four. Each case states numbers for which the answer is
+(``verdict_cells.py``). This file holds the package's part and three notebooks (causal_mask,
+attention_scaling, positional_encoding), ``test_verdicts_training.py`` and
+``test_verdicts_decoding.py`` the other five. Each case states numbers for which the answer is
 known, a variant that turns the verdict the other way, and, for most claims, one whose interval
 straddles the claim's bound ("inconclusive"). Three seeds unless stated; ``jitter`` gives each arm
 its own seed-to-seed noise so that paired differences have a spread.
