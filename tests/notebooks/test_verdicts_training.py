@@ -1,8 +1,7 @@
-"""Verdicts of the training-heavy notebooks (norm_placement, norm_training, mixture_of_experts, decoding,
+"""Verdicts of the training-heavy notebooks (norm_placement, norm_training, mixture_of_experts,
 language_model_history) on synthetic per-seed or per-sentence inputs whose answer is known; see
 ``test_verdicts.py`` for the scheme and ``verdict_cells.py`` for how a cell is run."""
 
-import itertools
 import math
 
 import numpy as np
@@ -24,7 +23,7 @@ WARM_LOSS = {  # (placement, depth, warmup): loss, at both fixed LRs
     ("pre", DEEP, False): 1.42,
 }
 UNIGRAM = {"dev": 3.3, "val": 3.3}  # the loss of character frequencies alone: the failure line is 2.8
-NORM_FRESH = (3, 4, 5, 6, 7, 8)
+NORM_FRESH = {"warmup": (3, 4, 5, 6, 7, 8), "versus": (3, 4, 5, 6, 7, 8, 9), "optimizers": (3, 4, 5, 6, 7)}
 LETS = {"warmup": 2.20, "no warmup": 3.32}  # deep Post-LN at the scan's pick, on the fresh seeds
 VERSUS = {"post": 1.48, "pre": 1.52}  # 6 layers, each at its best LR and warmup
 OPTIMIZERS = {("post", "adam"): 2.20, ("post", "sgd"): 2.90, ("pre", "adam"): 2.10, ("pre", "sgd"): 2.30}
@@ -42,9 +41,9 @@ INIT_CLAIMS = (
 )
 
 
-def fresh(mean: float, k: int = 0) -> list[float]:
-    """Six per-seed values around ``mean`` (one per fresh seed)."""
-    return [mean + 0.01 * math.sin(k + 2 * s) for s in NORM_FRESH]
+def fresh(mean: float, k: int = 0, claim: str = "warmup") -> list[float]:
+    """Per-seed values around ``mean``, one per fresh seed of ``claim``."""
+    return [mean + 0.01 * math.sin(k + 2 * s) for s in NORM_FRESH[claim]]
 
 
 BEST = {"long_steps": 3000, "best": {p: {"lr": 3e-3, "warmup": 100} for p in ("post", "pre")}, "to_plateau": {}}
@@ -65,9 +64,9 @@ def norm_training(
         (p, d, w, lr): jitter(v, i + j) for j, lr in enumerate(lrs) for i, ((p, d, w), v) in enumerate(losses.items())
     }
     lets = {k: v if isinstance(v, list) else fresh(v, i) for i, (k, v) in enumerate({**LETS, **(lets or {})}.items())}
-    versus = {k: fresh(v, i)[:5] for i, (k, v) in enumerate({**VERSUS, **(versus or {})}.items())}
+    versus = {k: fresh(v, i, "versus") for i, (k, v) in enumerate({**VERSUS, **(versus or {})}.items())}
     optimizers = {
-        k: {"lr": 1e-3, "final": fresh(v, i)[:4]}
+        k: {"lr": 1e-3, "final": fresh(v, i, "optimizers")}
         for i, (k, v) in enumerate({**OPTIMIZERS, **(optimizers or {})}.items())
     }
     rescue = {
@@ -181,7 +180,7 @@ def test_norm_training_at_one_training_depth():
         SHALLOW=2,
         DEEP=2,
         SEEDS=(0, 1),
-        FRESH=(3, 4),
+        FRESH={k: (3, 4) for k in ("warmup", "versus", "optimizers")},
         FAIL_MARGIN=0.5,
         ceiling=CEILING,
         base={},
@@ -239,91 +238,6 @@ def test_mixture_of_experts_verdicts():
     assert moe(fresh={"deepseekmoe": 1.58})[1] == FAILS  # worse than coarse top-2
     # the seeds whose numbers were seen do not decide claim 2: a gain there alone is no verdict
     assert moe({"deepseekmoe": 1.45}, fresh={"deepseekmoe": 1.55})[1] == UNSURE
-
-
-# decoding: per-model numbers of greedy, beam and the uniform top-k samplers; per-token cost by position.
-DECODING_CLAIMS = (
-    "Beam search beats greedy",
-    "Beam search's answers are more conservative than greedy's",
-    "The larger k, the more top-k sampling's outputs for one source vary",
-    "With a KV cache the cost per token grows at most linearly with the position; recomputing grows one power faster",
-    "... in the compiled programs: FLOPs and bytes per step",
-)
-K_UNIFORM = (2, 3, 5)
-GREEDY = {"bleu": 30.0, "words": 11.5, "distinct-2": 0.40, "corpus self-bleu": 8.0}
-BEAM = {"bleu": 31.0, "words": 11.0, "distinct-2": 0.35, "corpus self-bleu": 10.0}
-SELF_BLEU = {2: 40.0, 3: 30.0, 5: 20.0}
-
-
-def _decoder(row: dict, k: int) -> list[dict]:
-    return [{key: jitter(v, k, 0.001 * abs(v) + 0.001)[s] for key, v in row.items()} for s in SEEDS]
-
-
-def decoding(beam=None, self_bleu=None, sized_rate=1.0, ratio_rate=1.0, cached_flops_rate=0.5, sized_offset=0.0):
-    greedy, best = _decoder(GREEDY, 0), _decoder({**BEAM, **(beam or {})}, 1)
-    per_k = {k: jitter(v, i) for i, (k, v) in enumerate({**SELF_BLEU, **(self_bleu or {})}.items())}
-    measures = [
-        {
-            "greedy": greedy[s],
-            "beam": best[s],
-            "samplers": {f"top-{k} uniform": {"self-bleu": per_k[k][s]} for k in K_UNIFORM},
-            "examples": {},
-        }
-        for s in SEEDS
-    ]
-    positions = [1024, 1448, 2048, 2896, 4096]
-    noise = np.exp(np.asarray([0.0, 0.01, -0.01, 0.005, 0.0]))
-    sized = {p: 0.003 * p**sized_rate * n for p, n in zip(positions, noise)}
-    recompute = {p: sized[p] * 0.01 * p**ratio_rate * n for p, n in zip(positions, noise[::-1])}
-    cost_positions = [256, 512, 1024, 2048, 4096]
-    cached = {p: {"flops": 1e6 * p**cached_flops_rate, "bytes accessed": 1e5 * p**0.9} for p in cost_positions}
-    step = {
-        "cached": cached,
-        "recompute": {p: {k: v * p * (1 + 0.01 * (p % 3)) for k, v in cached[p].items()} for p in cost_positions},
-    }
-    sized[positions[0]] += sized_offset
-    v = notebook_verdicts(
-        "decoding",
-        measures=measures,
-        K_UNIFORM=K_UNIFORM,
-        itertools=itertools,
-        positions=positions,
-        times={"cached_sized_ms": sized, "cached_fixed_ms": dict.fromkeys(positions, 3.0), "recompute_ms": recompute},
-        cost_positions=cost_positions,
-        costs=step,
-        kept={"machine": {"host": "h", "cpus": 2}},
-        fixed={},
-        curve={},
-        SEEDS=SEEDS,
-        fig_strat=None,
-        fig_cache=None,
-        mt_cfg={},
-        lm_cfg={},
-    )
-    return [v[c] for c in DECODING_CLAIMS]
-
-
-def test_decoding_strategy_verdicts():
-    assert decoding() == [HOLDS] * 5
-    assert decoding(beam={"bleu": 30.0})[0] == UNSURE  # beam no better than greedy
-    assert decoding(beam={"bleu": 29.0})[0] == FAILS
-    assert decoding(beam={"distinct-2": 0.40})[1] == UNSURE  # as many distinct bigrams as greedy
-    assert decoding(beam={"distinct-2": 0.45})[1] == FAILS  # more varied phrasing than greedy
-    assert decoding(beam={"corpus self-bleu": 6.0})[1] == FAILS  # outputs for different sources less alike
-    assert decoding(beam={"distinct-2": math.nan})[1] == UNSURE  # undefined (outputs of <= 1 word): unmeasured
-    assert decoding(self_bleu={5: 30.0})[2] == UNSURE  # k=5 varies no more than k=3
-    assert decoding(self_bleu={3: 45.0})[2] == FAILS  # k=3 varies less than k=2
-
-
-def test_decoding_kv_cache_verdicts_use_the_slopes():
-    assert decoding(sized_rate=1.5)[3] == FAILS  # cached cost grows faster than linearly
-    assert decoding(ratio_rate=0.3)[3] == FAILS  # recompute only 0.3 of a power faster
-    assert decoding(sized_rate=-0.0001)[3] == HOLDS  # flat is at most linear
-    assert decoding(cached_flops_rate=2.0)[4] == FAILS  # the compiled cached step quadratic
-
-
-def test_decoding_kv_cache_time_that_noise_made_non_positive_is_unmeasured():
-    assert decoding(sized_offset=-10.0)[3] == UNSURE  # a per-token time <= 0 cannot be fitted: inconclusive
 
 
 # language_model_history: losses, parameters and speeds of every arm, by seed.

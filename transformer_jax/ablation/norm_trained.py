@@ -17,19 +17,30 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from transformer_jax.ablation.paths import pick
+from transformer_jax.ablation.probes import trained_relative_change
+from transformer_jax.ablation.protocol import lr_grid
 from transformer_jax.ablation.runs import Curves, shakespeare_config
 from transformer_jax.ablation.store import run_arm
 from transformer_jax.ablation.tuning import dev_split, sweep_lr, with_lr, with_optim, with_steps
+from transformer_jax.data import build_data
+from transformer_jax.models import (
+    AddKSmoothing,
+    EmbeddingsConfig,
+    InitConfig,
+    NgramConfig,
+    baseline_model_config,
+    with_changes,
+)
+from transformer_jax.train.optim import Adam, Sgd
 
 
 def base_config(notebook: str, steps: int) -> Any:
     """The shared config: Shakespeare characters, d_model 64 (32 in SMOKE mode), Xavier init, scaled
     unit-variance embeddings, separate output head, scanned layers; in FULL mode one validation pass,
     at the end."""
-    from transformer_jax.data import build_data
-    from transformer_jax.models import EmbeddingsConfig, InitConfig, with_changes
-
     full_only = pick(smoke={}, full={"eval": {"every": steps}})
     base = shakespeare_config(notebook, steps=steps, nonfinite="halt", **full_only)
     model = with_changes(
@@ -48,8 +59,6 @@ def base_config(notebook: str, steps: int) -> Any:
 def unigram_floor(base: Any, notebook: str) -> dict[str, float]:
     """The loss of character frequencies alone (an add-k 1-gram of the training text) on the dev
     and the validation split: a model that uses no context ends there."""
-    from transformer_jax.models import AddKSmoothing, NgramConfig, baseline_model_config
-
     ngram = baseline_model_config(
         "ngram", NgramConfig(ngram_order=1, smoothing=AddKSmoothing()), vocab_size=base.model.dims.vocab_size
     )
@@ -81,9 +90,6 @@ class Arms:
         """``base`` with ``placement`` at ``depth`` layers, ``optimizer`` at peak ``lr``, ``warmup``
         steps (None: the standard length; 0: none), no gradient clipping; ``steps`` training steps
         (None: the base's)."""
-        from transformer_jax.models import with_changes
-        from transformer_jax.train.optim import Adam, Sgd
-
         model = with_changes(self.base.model, placement=placement, n_layers=depth)
         cfg = with_lr(dataclasses.replace(self.base, model=model), lr)
         settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
@@ -177,8 +183,6 @@ def plateau_steps(steps: Sequence[int], loss: Sequence[float], candidates: Seque
     """The smallest of ``candidates`` at which the validation loss (``loss`` at ``steps``, linearly
     interpolated) gained less than ``gain`` over the last fifth of those steps (from 0.8 x it); the
     largest when none did."""
-    import numpy as np
-
     at = lambda s: float(np.interp(s, steps, loss))
     for s in sorted(candidates):
         if at(0.8 * s) - at(s) < gain:
@@ -208,8 +212,6 @@ def deepest_training_scan(arms: Arms, depths: Sequence[int], lrs: Sequence[float
 def relative_change(curves: Curves) -> dict[str, Any]:
     """A `store.run_arm` measure: ||x_{l+1} - x_l|| / ||x_l|| per layer of the trained checkpoint,
     on validation rows (`probes.trained_relative_change`)."""
-    from transformer_jax.ablation.probes import trained_relative_change
-
     return {"relative_change": trained_relative_change(curves.workdir)}
 
 
@@ -239,7 +241,6 @@ def training_figure(warm: dict, deepnorm: Sequence[Curves], rel_change: dict, fl
     """Train loss by step of Post-LN and Pre-LN (with and without warmup, at ``lr``) and DeepNorm at
     ``depth``, against the unigram loss ``floor``; and each placement's mean relative change by layer."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for i, p in enumerate(("post", "pre")):
@@ -281,8 +282,6 @@ def best_to_plateau(
     ``lengths`` for the last placement at its LR, the first length whose last fifth gains less than
     ``gain`` (`plateau_steps`), and at that length each placement's LR (a 3-point grid around its
     base-length pick) and warmup (`tuned`). Returns ``{"short", "plateau", "steps", "best"}``."""
-    from transformer_jax.ablation.protocol import lr_grid
-
     short = {
         p: sweep_lr(arms.config(p, depth, lr=grid[0]), arms.name(p, depth), grid, arms.notebook) for p in placements
     }
