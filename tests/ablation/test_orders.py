@@ -11,6 +11,7 @@ import pytest
 from transformer_jax import ablation
 from transformer_jax.ablation import orders
 from transformer_jax.data import build_data
+from transformer_jax.data.sources import load_corpus
 
 
 def bayes_order_blind_nats(target: list[int]) -> float:
@@ -96,3 +97,55 @@ def test_each_runs_ratio_is_its_loss_over_its_splits_reference_and_a_diverged_ru
     assert record["n"] == 2 and [r["seed"] for r in record["seeds"]] == [3, 4]
     assert record["seeds"][1] == {"seed": 4, "val loss": math.log(32), "order-blind loss": 1.25, "ratio": ratio[1]}
     assert record["mean"]["ratio"] == pytest.approx(np.mean(ratio))
+
+
+def _reordering() -> orders.Reordering:
+    curve = lambda val: ablation.Curves("run", [0], [3.0], [0, 10], val, {}, "/nowhere")
+    curves = {"rev s0": curve([2.4, 2.2]), "sort s0": curve([1.0, 0.1]), "rev s3": curve([2.3, 2.1])}
+    sweeps = {"rev": {"lr": 3e-3}, "sort": {"lr": 0.009}}
+    ratio = {"rev": [1.1, 1.2, 1.3], "sort": [0.05, 0.05, 0.05]}
+    return orders.Reordering([2.0], ratio, {}, sweeps, {}, curves, [2.0], {"rev": [1.2, 1.2, 1.2]}, [1.5, 1.5, 1.5])
+
+
+def test_the_summary_gives_each_arms_rate_and_ratio_then_the_fresh_seeds():
+    lines = orders.summary(_reordering(), (3, 4, 5)).splitlines()
+    assert lines[0].startswith("rev: lr 0.003; loss / order-blind loss 1.2") and lines[1].startswith("sort: lr 0.009;")
+    assert lines[2].startswith("rev, fresh seeds (3, 4, 5): loss / order-blind loss 1.2")
+    assert lines[3].startswith("source-bag loss / order-blind loss, fresh seeds: 1.5") and len(lines) == 4
+
+
+def test_the_figure_draws_each_arms_validation_ratio_on_the_seed_asked():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = orders.figure(_reordering(), ["rev", "sort"], 0)
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.lines[:2]] == ["rev", "sort"]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [1.2, 1.1])
+    assert [line.get_ydata()[0] for line in ax.lines[2:]] == [1.0, 1.5]  # chance, then the source bag
+
+
+@pytest.mark.parametrize("seed", [0, 3, ablation.DEV_SEED])
+def test_reversal_and_sort_draw_the_same_sources_from_a_seed(monkeypatch, seed):
+    """`run_reordering` divides every arm's loss by the order-blind loss of the *reversal*'s sources
+    (one reference per seed): the sort arms' runs must see those very sources, whatever the
+    encoding, in the scored split (its FULL size) and the training one alike; another seed draws others."""
+    monkeypatch.delenv(ablation.SMOKE_ENV, raising=False)
+
+    def examples(task, position, which, seed=seed, count=2000):
+        cfg = ablation.protocol.with_seed(ablation.reorder_config(task, position, steps=3), seed)
+        split = load_corpus(cfg.data).split(which)
+        return [split[i] for i in range(min(count, len(split)))]
+
+    for which in ("val", "train"):
+        reverse = examples("reverse", "none", which)
+        sources = [source for source, _ in reverse]
+        assert which == "train" or len(reverse) == 500
+        assert all(target == source[::-1] for source, target in reverse)
+        for position in ("none", "rope"):
+            sort = examples("sort", position, which)
+            assert [source for source, _ in sort] == sources, (which, position)
+            assert all(target == sorted(source) for source, target in sort)
+        assert [source for source, _ in examples("sort", "none", which, seed + 1)] != sources
+    cfg = {task: ablation.reorder_config(task, "none", steps=3) for task in ("reverse", "sort")}
+    assert ablation.split_order_blind_loss(cfg["sort"], seed) == ablation.split_order_blind_loss(cfg["reverse"], seed)

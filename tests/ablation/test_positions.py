@@ -65,3 +65,18 @@ def test_diagonal_spread_is_the_largest_range_along_a_diagonal_over_the_std():
     bumped = toeplitz.copy()
     bumped[2, 0] += 0.5  # the diagonal m - n = 2 now holds 2.5 and 2
     assert positions.diagonal_spread(bumped) == pytest.approx(0.5 / np.std(bumped))
+
+
+def test_the_figures_draw_the_diagonal_means_and_each_arms_mean_over_seeds():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    scores = np.arange(9.0).reshape(3, 3)
+    offsets, means = positions.rope_figure(scores).axes[1].lines[0].get_data()
+    np.testing.assert_array_equal(offsets, [-2, -1, 0, 1, 2])
+    np.testing.assert_allclose(means, [2.0, 3.0, 4.0, 5.0, 6.0])  # [m, n] = 3m + n, offset m - n = -o
+    curve = type("C", (), {"steps": [0, 1], "train_loss": [3.0, 2.0]})
+    losses = {"a": {64: [1.0, 2.0], 256: [3.0, 4.0]}, "b": {64: [1.0, 1.0], 256: [1.0, 1.0]}}
+    fig = positions.length_figure({"a s0": curve, "b s0": curve}, losses, (64, 256), 64, 0)
+    assert [line.get_label() for line in fig.axes[1].lines] == ["a", "b"]
+    np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), [1.5, 3.5])

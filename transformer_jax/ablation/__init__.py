@@ -22,11 +22,13 @@ comes from a sweep scored on a dev split carved from the training text (`tuning`
 leaves a summary under ``experiments/results/<notebook>/runs/`` that a later sitting reuses
 (`store.run_arm`); `probes` reads hidden-state gradients, sublayer variances and residual changes,
 `norm_probes` the identity path's gradient at init, `norm_trained` builds norm_training's trained
-arms; `orders` holds the order-blind reference of a seq2seq task (and the weaker source-bag one) and
-runs the reordering arms; `positions` checks two identities of position encodings (permutation
-equivariance, RoPE's offset); `lengths` trains arms at one context and measures them at longer ones;
-`decoding` the decoding notebook's measurements of a translation model; `lm_history` the data-size
-corpus and the n-gram/window comparisons of language_model_history.
+arms and `norm_sections` runs its sections; `orders` holds the order-blind reference of a seq2seq
+task (and the weaker source-bag one) and runs the reordering arms; `positions` checks two
+identities of position encodings (permutation equivariance, RoPE's offset) and draws
+positional_encoding's figures; `lengths` trains arms at one context and measures them at longer
+ones; `decoding` the decoding notebook's measurements of a translation model; `lm_history` the
+data-size corpus and the n-gram/window comparisons of
+language_model_history.
 Each notebook registers its claims before the run (`claims`: the notes' claim, measure, criterion,
 n), and results.json keeps the specs it was judged under.
 """
@@ -36,10 +38,12 @@ from transformer_jax.ablation import (
     lengths,
     lm_history,
     norm_probes,
+    norm_sections,
     norm_trained,
     orders,
     positions,
     probes,
+    registration,
 )
 from transformer_jax.ablation.claims import (
     REGISTERED_AFTER_FULL_RUN,
@@ -56,6 +60,7 @@ from transformer_jax.ablation.claims import (
 )
 from transformer_jax.ablation.orders import order_blind_loss, reorder_config, source_bag_loss, split_order_blind_loss
 from transformer_jax.ablation.paths import (
+    PENDING_RERUN,
     REUSE_ENV,
     SMOKE_ENV,
     START_COMMIT,
@@ -133,6 +138,7 @@ __all__ = [
     "GALLERY_END",
     "GALLERY_PAGE",
     "GALLERY_START",
+    "PENDING_RERUN",
     "PREDATES",
     "PROTOCOL",
     "REGISTERED_AFTER_FULL_RUN",
@@ -175,6 +181,7 @@ __all__ = [
     "lr_grid",
     "mean_text",
     "norm_probes",
+    "norm_sections",
     "norm_trained",
     "order_blind_loss",
     "orders",
@@ -186,6 +193,7 @@ __all__ = [
     "probes",
     "read_curves",
     "register",
+    "registration",
     "reorder_config",
     "repo_root",
     "results_dir",

@@ -42,6 +42,11 @@ def run_length_arms(
     then run on ``seeds``, its validation loss measured at each context of ``eval_lens``."""
     sweeps, configs, curves, losses = {}, {}, {}, {}
     for arm, cfg in arms.items():
+        # Seed 0, not tuned_runs' DEV_SEED default: the committed sweep runs (`<arm>_lr=<lr>_dev__s0`) were
+        # trained by sweep_lr's seeds=(0,) before tuned_runs existed (b2b423b kept it), and the seed is in
+        # each run's key, so DEV_SEED would retrain every sweep. Seed 0 sees no scored data here: a
+        # text corpus's dev split is carved from its training text (`dev_split`); DEV_SEED is for
+        # synthetic tasks, whose examples the seed draws.
         sweeps[arm], configs[arm], trained = tuned_runs(
             cfg, arm, grid, notebook, seeds, sweep_seeds=(0,), measure=losses_by_length(eval_lens)
         )

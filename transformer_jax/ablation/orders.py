@@ -15,7 +15,8 @@ multiset (``sort``) is not bound by it.
 symbols and their counts but neither their order nor which of them it has already emitted.
 
 `run_reordering` trains the notebook's reordering arms (tuned, then on the scored seeds, then some
-of them again on fresh seeds) and divides each run's validation loss by its split's order-blind loss.
+of them again on fresh seeds) and divides each run's validation loss by its split's order-blind loss;
+`summary` and `figure` show them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from transformer_jax.ablation.paths import pick
-from transformer_jax.ablation.protocol import arm_record, with_seed
+from transformer_jax.ablation.protocol import arm_record, mean_text, with_seed
 from transformer_jax.ablation.runs import Curves, recipe_optim
 from transformer_jax.ablation.store import run_arm
 from transformer_jax.ablation.tuning import DEV_SEED, tuned_runs
@@ -178,3 +179,36 @@ def run_reordering(
         curves |= {f"{arm} s{s}": c for s, c in zip(fresh_seeds, trained)}
     bag_ratio = list(np.divide(bag, fresh_chance))
     return Reordering(chance, ratio, records, sweeps, configs, curves, fresh_chance, fresh_ratio, bag_ratio)
+
+
+def summary(reorder: Reordering, fresh_seeds: Sequence[int]) -> str:
+    """One line per arm: its tuned learning rate and loss / order-blind loss; then per fresh arm on
+    ``fresh_seeds``, and the fresh seeds' source-bag ratio."""
+    lines = [
+        f"{a}: lr {reorder.sweeps[a]['lr']:.3g}; loss / order-blind loss {mean_text(r)}"
+        for a, r in reorder.ratio.items()
+    ]
+    lines += [
+        f"{a}, fresh seeds {fresh_seeds}: loss / order-blind loss {mean_text(r)}"
+        for a, r in reorder.fresh_ratio.items()
+    ]
+    return "\n".join([*lines, f"source-bag loss / order-blind loss, fresh seeds: {mean_text(reorder.bag_ratio)}"])
+
+
+def figure(reorder: Reordering, arms: Iterable[str], seed: int) -> Any:
+    """The notebook's figure: each arm's validation loss over the order-blind loss against the step
+    on ``seed`` (one of `run_reordering`'s scored seeds), with chance (1) and the fresh seeds' mean
+    source-bag ratio."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, arm in enumerate(arms):
+        c = reorder.curves[f"{arm} s{seed}"]
+        ax.plot(c.val_steps, np.divide(c.val_loss, reorder.chance[0]), "o-", color=f"C{i}", label=arm)
+    ax.axhline(1.0, color="gray", ls="--", label="order-blind (chance)")
+    ax.axhline(
+        float(np.mean(reorder.bag_ratio)), color="gray", ls=":", label="source bag (knows the symbols, not the order)"
+    )
+    ax.set(xlabel="step", ylabel="val loss / order-blind loss", title=f"Reversing and sorting (seed {seed})")
+    ax.legend(fontsize=8)
+    return fig

@@ -6,11 +6,14 @@
   the model, the input and P from one seed.
 - `rope_scores`, `diagonal_spread`: RoPE's score q_m . k_n depends on the offset m - n only
   (R(m)^T R(n) = R(n - m)), so it is constant along every diagonal of the score matrix.
+
+`rope_figure` and `length_figure` draw the notebook's figures of its sections 2 and 3 (the latter of
+`lengths.run_length_arms`'s losses).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -56,3 +59,44 @@ def diagonal_spread(scores_PP: Float[ArrayLike, "P P"]) -> float:
     scores_PP = np.asarray(scores_PP)
     P = scores_PP.shape[0]
     return max(np.ptp(np.diagonal(scores_PP, -o)) for o in range(-P + 1, P)) / np.std(scores_PP)
+
+
+def rope_figure(scores_PP: Float[ArrayLike, "P P"]) -> Any:
+    """The notebook's figure of `rope_scores`: the score matrix, and its mean along each diagonal
+    against the offset m - n."""
+    import matplotlib.pyplot as plt
+
+    P = np.shape(scores_PP)[0]
+    offsets = np.arange(-P + 1, P)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    axes[0].imshow(scores_PP, cmap="RdBu")
+    axes[0].set(xlabel="key position n", ylabel="query position m", title="RoPE score q_m . k_n")
+    axes[1].plot(offsets, [np.mean(np.diagonal(scores_PP, -o)) for o in offsets])
+    axes[1].set(xlabel="offset m - n", ylabel="score", title="Score against the relative offset")
+    return fig
+
+
+def length_figure(
+    curves: Mapping[str, Any],
+    eval_loss: Mapping[str, Mapping[int, Sequence[float]]],
+    eval_lens: Sequence[int],
+    train_len: int,
+    seed: int,
+) -> Any:
+    """The notebook's figure of the length arms (`lengths.run_length_arms`), in ``eval_loss``'s
+    order: each arm's training loss on ``seed`` (``curves["<arm> s<seed>"]``), and its validation
+    loss (mean over seeds) at each context of ``eval_lens``."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for i, p in enumerate(eval_loss):
+        c = curves[f"{p} s{seed}"]
+        axes[0].plot(c.steps, c.train_loss, color=f"C{i}", label=p)
+        axes[1].plot(eval_lens, [np.mean(eval_loss[p][n]) for n in eval_lens], "o-", color=f"C{i}", label=p)
+    axes[0].set(xlabel="step", ylabel="train loss (nats/char)", title=f"Training at context {train_len} (seed {seed})")
+    axes[1].set(xlabel="evaluation context", ylabel="validation loss (nats/char), mean over seeds", xscale="log")
+    axes[1].set_title("Loss beyond the training length")
+    axes[1].set_xticks(eval_lens, [str(n) for n in eval_lens])
+    for ax in axes:
+        ax.legend(fontsize=8)
+    return fig
