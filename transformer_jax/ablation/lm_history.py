@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from transformer_jax.ablation.paths import runs_dir
+from transformer_jax.ablation.protocol import seed_values
 from transformer_jax.ablation.stats import Comparison, default_level, paired
+from transformer_jax.ablation.tuning import with_steps
 from transformer_jax.data.config import TextData
 from transformer_jax.data.shakespeare import markdown_to_text, plays_dir
 from transformer_jax.data.tokenizer_config import SentencePieceSettings
@@ -92,8 +94,6 @@ def exact(value: float, expect: str, reference: float = 0.0, what: str = "exact 
 
 def with_budget(cfg: Any, steps: int) -> Any:
     """``cfg`` trained ``steps`` steps with one validation pass, at the end (only the final loss is read)."""
-    from transformer_jax.ablation.tuning import with_steps
-
     cfg = with_steps(cfg, steps)
     once = dataclasses.replace(cfg.train.eval, every=int(steps))
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval=once))
@@ -125,8 +125,6 @@ def figure(arms: Mapping[str, Any], orders: Sequence[int], windows: Sequence[int
     tokens of context (n-grams ``"<n>-gram (BPE)"``, window LMs ``"window <w> (BPE)"``), and the
     loss against the data size (``"<arm>, <f>% of the plays"`` for the LSTM and the Transformer)."""
     import matplotlib.pyplot as plt
-
-    from transformer_jax.ablation.protocol import seed_values
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
     mean = lambda n, key="val loss": arms[n]["mean"][key]
