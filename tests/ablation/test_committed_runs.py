@@ -2,8 +2,9 @@
 config each one stores hashes, under today's `store.hashed_config`, to the key it is stored under.
 Otherwise a notebook's FULL sitting in reuse mode trains every run again (hours each), silently.
 
-Runs on a dev split (`tuning.dev_split`) are left out: their data file is written by the notebook
-when it runs, so its digest cannot be taken here."""
+Runs whose text file is written by the notebook when it runs (a dev split, `tuning.dev_split`; a
+corpus cut from the plays, `lm_history`) are left out when that file is not on disk: its digest, which
+the key hashes, cannot be taken here."""
 
 import json
 import pathlib
@@ -17,9 +18,17 @@ RESULTS = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "results
 NOTEBOOKS = sorted({p.parent.parent.name for p in RESULTS.glob("*/runs/*.json") if '"config_hash"' in p.read_text()})
 
 
+def _data_files(config: dict) -> list[str]:
+    """The local text files a run's config names (``data.dataset.path``/``val_path``, or the flat
+    ``data.path``/``val_path`` of runs saved before the nested layout)."""
+    data = config.get("data", {})
+    dataset = data["dataset"] if isinstance(data.get("dataset"), dict) else data
+    return [p for key in ("path", "val_path") for p in (dataset.get(key) or "").split(",") if p]
+
+
 def _summaries(notebook: str) -> list[dict]:
     found = [json.loads(p.read_text()) for p in sorted((RESULTS / notebook / "runs").glob("*.json"))]
-    readable = lambda s: all(pathlib.Path(p).is_file() for p in (s["config"]["data"].get("path") or "").split(",") if p)
+    readable = lambda s: all(pathlib.Path(p).is_file() for p in _data_files(s["config"]))
     return [s for s in found if "config_hash" in s and "config" in s and readable(s)]
 
 
