@@ -51,6 +51,9 @@ def test_steps_change_the_length_and_the_name_only(arms):
     assert cfg.train.steps == 50 and cfg.train.checkpoint.every == 50
     assert arms.name("pre", 6, steps=50) == "pre L6 adam warmup 50 steps"
     assert arms.config("pre", 6, lr=1e-3) == arms.config("pre", 6, lr=1e-3, steps=None)
+    # the base's own length is the base arm: the same config and name, so the same run key (reused)
+    assert arms.config("pre", 6, lr=1e-3, steps=10) == arms.config("pre", 6, lr=1e-3)
+    assert arms.name("pre", 6, steps=10) == arms.name("pre", 6) == "pre L6 adam warmup"
 
 
 def test_plateau_is_the_first_length_whose_last_fifth_gains_little():

@@ -203,6 +203,30 @@ def test_sweep_lr_grows_the_grid_past_an_edge(smoke, monkeypatch, best, extend, 
     assert rec["lr"] == pytest.approx(pick) and rec["at_edge"] == at_edge
 
 
+@pytest.mark.parametrize("stable_below, pick", [(1e-3 / 3, 1e-3 / 3), (1e-6, None)])
+def test_sweep_lr_grows_a_grid_that_diverged_everywhere_downwards(smoke, monkeypatch, stable_below, pick):
+    """Every rate of the grid diverges (SGD too hot): the sweep steps below it instead of failing at
+    once (then brackets its best, at ``stable_below``); still diverged after ``extend`` steps,
+    `pick_lr` says to widen the grid."""
+    seen = []
+
+    def run_arm(c, arm, seed, notebook):
+        lr = c.train.optim.lr
+        seen.append(lr)
+        loss = 1.0 + (math.log10(lr) - math.log10(stable_below)) ** 2
+        return fake_curves(val=(2.0, loss)) if lr <= stable_below * 1.001 else fake_curves(val=(2.0, math.nan))
+
+    monkeypatch.setattr(tuning, "run_arm", run_arm)
+    monkeypatch.setattr(tuning, "dev_split", lambda c, f: c)
+    if pick is None:
+        with pytest.raises(ValueError, match="diverged: widen the grid downwards"):
+            tuning.sweep_lr(cfg(), "a", GRID, "nb", extend=2)
+    else:
+        rec = tuning.sweep_lr(cfg(), "a", GRID, "nb", extend=2)
+        assert rec["lr"] == pytest.approx(pick) and not rec["at_edge"]
+    assert sorted(seen) == pytest.approx([1e-3 / 9, 1e-3 / 3, *GRID])
+
+
 def test_sweep_lr_extends_by_default_in_full_mode_only(smoke, monkeypatch):
     """SMOKE mode (the ``smoke`` fixture) only checks that a notebook runs: no extension by default;
     FULL mode extends up to twice."""

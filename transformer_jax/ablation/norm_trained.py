@@ -95,7 +95,11 @@ class Arms:
         settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
         w = self.warmup if warmup is None else warmup
         cfg = with_optim(cfg, optimizer=settings, warmup_steps=w, grad_clip=None)
-        return cfg if steps is None else with_steps(cfg, steps)
+        return cfg if self._steps(steps) is None else with_steps(cfg, steps)
+
+    def _steps(self, steps: int | None) -> int | None:
+        """``steps``, or None where it is the base's length (one config, one name, one run key)."""
+        return None if steps is None or int(steps) == self.base.train.steps else int(steps)
 
     def name(
         self, placement: str, depth: int, optimizer: str = "adam", warmup: int | None = None, steps: int | None = None
@@ -104,6 +108,7 @@ class Arms:
         ``"<steps> steps"`` when not the base's)."""
         w = self.warmup if warmup is None else warmup
         what = "no warmup" if w == 0 else "warmup" if w == self.warmup else f"warmup {w}"
+        steps = self._steps(steps)
         return f"{placement} L{depth} {optimizer} {what}" + ("" if steps is None else f" {steps} steps")
 
     def train(

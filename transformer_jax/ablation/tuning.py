@@ -113,7 +113,8 @@ def sweep_lr(
     +inf), with ``arm`` and ``seeds``. While the best rate is the grid's smallest or largest, the
     grid grows one step past it (the ratio of its two outermost rates on that side), at most
     ``extend`` times (default 2 in FULL mode, 0 in SMOKE mode, which only checks that a notebook
-    runs): a pick left at the edge after that keeps ``at_edge`` True. A synthetic task's dev data
+    runs): a pick left at the edge after that keeps ``at_edge`` True. A grid at which every rate
+    diverged grows downwards the same way (still all diverged after that: `pick_lr`'s error). A synthetic task's dev data
     are the examples of ``seeds`` themselves, which must be `DEV_SEED` or above."""
     steps: int = pick(smoke=0, full=2) if extend is None else extend
     if steps < 0:
@@ -136,7 +137,11 @@ def sweep_lr(
     for lr in grid:
         score(lr)
     for _ in range(steps):
-        best, rates = pick_lr(losses), sorted(losses)
+        rates = sorted(losses)
+        if all(not all(math.isfinite(v) for v in losses[lr]) for lr in rates):
+            score(rates[0] * rates[0] / rates[1])  # every rate diverged: the best lies below the grid
+            continue
+        best = pick_lr(losses)
         if not best["at_edge"]:
             break
         up = best["lr"] == rates[-1]
