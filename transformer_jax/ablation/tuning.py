@@ -114,8 +114,9 @@ def sweep_lr(
     grid grows one step past it (the ratio of its two outermost rates on that side), at most
     ``extend`` times (default 2 in FULL mode, 0 in SMOKE mode, which only checks that a notebook
     runs): a pick left at the edge after that keeps ``at_edge`` True. A grid at which every rate
-    diverged grows downwards the same way (still all diverged after that: `pick_lr`'s error). A synthetic task's dev data
-    are the examples of ``seeds`` themselves, which must be `DEV_SEED` or above."""
+    diverged grows downwards the same way (still all diverged after that: `pick_lr`'s error). A
+    synthetic task's dev data are the examples of ``seeds`` themselves, which must be `DEV_SEED` or
+    above."""
     steps: int = pick(smoke=0, full=2) if extend is None else extend
     if steps < 0:
         raise ValueError(f"extend={extend}: the number of grid extensions must be >= 0")
