@@ -95,7 +95,8 @@ class Arms:
         settings = Sgd(momentum=0.9, weight_decay=0.0) if optimizer == "sgd" else Adam()
         w = self.warmup if warmup is None else warmup
         cfg = with_optim(cfg, optimizer=settings, warmup_steps=w, grad_clip=None)
-        return cfg if self._steps(steps) is None else with_steps(cfg, steps)
+        steps = self._steps(steps)
+        return cfg if steps is None else with_steps(cfg, steps)
 
     def _steps(self, steps: int | None) -> int | None:
         """``steps``, or None where it is the base's length (one config, one name, one run key)."""
