@@ -297,7 +297,7 @@ warm_loss = {key: ns.finals(runs, ceiling) for key, runs in warm.items()}
 for key, runs in warm.items():
     diverged = sum(c.diverged for c in runs)
     print(key, ablation.mean_text(warm_loss[key], 4), f"{diverged} diverged" if diverged else "")
-rel_change = ns.relative_changes(warm, DEEP, WARMUP_LRS[0])  # a diverged run has no trained checkpoint
+rel_change = ns.relative_changes(warm, DEEP, WARMUP_LRS[0], SEEDS)  # by seed; a diverged run has no checkpoint
 
 # %% [markdown]
 # ## Where warmup lets deep Post-LN train, and the same LR without it
@@ -381,7 +381,9 @@ claims = {
         optimizers, warm_depth, deep_warmup
     ),
     "DeepNorm rescues deep Post-LN (same warmup)": ns.deepnorm_rescues(rescue, DEEP, floor["val"], FAIL_MARGIN),
-    "Pre-LN's relative residual change falls with depth (trained)": ns.change_falls(rel_change["pre"], DEEP),
+    "Pre-LN's relative residual change falls with depth (trained)": ns.change_falls(
+        list(rel_change["pre"].values()), DEEP
+    ),
 }
 table = ablation.verdict_table([ablation.row(claim, what, *parts) for claim, (what, parts) in claims.items()])
 print(table)

@@ -69,3 +69,33 @@ def test_rows_go_either_way():
 
 def test_sections_use_the_arms_of_norm_trained():
     assert ns.Arms is norm_trained.Arms and ns.tuned is norm_trained.tuned
+
+
+def test_relative_changes_name_the_seeds_they_keep():
+    """A diverged run has no trained checkpoint to probe: its seed leaves the record with it."""
+    run = lambda r, diverged=False: types.SimpleNamespace(
+        summary={"measured": {"relative_change": r}}, diverged=diverged
+    )
+    warm = {
+        ("post", 2, True, 1e-3): [run([0.5, 0.4]), run([9.0, 9.0], diverged=True), run([0.3, 0.2])],
+        ("pre", 2, True, 1e-3): [run([0.2, 0.1]), run([0.4, 0.3]), run([0.6, 0.5])],
+    }
+    rel = ns.relative_changes(warm, 2, 1e-3, (0, 1, 2))
+    assert list(rel["post"]) == [0, 2] and list(rel["pre"]) == [0, 1, 2]
+    np.testing.assert_allclose(rel["post"][2], [0.3, 0.2])
+    record = ns.record(
+        {},
+        rel,
+        {"depth": 12, "pick": None, "scans": {}},
+        {"warmup": [], "no warmup": []},
+        {},
+        {},
+        {},
+        {},
+        {"post": [], "deepnorm": []},
+        {},
+        (0, 1, 2),
+        {"warmup": (), "versus": (), "optimizers": ()},
+    )
+    assert record["trained_relative_change"]["post"]["seeds"] == [0, 2]
+    assert record["trained_relative_change"]["pre"]["seeds"] == [0, 1, 2]

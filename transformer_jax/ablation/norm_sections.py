@@ -25,11 +25,13 @@ def finals(runs: Sequence[Curves], ceiling: float) -> list[float]:
     return [c.final_or(ceiling) for c in runs]
 
 
-def relative_changes(warm: Warm, depth: int, lr: float) -> dict[str, list[np.ndarray]]:
-    """Per placement, ||x_{l+1} - x_l|| / ||x_l|| by layer, shape (depth,), of each trained checkpoint
-    at ``depth`` layers and ``lr`` with warmup (a diverged run has none to probe)."""
+def relative_changes(warm: Warm, depth: int, lr: float, seeds: Sequence[int]) -> dict[str, dict[int, np.ndarray]]:
+    """Per placement and seed (of ``seeds``, the runs' order), ||x_{l+1} - x_l|| / ||x_l|| by layer,
+    shape (depth,), of each trained checkpoint at ``depth`` layers and ``lr`` with warmup; a diverged
+    run has none to probe, so its seed is left out."""
+    runs = lambda p: zip(seeds, warm[p, depth, True, lr], strict=True)
     return {
-        p: [np.asarray(c.summary["measured"]["relative_change"]) for c in warm[p, depth, True, lr] if not c.diverged]
+        p: {int(s): np.asarray(c.summary["measured"]["relative_change"]) for s, c in runs(p) if not c.diverged}
         for p in ("post", "pre")
     }
 
@@ -122,7 +124,7 @@ def deepnorm_rescue(
 
 def record(
     warm_loss: Mapping[tuple[str, int, bool, float], Sequence[float]],
-    rel_change: Mapping[str, Sequence[Any]],
+    rel_change: Mapping[str, Mapping[int, Any]],
     scans: Mapping[str, Any],
     lets: Mapping[str, Sequence[float]],
     to_plateau: Mapping[str, Any],
@@ -138,7 +140,7 @@ def record(
     claim's ``fresh`` seeds), the scans, the tuning records."""
     per_seed = lambda losses, s=seeds: arm_record({k: {"final_val": v} for k, v in zip(s, losses)})
     return {
-        "trained_relative_change": {p: {"seeds": list(seeds), "values": v} for p, v in rel_change.items()},
+        "trained_relative_change": {p: {"seeds": list(v), "values": list(v.values())} for p, v in rel_change.items()},
         "warmup_arms": {
             f"{p} L{d} {'warmup' if w else 'no warmup'} lr={lr:g}": per_seed(v)
             for (p, d, w, lr), v in warm_loss.items()

@@ -259,7 +259,7 @@ def training_figure(warm: dict, deepnorm: Sequence[Curves], rel_change: dict, fl
     axes[0].axhline(floor, color="k", ls=":", label="unigram loss (validation)")
     axes[0].set(title=f"{depth} layers, Adam lr {lr:g} (one line per seed)", xlabel="step", ylabel="train loss")
     for p in (p for p in ("post", "pre") if rel_change.get(p)):
-        r = np.mean(rel_change[p], axis=0)
+        r = np.mean(list(rel_change[p].values()), axis=0)
         axes[1].loglog(np.arange(1, len(r) + 1), r, "o-", ms=3, label=f"{p}, trained")
     axes[1].set(xlabel="layer l", ylabel="||x_{l+1} - x_l|| / ||x_l||", title="Relative change, trained checkpoints")
     for ax in axes:
