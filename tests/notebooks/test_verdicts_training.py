@@ -78,7 +78,10 @@ def norm_training(
     }
     noise = (0.0, 0.01, -0.01)
     layers = np.arange(1, DEEP + 1)
-    rel_change = {"pre": [0.5 * layers ** (change_power + e) for e in noise], "post": [np.ones(DEEP)] * 3}
+    rel_change = {
+        "pre": {s: 0.5 * layers ** (change_power + e) for s, e in enumerate(noise)},
+        "post": dict(enumerate([np.ones(DEEP)] * 3)),
+    }  # by seed, as `ablation.norm_sections.relative_changes` gives them
     v = notebook_verdicts(
         "norm_training",
         warm_loss=warm_loss,
@@ -175,7 +178,7 @@ def test_norm_training_at_one_training_depth():
         warm_depth=2,
         rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
         floor=UNIGRAM,
-        rel_change={"pre": [np.asarray([0.5, 0.3])] * 2, "post": [np.ones(2)] * 2},
+        rel_change={"pre": dict(enumerate([np.asarray([0.5, 0.3])] * 2)), "post": dict(enumerate([np.ones(2)] * 2))},
         WARMUP_LRS=(1e-3,),
         SHALLOW=2,
         DEEP=2,
