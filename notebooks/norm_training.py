@@ -432,5 +432,11 @@ print("results in", out)
 # session's hand-in: their summaries cannot show the claim was registered first, so they are not
 # committed; the next sitting trains the 9 judged ones again (seeds 3-8), and seed 9's two runs (not
 # judged; the claim's history still calls them kept) are dropped.
-# The verdict is the notebook's, once every section has run; next: the warmup runs, then the plateau
-# run of Post vs Pre.
+#
+# **Sitting 3** (2026-12-06, 77 min on one core beside another notebook). The warmup claim's 9 judged
+# runs trained again; 8 reproduce the lost runs' curves exactly, one differs in the 7th digit. With
+# 500 warmup steps 2.282 +- 0.049 (seeds 3-8), without 3.323 +- 0.004: by hand, no warmup - warmup
+# +1.040 [+0.985, +1.095] (95% paired t, n=6). Post vs Pre's plateau run (Pre-LN, lr 9e-3, dev split)
+# still falls at 5,000 steps (1.644 at 4,000, 1.603 at 5,000), so both arms tune and train at 5,000,
+# the longest length registered; 2 of Post-LN's LR sweep there are done (dev 1.776 at 1e-3, 1.642 at
+# 3e-3). The verdict is the notebook's, once every section has run; next: the rest of that sweep.
