@@ -57,10 +57,13 @@ def _relocated(config: dict, rebuilt: pathlib.Path) -> tuple[dict, list[str]]:
     for key in ("path", "val_path"):
         files = [p for p in (dataset.get(key) or "").split(",") if p]
         for i, p in enumerate(files):
-            if not pathlib.Path(p).is_file():
-                again = rebuilt / p.split(f"{RUNS}/", 1)[-1]
-                files[i] = str(again) if RUNS in p and again.is_file() else p
-                missing += [] if files[i] != p else [p]
+            again = rebuilt / p.split(f"{RUNS}/", 1)[-1]
+            if pathlib.Path(p).is_file():
+                continue
+            if RUNS in p and again.is_file():
+                files[i] = str(again)
+            else:
+                missing.append(p)
         if files:
             dataset[key] = ",".join(files)
     return config, missing

@@ -81,8 +81,9 @@ class Power:
 
     @property
     def one_sided(self) -> float:
-        """``alpha``, resolved (`__post_init__` fills its default)."""
-        return one_sided_alpha("equal" if self.equivalence else "less") if self.alpha is None else self.alpha
+        """``alpha``, typed as filled in (`__post_init__` sets its default)."""
+        assert self.alpha is not None
+        return self.alpha
 
     def n(self) -> int:
         """The smallest n with ((t_{1-alpha} + t_{power'}) * sd / effect)^2 <= n, t with n-1 degrees of

@@ -93,6 +93,16 @@ def lr_grid(center: float, n: int = 3, factor: float = 3.0) -> list[float]:
     return [float(center * factor ** (i - (n - 1) / 2)) for i in range(n)]
 
 
+def dev_means(dev_loss: Mapping[float, float | Sequence[float]]) -> list[float]:
+    """The dev loss of each learning rate, in increasing order of rate: the mean over its seeds, +inf
+    when any of them diverged (non-finite) or none ran."""
+    means = []
+    for lr in sorted(dev_loss):
+        values = np.atleast_1d(np.asarray(dev_loss[lr], dtype=np.float64))
+        means.append(float(np.mean(values)) if values.size and np.all(np.isfinite(values)) else math.inf)
+    return means
+
+
 def pick_lr(dev_loss: Mapping[float, float | Sequence[float]]) -> dict[str, Any]:
     """The learning rate of an arm: the argmin over the grid of the dev-split loss (the mean over
     seeds when a list is given; a diverged, non-finite run counts as +inf). Returns the record
@@ -101,10 +111,7 @@ def pick_lr(dev_loss: Mapping[float, float | Sequence[float]]) -> dict[str, Any]
     if len(dev_loss) < 2:
         raise ValueError(f"pick_lr needs a sweep of at least 2 learning rates, got {sorted(dev_loss)}")
     grid = sorted(float(lr) for lr in dev_loss)
-    losses = []
-    for lr in sorted(dev_loss):
-        values = np.atleast_1d(np.asarray(dev_loss[lr], dtype=np.float64))
-        losses.append(float(np.mean(values)) if values.size and np.all(np.isfinite(values)) else math.inf)
+    losses = dev_means(dev_loss)
     if not any(math.isfinite(v) for v in losses):
         raise ValueError(f"every learning rate of the sweep {grid} diverged: widen the grid downwards")
     best = int(np.argmin(losses))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from transformer_jax.ablation.paths import pick, runs_dir
-from transformer_jax.ablation.protocol import pick_lr
+from transformer_jax.ablation.protocol import dev_means, pick_lr
 from transformer_jax.ablation.store import hashed_config, kept_measurement, run_arm
 from transformer_jax.data.config import SyntheticData
 from transformer_jax.train.optim_config import CosineSchedule, LinearSchedule
@@ -139,7 +139,7 @@ def sweep_lr(
         score(lr)
     for _ in range(steps):
         rates = sorted(losses)
-        if all(not all(math.isfinite(v) for v in losses[lr]) for lr in rates):
+        if not any(math.isfinite(v) for v in dev_means(losses)):
             score(rates[0] * rates[0] / rates[1])  # every rate diverged: the best lies below the grid
             continue
         best = pick_lr(losses)
