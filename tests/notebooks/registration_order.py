@@ -9,7 +9,8 @@ decides, for every committed results.json and every stored claim with a ``fresh`
 - R, the first commit whose ``notebooks/<nb>.py`` gives that claim that revision: a ``Revision(...)``
   call with ``fresh=True`` whose ``date``, ``change`` and ``reason`` read as the stored ones (a literal,
   or an f-string with literal parts, its fields as wildcards; any other expression matches nothing),
-  whose ``seeds`` are the stored ones (a literal equal, an expression only where seeds are stored), and
+  whose ``seeds`` are the stored ones (a literal equal to them, or a ``range`` from a known start that
+  gives them; any other expression matches nothing), and
   which sits in the ``Claim(...)``/``claim(...)`` call named as the claim or in a module-level helper or
   constant that call uses (decoding's ``RERUN``), not in another claim;
 - the data it judges: the run summaries in ``experiments/results/<nb>/runs/`` of the revision's
@@ -84,21 +85,45 @@ def _argument(call: ast.Call, keyword: str, position: int) -> ast.expr | None:
     return call.args[position] if len(call.args) > position else None
 
 
-def _same_seeds(node: ast.expr | None, seeds: list[int] | None) -> bool:
-    """Whether a ``seeds=`` argument names ``seeds`` (stored): a literal must equal them; an
-    expression (not evaluated here) must stand where seeds are stored, none where none are."""
+def _number(node: ast.expr, definitions: dict[str, ast.AST]) -> int | None:
+    """``node``'s integer value: a literal, a module-level name bound to one, a ``+``/``-`` of them;
+    None when it is anything else (a call such as ``POWER.n()`` is not evaluated here)."""
+    if isinstance(node, ast.Name) and isinstance(definitions.get(node.id), ast.expr):
+        return _number(definitions[node.id], {k: v for k, v in definitions.items() if k != node.id})
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        a, b = _number(node.left, definitions), _number(node.right, definitions)
+        return None if a is None or b is None else a + b if isinstance(node.op, ast.Add) else a - b
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _same_seeds(node: ast.expr | None, seeds: list[int] | None, definitions: dict[str, ast.AST]) -> bool:
+    """Whether a ``seeds=`` argument names ``seeds`` (stored): a literal must equal them; a
+    ``range(start, stop)`` (in ``tuple``/``list``/``sorted``) must give them, its start known (a literal
+    or a module-level constant) and its stop where known, else stored seeds consecutive from start;
+    anything else matches nothing, and no argument only where no seeds are stored."""
     stored = list(seeds or ())
     if node is None:
         return not stored
+    while isinstance(node, ast.Call) and _name(node) in ("tuple", "list", "sorted") and len(node.args) == 1:
+        node = node.args[0]
+    if isinstance(node, ast.Call) and _name(node) == "range" and 1 <= len(node.args) <= 2 and not node.keywords:
+        bounds = [_number(a, definitions) for a in node.args]
+        start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
+        if start is None:
+            return False
+        stop = start + len(stored) if stop is None and stored else stop
+        return stop is not None and stored == list(range(start, stop))
     try:
         return list(ast.literal_eval(node)) == stored
     except (ValueError, TypeError, SyntaxError):
-        return bool(stored)
+        return False
 
 
-def _is_revision(node: ast.AST, rev: dict) -> bool:
+def _is_revision(node: ast.AST, rev: dict, definitions: dict[str, ast.AST]) -> bool:
     """Whether ``node`` is a ``Revision(date, change, reason, seen, fresh=True, seeds)`` call that
-    reads as the stored ``rev``."""
+    reads as the stored ``rev`` (``definitions``: the module-level names its seeds may use)."""
     if not isinstance(node, ast.Call) or _name(node) != "Revision":
         return False
     fresh = _argument(node, "fresh", 4)
@@ -106,7 +131,7 @@ def _is_revision(node: ast.AST, rev: dict) -> bool:
         isinstance(fresh, ast.Constant)
         and fresh.value is True
         and all(_matches(_argument(node, k, i), rev.get(k)) for i, k in enumerate(("date", "change", "reason")))
-        and _same_seeds(_argument(node, "seeds", 5), rev.get("seeds"))
+        and _same_seeds(_argument(node, "seeds", 5), rev.get("seeds"), definitions)
     )
 
 
@@ -172,7 +197,7 @@ def holds_revision(source: str, claim: str, rev: dict) -> bool:
         if not isinstance(node, ast.Call) or _name(node) not in ("Claim", "claim"):
             continue
         if _matches(_argument(node, "name", 0), claim) and any(
-            _is_revision(sub, rev) for sub in _within(node, definitions)
+            _is_revision(sub, rev, definitions) for sub in _within(node, definitions)
         ):
             return True
     return False

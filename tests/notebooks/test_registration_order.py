@@ -125,6 +125,23 @@ def test_the_revision_is_matched_in_its_own_claim_by_date_change_reason_and_seed
     assert not holds_revision(only_fields, "c", {**REVISION, "change": "3"})  # no literal part: matches nothing
 
 
+@pytest.mark.parametrize(
+    "seeds, matches",
+    [
+        ("tuple(range(FRESH, FRESH + 2))", True),
+        ("tuple(range(FRESH, FRESH + POWER.n()))", True),  # the stop unknown: consecutive from the start
+        ("sorted(range(FRESH + 1, FRESH + POWER.n()))", False),  # another start
+        ("tuple(range(FRESH, 6))", False),  # another stop
+        ("tuple(range(START, START + 2))", False),  # a start not known here
+        ("SEEDS", False),  # an expression not read here matches nothing
+        ("ablation.seeds(first=FRESH)", False),
+    ],
+)
+def test_a_revisions_seeds_match_as_a_literal_or_a_range_from_a_known_start(seeds, matches):
+    source = "START = helper()\n" + NOTEBOOK_AFTER.replace("seeds=(3, 4)", f"seeds={seeds}")
+    assert holds_revision(source, "c", REVISION) is matches
+
+
 # a helper shared by claims (decoding's RERUN): its revision counts for the claims that call it only
 NOTEBOOK_HELPER = (
     'RERUN = lambda change: (ablation.Revision("2026-12-05", change, "seen", seen="2026-12-03"), ablation.Revision(\n'
