@@ -12,6 +12,7 @@ from transformer_jax.benchmarks.train import CONFIGS, bench_train, gpt_config
 from transformer_jax.core.configlib import ConfigError
 from transformer_jax.models import count_active_params, count_params
 from transformer_jax.models.moe_config import MoEConfig
+from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.train.config import TrainConfig
 from transformer_jax.train.experiment import load_experiment
 from transformer_jax.train.flops import decoder_flops_per_token, model_flops_per_token
@@ -56,6 +57,17 @@ def test_moe_flops_count_only_the_active_experts():
     seq = CONFIGS["small"]["seq_len"]
     assert model_flops_per_token(moe, seq) == pytest.approx(model_flops_per_token(dense, seq) + 6 * router)
     assert count_active_params(dense) == count_params(dense)
+
+
+def test_mtp_flops_agree_with_cost_analysis():
+    """What D MTP modules add to the train step: their blocks, attention and D more passes through
+    the shared head, by the formula and by XLA (which adds elementwise work: within 5%; leaving out
+    the head and attention terms reads 12% low)."""
+    base = bench_train("small", steps=1, warmup=1)
+    mtp = bench_train("small", steps=1, warmup=1, mtp=MTPConfig(depth=2))
+    added_formula = mtp["flops_per_token"] - base["flops_per_token"]
+    added_xla = mtp["xla_flops_per_token"] - base["xla_flops_per_token"]
+    assert 0.95 <= added_formula / added_xla <= 1.05, (added_formula, added_xla)
 
 
 def test_formula_and_cost_analysis_agree_on_a_small_dense_model():

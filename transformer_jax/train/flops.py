@@ -103,10 +103,16 @@ def model_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     """`decoder_flops_per_token` of a model: ``N`` counts the weights one token uses (an MoE layer
     contributes its router, shared experts and only ``top_k`` of its routed experts:
     `count_active_params`), without a learned position table. With MLA the attention term's d is
-    H (qk_head_dim + v_head_dim) / 2, the width its scores and weighted sum run at."""
+    H (qk_head_dim + v_head_dim) / 2, the width its scores and weighted sum run at. With
+    ``model.mtp`` (depth D) each token also passes D MTP blocks (their weights are in N; their
+    attention adds ``12 D d T``) and the shared output head D more times (``6 D d V``)."""
     positions = cfg.dims.max_len * cfg.dims.d_model if cfg.position.kind == "learned" else 0
     width = cfg.dims.d_model if cfg.mla is None else cfg.dims.n_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim) / 2
-    return decoder_flops_per_token(count_active_params(cfg) - positions, cfg.dims.n_layers, width, seq_len)
+    main = decoder_flops_per_token(count_active_params(cfg) - positions, cfg.dims.n_layers, width, seq_len)
+    if cfg.mtp is None:
+        return main
+    head = cfg.dims.d_model * cfg.dims.vocab_size
+    return main + cfg.mtp.depth * (6.0 * head + 12.0 * width * seq_len)
 
 
 def compiled_flops(jitted: Any, *args: Any) -> float | None:
