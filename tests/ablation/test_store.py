@@ -371,3 +371,62 @@ def test_moe_fields_added_later_at_their_defaults_keep_the_hash_of_older_runs():
     scaled = dataclasses.replace(moe, model=dataclasses.replace(moe.model, moe=scaled_moe))
     assert store.hashed_config(scaled)["model"]["moe"]["routed_scaling_factor"] == 2.5
     assert store.config_hash(scaled) != store.config_hash(moe)
+
+
+def test_a_run_stopped_early_resumes_to_the_uninterrupted_run(smoke, monkeypatch):
+    """With reuse on, a run stopped by a signal at step 2 of 4 resumes from its checkpoint and ends
+    where the uninterrupted run does; its summary keeps the commit it began from."""
+    from transformer_jax.train import actions
+
+    monkeypatch.setenv(ablation.REUSE_ENV, "1")
+    monkeypatch.setattr(runs, "START_COMMIT", "a" * 40)  # committed; the library at "a" is HEAD's
+    monkeypatch.setattr(runs, "same_library", lambda commit: commit == "a" * 40)
+    c = ablation.shakespeare_config("resume", steps=4, batch_size=8, checkpoint={"every": 2}, log={"every": 1})
+    whole = runs.train_curves(c, "whole", "nb")
+    signal_at_2 = lambda self, ctl, view: ctl.stop("SIGTERM") if view.step == 2 else None
+    with monkeypatch.context() as m:
+        m.setattr(actions.StopSignal, "run", signal_at_2)
+        with pytest.raises(SystemExit, match="SIGTERM at step 2 of 4.*resumes from its last checkpoint"):
+            runs.train_curves(c, "split", "nb")
+    monkeypatch.setattr(runs, "START_COMMIT", "b" * 40)
+    split = runs.train_curves(c, "split", "nb")
+    assert split.steps == whole.steps and split.train_loss == whole.train_loss and split.val_loss == whole.val_loss
+    assert split.summary["resumed"]["from_step"] == 2 and split.summary["resumed"]["begun_commit"] == "a" * 40
+    assert json.loads((paths.runs_dir("nb") / "split" / runs.SUMMARY_FILE).read_text())["git_commit"] == "a" * 40
+    path = store.save_run("nb", "split", 0, c, split)
+    assert json.loads(path.read_text())["git_commit"] == "a" * 40
+
+
+@pytest.mark.parametrize(
+    "why, change",
+    [
+        ("another config", lambda m, c: dataclasses.replace(c, name="other")),
+        ("the library changed since", lambda m, c: m.setattr(runs, "same_library", lambda commit: False) or c),
+        ("begun from a dirty tree", lambda m, c: m.setattr(runs, "START_COMMIT", "a" * 40 + "-dirty") or c),
+        ("reuse off", lambda m, c: m.delenv(ablation.REUSE_ENV) or c),
+    ],
+)
+def test_a_stopped_run_starts_over_unless_config_and_library_are_the_same(smoke, monkeypatch, why, change):
+    from transformer_jax.train import actions
+
+    monkeypatch.setenv(ablation.REUSE_ENV, "1")
+    monkeypatch.setattr(runs, "START_COMMIT", "a" * 40)
+    monkeypatch.setattr(runs, "same_library", lambda commit: True)
+    c = ablation.shakespeare_config("resume", steps=4, batch_size=8, checkpoint={"every": 2}, log={"every": 1})
+    with monkeypatch.context() as m:
+        m.setattr(actions.StopSignal, "run", lambda self, ctl, view: ctl.stop("SIGTERM") if view.step == 2 else None)
+        with pytest.raises(SystemExit):
+            runs.train_curves(c, "run", "nb")
+    again = runs.train_curves(change(monkeypatch, c), "run", "nb")
+    assert "resumed" not in again.summary, why
+    assert again.steps[0] < 2
+
+
+def test_same_library_reads_the_package_at_a_commit():
+    head = paths.git_commit()
+    if head is None:
+        pytest.skip("not a git checkout")
+    assert paths.same_library("HEAD")
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=paths.repo_root(), capture_output=True,
+                           text=True, check=True).stdout.split()[0]  # fmt: skip
+    assert not paths.same_library(first) and not paths.same_library("0" * 40)

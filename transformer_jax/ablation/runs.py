@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from transformer_jax.ablation.paths import REUSE_ENV, START_COMMIT, _flag, pick, runs_dir, smoke
+from transformer_jax.ablation.paths import REUSE_ENV, START_COMMIT, _flag, pick, runs_dir, same_library, smoke
 from transformer_jax.core import configlib, migration
 from transformer_jax.train.actions import UNFINISHED_STOPS
 from transformer_jax.train.config import Config
@@ -120,46 +120,97 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
     With ``TRANSFORMER_JAX_REUSE_RUNS=1`` a finished run already in that folder is read back
     instead of retrained, but only when its saved ``config.json`` equals ``cfg`` and its metrics
     reach ``cfg.train.steps`` (re-running a notebook's analysis after a change that does not touch
-    training); `save_results` then lists it under ``reused_runs``."""
+    training); `save_results` then lists it under ``reused_runs``. A run stopped early there
+    (a signal, ``train.max_minutes``) resumes from its last checkpoint instead of starting over
+    when `_resume_point` allows (the same config and library code: exact resume gives the
+    uninterrupted run); its summary then records the commit it began from and ``resumed``."""
     from transformer_jax.train.actions import NonFiniteError
     from transformer_jax.train.loop import train
 
     workdir = runs_dir(notebook) / name
-    if _flag(REUSE_ENV) and (reused := _finished_run(cfg, workdir, name)) is not None:
+    reuse = _flag(REUSE_ENV)
+    if reuse and (reused := _finished_run(cfg, workdir, name)) is not None:
         _REUSED[name] = reused.summary["reused_from"]
         return reused
-    if fresh and workdir.exists():
-        shutil.rmtree(workdir)
+    started = _resume_point(cfg, workdir) if reuse else None
+    resumed = None
+    if started is None:
+        if fresh and workdir.exists():
+            shutil.rmtree(workdir)
+        started = {"git_commit": START_COMMIT, "date": _now(), "wall_s": 0.0}
+    else:
+        resumed = {"begun": started["date"], "begun_commit": started["git_commit"], "from_step": _last_checkpoint(workdir)}
+        resumed |= {"commit": START_COMMIT, "date": _now()}
+        print(f"{name}: resuming at step {resumed['from_step']} the run begun {started['date']} from commit "
+              f"{str(started['git_commit'])[:12]} (same config and library code)", flush=True)  # fmt: skip
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / STARTED_FILE).write_text(json.dumps(started) + "\n")
     t0 = time.time()
     try:
         summary = train(cfg, str(workdir))
     except NonFiniteError as err:
         summary = {"halted": True, "error": str(err), "wall_s": time.time() - t0}
+    summary["wall_s"] = float(started["wall_s"]) + float(summary.get("wall_s") or time.time() - t0)
     if summary.get("stopped") in UNFINISHED_STOPS:
+        (workdir / STARTED_FILE).write_text(json.dumps({**started, "wall_s": summary["wall_s"]}) + "\n")
         raise SystemExit(
             f"run {name} stopped early ({summary['stopped']} at step {summary.get('step')} of {cfg.train.steps}): "
-            "not recorded as a finished run; rerun the notebook to train it again"
+            f"not recorded as a finished run; rerun the notebook to train it again (with {REUSE_ENV}=1 it "
+            "resumes from its last checkpoint)"
         )
-    (workdir / SUMMARY_FILE).write_text(json.dumps({**summary, "git_commit": START_COMMIT}, default=str) + "\n")
+    if resumed is not None:
+        summary["resumed"] = resumed
+    (workdir / SUMMARY_FILE).write_text(json.dumps({**summary, "git_commit": started["git_commit"]}, default=str) + "\n")
     return read_curves(str(workdir), name, summary)
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def _last_checkpoint(workdir: pathlib.Path) -> int | None:
+    """The latest step saved under ``workdir/checkpoints`` (None when there is none)."""
+    steps = [int(p.name) for p in (workdir / "checkpoints").glob("*") if p.name.isdigit()]
+    return max(steps, default=None)
+
+
+def _resume_point(cfg: Config, workdir: pathlib.Path) -> dict[str, Any] | None:
+    """The start record (``git_commit``, ``date``, ``wall_s`` so far) of an unfinished run of exactly
+    ``cfg`` in ``workdir`` that may resume: a checkpoint saved, begun from a committed tree whose
+    ``transformer_jax/`` is this clean checkout's (`paths.same_library`); else None (train afresh)."""
+    try:
+        started = json.loads((workdir / STARTED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    begun, now = str(started.get("git_commit") or ""), str(START_COMMIT or "")
+    committed = all(c and not c.endswith("-dirty") for c in (begun, now))
+    if not committed or _last_checkpoint(workdir) is None or not _same_config(cfg, workdir):
+        return None
+    return started if same_library(begun) else None
+
+
 SUMMARY_FILE = "ablation_summary.json"
+STARTED_FILE = "ablation_started.json"
 _REUSED: dict[str, str] = {}
 _WALL_S: dict[str, float] = {}
 """Training wall-clock (s) of each run this process used through `store.run_arm`, trained now or read back."""
 
 
-def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | None:
-    """`Curves` of a finished run of exactly ``cfg`` in ``workdir``, else None."""
+def _same_config(cfg: Config, workdir: pathlib.Path) -> bool:
+    """Whether ``workdir/config.json`` (upgraded to the current layout) is ``cfg``."""
     try:
         saved = migration.upgrade(json.loads((workdir / "config.json").read_text()))
     except (OSError, ValueError):
-        return None
+        return False
     wanted = json.loads(json.dumps(configlib.to_dict(cfg)))
     for d in (saved, wanted):  # training sets the vocabulary size from the data, which is compared
         d.get("model", {}).get("dims", {}).pop("vocab_size", None)
-    if saved != wanted:
+    return saved == wanted
+
+
+def _finished_run(cfg: Config, workdir: pathlib.Path, name: str) -> Curves | None:
+    """`Curves` of a finished run of exactly ``cfg`` in ``workdir``, else None."""
+    if not _same_config(cfg, workdir):
         return None
     try:
         summary = json.loads((workdir / SUMMARY_FILE).read_text())
