@@ -380,7 +380,7 @@ def test_a_run_stopped_early_resumes_to_the_uninterrupted_run(smoke, monkeypatch
 
     monkeypatch.setenv(ablation.REUSE_ENV, "1")
     monkeypatch.setattr(runs, "START_COMMIT", "a" * 40)  # committed; the library at "a" is HEAD's
-    monkeypatch.setattr(runs, "same_library", lambda commit: commit == "a" * 40)
+    monkeypatch.setattr(runs, "same_library", lambda commit, now: commit == "a" * 40 and now == "b" * 40)
     c = ablation.shakespeare_config("resume", steps=4, batch_size=8, checkpoint={"every": 2}, log={"every": 1})
     whole = runs.train_curves(c, "whole", "nb")
     signal_at_2 = lambda self, ctl, view: ctl.stop("SIGTERM") if view.step == 2 else None
@@ -401,7 +401,7 @@ def test_a_run_stopped_early_resumes_to_the_uninterrupted_run(smoke, monkeypatch
     "why, change",
     [
         ("another config", lambda m, c: dataclasses.replace(c, name="other")),
-        ("the library changed since", lambda m, c: m.setattr(runs, "same_library", lambda commit: False) or c),
+        ("the library changed since", lambda m, c: m.setattr(runs, "same_library", lambda commit, now: False) or c),
         ("begun from a dirty tree", lambda m, c: m.setattr(runs, "START_COMMIT", "a" * 40 + "-dirty") or c),
         ("reuse off", lambda m, c: m.delenv(ablation.REUSE_ENV) or c),
     ],
@@ -411,7 +411,7 @@ def test_a_stopped_run_starts_over_unless_config_and_library_are_the_same(smoke,
 
     monkeypatch.setenv(ablation.REUSE_ENV, "1")
     monkeypatch.setattr(runs, "START_COMMIT", "a" * 40)
-    monkeypatch.setattr(runs, "same_library", lambda commit: True)
+    monkeypatch.setattr(runs, "same_library", lambda commit, now: True)
     c = ablation.shakespeare_config("resume", steps=4, batch_size=8, checkpoint={"every": 2}, log={"every": 1})
     with monkeypatch.context() as m:
         m.setattr(actions.StopSignal, "run", lambda self, ctl, view: ctl.stop("SIGTERM") if view.step == 2 else None)
@@ -429,4 +429,7 @@ def test_same_library_reads_the_package_at_a_commit():
     assert paths.same_library("HEAD")
     first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=paths.repo_root(), capture_output=True,
                            text=True, check=True).stdout.split()[0]  # fmt: skip
+    if first == head.removesuffix("-dirty"):
+        pytest.skip("a clone with one commit")
     assert not paths.same_library(first) and not paths.same_library("0" * 40)
+    assert paths.same_library(first, first)

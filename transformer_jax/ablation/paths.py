@@ -203,16 +203,16 @@ def git_commit() -> str | None:
 START_TIME = time.time()
 """When this process imported the package: the start of a notebook's sitting."""
 START_COMMIT = git_commit()
+"""The commit of the code this process imported (a later commit does not change what ran)."""
 
 
-def same_library(commit: str) -> bool:
-    """Whether the package (``transformer_jax/``) at ``commit`` is the one at this checkout's HEAD
-    (False outside git or for a commit it lacks)."""
+def same_library(commit: str, other: str = "HEAD") -> bool:
+    """Whether the package (``transformer_jax/``) is the same at ``commit`` and at ``other`` (False
+    outside git or for a commit this checkout lacks)."""
     try:
         done = subprocess.run(
-            ["git", "diff", "--quiet", commit, "HEAD", "--", "transformer_jax"], cwd=repo_root(), capture_output=True
+            ["git", "diff", "--quiet", commit, other, "--", "transformer_jax"], cwd=repo_root(), capture_output=True
         )
     except OSError:
         return False
     return done.returncode == 0
-"""The commit of the code this process imported (a later commit does not change what ran)."""

@@ -139,8 +139,8 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
             shutil.rmtree(workdir)
         started = {"git_commit": START_COMMIT, "date": _now(), "wall_s": 0.0}
     else:
-        resumed = {"begun": started["date"], "begun_commit": started["git_commit"], "from_step": _last_checkpoint(workdir)}
-        resumed |= {"commit": START_COMMIT, "date": _now()}
+        resumed = {"begun": started["date"], "begun_commit": started["git_commit"]}
+        resumed |= {"from_step": _last_checkpoint(workdir), "commit": START_COMMIT, "date": _now()}
         print(f"{name}: resuming at step {resumed['from_step']} the run begun {started['date']} from commit "
               f"{str(started['git_commit'])[:12]} (same config and library code)", flush=True)  # fmt: skip
     workdir.mkdir(parents=True, exist_ok=True)
@@ -160,7 +160,8 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
         )
     if resumed is not None:
         summary["resumed"] = resumed
-    (workdir / SUMMARY_FILE).write_text(json.dumps({**summary, "git_commit": started["git_commit"]}, default=str) + "\n")
+    record = {**summary, "git_commit": started["git_commit"]}
+    (workdir / SUMMARY_FILE).write_text(json.dumps(record, default=str) + "\n")
     return read_curves(str(workdir), name, summary)
 
 
@@ -177,7 +178,8 @@ def _last_checkpoint(workdir: pathlib.Path) -> int | None:
 def _resume_point(cfg: Config, workdir: pathlib.Path) -> dict[str, Any] | None:
     """The start record (``git_commit``, ``date``, ``wall_s`` so far) of an unfinished run of exactly
     ``cfg`` in ``workdir`` that may resume: a checkpoint saved, begun from a committed tree whose
-    ``transformer_jax/`` is this clean checkout's (`paths.same_library`); else None (train afresh)."""
+    ``transformer_jax/`` is the one this process runs (`START_COMMIT`, clean; `paths.same_library`);
+    else None (train afresh)."""
     try:
         started = json.loads((workdir / STARTED_FILE).read_text())
     except (OSError, ValueError):
@@ -186,7 +188,7 @@ def _resume_point(cfg: Config, workdir: pathlib.Path) -> dict[str, Any] | None:
     committed = all(c and not c.endswith("-dirty") for c in (begun, now))
     if not committed or _last_checkpoint(workdir) is None or not _same_config(cfg, workdir):
         return None
-    return started if same_library(begun) else None
+    return started if same_library(begun, now) else None
 
 
 SUMMARY_FILE = "ablation_summary.json"

@@ -5,8 +5,9 @@ Every run of a notebook (`run_arm`) leaves a small JSON file in ``runs_store(not
 folder in SMOKE mode. The file is named by the arm, the seed and a hash of the run's config
 (`config_hash`), and holds the loss curves, the training summary (with the `machine` it trained
 on), whatever ``measure`` read from the trained checkpoint, the config itself, the commit (the one
-it began from, for a run resumed after a stop: `runs.train_curves`) and the date. `run_arm` reads a matching file back instead of training again;
-``TRANSFORMER_JAX_RETRAIN=1`` trains every run afresh. `kept_measurement` keeps a timing the same way.
+it began from, for a run resumed after a stop: `runs.train_curves`) and the date. `run_arm` reads a
+matching file back instead of training again; ``TRANSFORMER_JAX_RETRAIN=1`` trains every run
+afresh. `kept_measurement` keeps a timing the same way.
 """
 
 from __future__ import annotations
