@@ -30,7 +30,7 @@ FULL_HOURS = {
     "attention_scaling": 3.0,
     "causal_mask": 2.6,
     "decoding": 1.9,
-    "language_model_history": 2.5,
+    "language_model_history": 5.8,
     "mixture_of_experts": 7.5,
     "norm_placement": 0.2,
     "positional_encoding": 7.3,
@@ -44,8 +44,6 @@ PENDING_RERUN: dict[str, str] = {
     "alpha 0's se, beam's conservatism against the human references, k's variety a check) for six MT models of "
     "1,800 steps (seeds 0-5, one run summary each with its decodings) and the KV-cache timing at positions "
     "1,024-4,096; its FULL sitting is next (issue 39, item 3)",
-    "language_model_history": "the n-gram against the window LM on BPE tokens and the data-size sweep (LSTM against "
-    "Transformer at 10/30/100% of the 38 plays), registered 2026-12-05 (issue 39, item 3), run over 3 sittings",
     "norm_training": "the trained half of norm_placement, its claims registered anew 2026-12-05 (warmup where deep "
     "Post-LN trains; Post vs Pre per arm's best setting at 6 layers; Adam vs SGD where the identity path vanishes), "
     "run on fresh seeds over 4-5 sittings",
