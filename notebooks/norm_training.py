@@ -440,3 +440,10 @@ print("results in", out)
 # still falls at 5,000 steps (1.644 at 4,000, 1.603 at 5,000), so both arms tune and train at 5,000,
 # the longest length registered; 2 of Post-LN's LR sweep there are done (dev 1.776 at 1e-3, 1.642 at
 # 3e-3). The verdict is the notebook's, once every section has run; next: the rest of that sweep.
+#
+# **Sitting 4** (2026-12-06, 109 min on one core beside other notebooks). Both arms' sweeps at 5,000
+# steps (dev split, seed 0), LR x warmup 100 / 500: Post-LN 1.776 / 1.642 / 1.828 at 1e-3 / 3e-3 / 9e-3
+# with warmup 100, 1.768 / 1.642 / 1.778 with 500 (pick 3e-3, warmup 500); Pre-LN 1.746 / 1.603 / 1.604
+# / 1.863 at 1e-3 / 3e-3 / 9e-3 / 2.7e-2 with warmup 100, 1.599 / 1.571 / 2.321 at 3e-3 / 9e-3 /
+# 2.7e-2 with 500 (pick 9e-3, warmup 500). Post-LN's 7 fresh seeds (3-9) at its pick: 1.615 +- 0.018
+# on validation. Next: Pre-LN's 7, then Adam vs SGD.

@@ -395,6 +395,10 @@ def test_a_run_stopped_early_resumes_to_the_uninterrupted_run(smoke, monkeypatch
     assert json.loads((paths.runs_dir("nb") / "split" / runs.SUMMARY_FILE).read_text())["git_commit"] == "a" * 40
     path = store.save_run("nb", "split", 0, c, split)
     assert json.loads(path.read_text())["git_commit"] == "a" * 40
+    monkeypatch.setattr(runs, "START_COMMIT", "c" * 40)  # a later process reads the finished run back
+    again = runs.train_curves(c, "split", "nb")
+    assert "reused_from" in again.summary and again.summary["git_commit"] == "a" * 40
+    assert json.loads(store.save_run("nb", "split", 1, c, again).read_text())["git_commit"] == "a" * 40
 
 
 @pytest.mark.parametrize(

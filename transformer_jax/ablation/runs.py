@@ -123,7 +123,8 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
     training); `save_results` then lists it under ``reused_runs``. A run stopped early there
     (a signal, ``train.max_minutes``) resumes from its last checkpoint instead of starting over
     when `_resume_point` allows (the same config and library code: exact resume gives the
-    uninterrupted run); its summary then records the commit it began from and ``resumed``."""
+    uninterrupted run). The summary's ``git_commit`` is the commit the run began from (for a run
+    read back, the one that trained it), with ``resumed`` when it resumed."""
     from transformer_jax.train.actions import NonFiniteError
     from transformer_jax.train.loop import train
 
@@ -160,8 +161,8 @@ def train_curves(cfg: Config, name: str, notebook: str = "ablation", *, fresh: b
         )
     if resumed is not None:
         summary["resumed"] = resumed
-    record = {**summary, "git_commit": started["git_commit"]}
-    (workdir / SUMMARY_FILE).write_text(json.dumps(record, default=str) + "\n")
+    summary["git_commit"] = started["git_commit"]
+    (workdir / SUMMARY_FILE).write_text(json.dumps(summary, default=str) + "\n")
     return read_curves(str(workdir), name, summary)
 
 

@@ -4,8 +4,8 @@ Every run of a notebook (`run_arm`) leaves a small JSON file in ``runs_store(not
 ``experiments/results/<notebook>/runs/`` in FULL mode (committed with the results), a temporary
 folder in SMOKE mode. The file is named by the arm, the seed and a hash of the run's config
 (`config_hash`), and holds the loss curves, the training summary (with the `machine` it trained
-on), whatever ``measure`` read from the trained checkpoint, the config itself, the commit (the one
-it began from, for a run resumed after a stop: `runs.train_curves`) and the date. `run_arm` reads a
+on), whatever ``measure`` read from the trained checkpoint, the config itself, the commit it was
+trained from (where it began, for a run resumed after a stop: `runs.train_curves`) and the date. `run_arm` reads a
 matching file back instead of training again; ``TRANSFORMER_JAX_RETRAIN=1`` trains every run
 afresh. `kept_measurement` keeps a timing the same way.
 """
@@ -145,7 +145,7 @@ def save_run(notebook: str, arm: str, seed: int, cfg: Any, curves: runs.Curves, 
         "seed": int(seed),
         "config_hash": config_hash(cfg),
         "mode": "smoke" if smoke() else "full",
-        "git_commit": (curves.summary.get("resumed") or {}).get("begun_commit") or START_COMMIT,
+        "git_commit": curves.summary.get("git_commit") or START_COMMIT,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "curves": {
             "steps": curves.steps,
