@@ -437,3 +437,17 @@ def test_same_library_reads_the_package_at_a_commit():
         pytest.skip("a clone with one commit")
     assert not paths.same_library(first) and not paths.same_library("0" * 40)
     assert paths.same_library(first, first)
+
+
+def test_a_finished_run_with_a_resolved_schedule_is_read_back(smoke, monkeypatch):
+    """Training saves the resolved config (the inverse-sqrt schedule's d_model filled in, None in the
+    notebook's cfg, as in decoding's MT models): the run must still be read back, not retrained."""
+    from transformer_jax.train.optim import InverseSqrtSchedule
+
+    monkeypatch.setenv(ablation.REUSE_ENV, "1")
+    c = ablation.shakespeare_config("noam", steps=2, batch_size=8)
+    c = dataclasses.replace(c, train=dataclasses.replace(
+        c.train, optim=dataclasses.replace(c.train.optim, schedule=InverseSqrtSchedule())))  # fmt: skip
+    first = runs.train_curves(c, "noam", "nb")
+    again = runs.train_curves(c, "noam", "nb")
+    assert "reused_from" not in first.summary and "reused_from" in again.summary

@@ -15,7 +15,7 @@ from typing import Any
 from transformer_jax.ablation.paths import REUSE_ENV, START_COMMIT, _flag, pick, runs_dir, same_library, smoke
 from transformer_jax.core import configlib, migration
 from transformer_jax.train.actions import UNFINISHED_STOPS
-from transformer_jax.train.config import Config
+from transformer_jax.train.config import Config, resolve
 
 
 def recipe_optim(weight_decay: float) -> Any:
@@ -200,12 +200,13 @@ _WALL_S: dict[str, float] = {}
 
 
 def _same_config(cfg: Config, workdir: pathlib.Path) -> bool:
-    """Whether ``workdir/config.json`` (upgraded to the current layout) is ``cfg``."""
+    """Whether ``workdir/config.json`` (upgraded to the current layout) is ``cfg`` as training saves
+    it (`train.config.resolve`: e.g. the inverse-sqrt schedule's ``d_model`` filled in)."""
     try:
         saved = migration.upgrade(json.loads((workdir / "config.json").read_text()))
     except (OSError, ValueError):
         return False
-    wanted = json.loads(json.dumps(configlib.to_dict(cfg)))
+    wanted = json.loads(json.dumps(configlib.to_dict(resolve(cfg))))
     for d in (saved, wanted):  # training sets the vocabulary size from the data, which is compared
         d.get("model", {}).get("dims", {}).pop("vocab_size", None)
     return saved == wanted
