@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 
 from tests.models.test_hf_checkpoints import _params, _rewrite, _tensors  # noqa: E402
 from tests.models.test_hf_families import check_bfloat16_round_trip, hf_model, torch_blocked  # noqa: E402
-from transformer_jax.models import RopePositions  # noqa: E402
+from transformer_jax.models import RopePositions, YarnScaling  # noqa: E402
 from transformer_jax.models.config import with_changes  # noqa: E402
 from transformer_jax.models.hf import config_from_hf, config_to_hf, from_pretrained  # noqa: E402
 from transformer_jax.nn.moe_config import BalanceLossConfig, ExpertGroupsConfig, SoftmaxRouter  # noqa: E402
@@ -60,13 +60,32 @@ def test_config_maps_mla_dense_first_layers_and_routing(saved):
     assert got is not None and got.balance == BalanceLossConfig(loss="sequence", coef=0.001)
 
 
+def test_published_yarn_rope_scaling_maps_field_by_field(saved):
+    """DeepSeek-V3's published ``rope_scaling`` (older layout, ``type``), and transformers' reading
+    of what it leaves out: factor = max_position_embeddings / original, null betas their defaults."""
+    published = {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                 "original_max_position_embeddings": 4096, "type": "yarn"}  # fmt: skip
+    hf = {k: v for k, v in saved[2].items() if k != "rope_parameters"}
+    cfg = config_from_hf({**hf, "rope_theta": 1e4, "rope_scaling": published})
+    want = YarnScaling(factor=40.0, original_max_len=4096, mscale=1.0, mscale_all_dim=1.0)
+    assert cfg.position == RopePositions(theta=1e4, pairing="adjacent", scaling=want)
+    sparse = {"rope_type": "yarn", "rope_theta": 1e4, "original_max_position_embeddings": 16, "beta_fast": None,
+              "mscale": 0, "truncate": False}  # fmt: skip
+    got = config_from_hf({**hf, "rope_parameters": sparse}).position.scaling
+    assert got == YarnScaling(factor=hf["max_position_embeddings"] / 16, original_max_len=16, truncate=False)
+    assert config_to_hf(cfg)[1]["rope_parameters"] == {
+        "rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0, "original_max_position_embeddings": 4096,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0, "mscale_all_dim": 1.0}),
-         "'rope_parameters'={'rope_type': 'yarn'"),
-        (dict(rope_parameters=None, rope_theta=1e4, rope_scaling={"type": "yarn", "factor": 40.0}),
-         "'rope_scaling'={'type': 'yarn', 'factor': 40.0} is not supported: YaRN"),
+        (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0, "mscale_all_dim": -1.0}),
+         "model.position.scaling.mscale_all_dim=-1.0: must be > 0"),
+        (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "beta_fast": 0.5}),
+         "model.position.scaling.beta_fast=0.5: must be above beta_slow=1.0"),
         (dict(attention_bias=True), "'attention_bias'=True is not supported"),
         (dict(num_key_value_heads=2), "'num_key_value_heads'=2 is not supported"),
         (dict(head_dim=16), "'head_dim'=16 is not supported"),

@@ -80,13 +80,23 @@ CASES = {
     "qwen3_moe": dict(_QWEN3_MOE, mlp_only_layers=[0], norm_topk_prob=True),
     "qwen3_moe_all": dict(_QWEN3_MOE, norm_topk_prob=False),
     "deepseek_v3": _DEEPSEEK_V3,
+    # YaRN on the RoPE head part, DeepSeek's magnitudes: cos/sin x m(0.707) / m(1), softmax x m(1)^2
+    "deepseek_v3_yarn": dict(_DEEPSEEK_V3, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 500.0, "factor": 4.0, "original_max_position_embeddings": 16,
+        "mscale": 0.707, "mscale_all_dim": 1.0,
+    }),
+    # YaRN's ramp unrounded between other rotation counts, an explicit attention factor
+    "qwen2_yarn": dict(_LLAMA, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 500.0, "factor": 4.0, "original_max_position_embeddings": 16,
+        "beta_fast": 4.0, "beta_slow": 0.5, "attention_factor": 0.8, "truncate": False,
+    }),
     "gemma2": dict(_GEMMA, attn_logit_softcapping=20.0, final_logit_softcapping=15.0),
     "gemma3_text": dict(_GEMMA, rope_parameters={
         "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
         "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
     }),
 }  # fmt: skip
-MODEL_TYPE = {"llama3": "llama", "qwen3_moe_all": "qwen3_moe"}
+MODEL_TYPE = {"llama3": "llama", "qwen3_moe_all": "qwen3_moe", "deepseek_v3_yarn": "deepseek_v3", "qwen2_yarn": "qwen2"}
 
 
 @contextlib.contextmanager

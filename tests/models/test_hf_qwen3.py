@@ -57,7 +57,7 @@ def test_configs_map_qk_norm_head_dim_and_the_expert_layers(saved):
         ("qwen3", dict(use_sliding_window=True, sliding_window=4), "'use_sliding_window'=True is not supported"),
         ("qwen3", dict(attention_bias=True), "'attention_bias'=True is not supported"),
         ("qwen3", dict(layer_types=["full_attention", "sliding_attention"]), "'layer_types'"),
-        ("qwen3", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}), "'yarn'"),
+        ("qwen3", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 4.0}), "'dynamic'"),
         ("qwen3_moe", dict(use_sliding_window=True), "'use_sliding_window'=True is not supported"),
         ("qwen3_moe", dict(attention_bias=True), "'attention_bias'=True is not supported"),
         ("qwen3_moe", dict(mlp_only_layers=[1]), "'mlp_only_layers'=[1] is not supported: experts in layers [0]"),

@@ -135,6 +135,13 @@ def test_chunked_equals_xla_and_causal_by_gradient():
 MODELS = {
     # DeepSeek-V3's layout: q latent, interleaved RoPE pairs, sigmoid-routed MoE with balancing bias
     "deepseek_v3_tiny": dict(preset="deepseek_v3_tiny"),
+    # DeepSeek-V3's YaRN: the softmax scale times mscale(mscale_all_dim)^2 on both paths
+    "deepseek_v3_yarn": dict(
+        preset="deepseek_v3_tiny",
+        position=RopePositions(
+            pairing="adjacent", scaling=YarnScaling(factor=4.0, original_max_len=8, mscale=0.707, mscale_all_dim=1.0)
+        ),
+    ),
     # plain q, values wider than q/k heads, scanned, windowed, soft-capped, 3-slot decode blocks
     "plain_q_scan_window": dict(
         preset="llama_tiny",
@@ -157,7 +164,10 @@ def _lm(case, decode_impl):
     return build_model(get_preset(kw.pop("preset"), decode_impl=decode_impl, **_DECODE_TILES[decode_impl], **kw))
 
 
-@pytest.mark.parametrize(("case", "decode_impl"), [("deepseek_v3_tiny", "dense"), ("plain_q_scan_window", "blocked")])
+@pytest.mark.parametrize(
+    ("case", "decode_impl"),
+    [("deepseek_v3_tiny", "dense"), ("deepseek_v3_yarn", "dense"), ("plain_q_scan_window", "blocked")],
+)
 def test_cached_decoding_equals_the_full_forward(case, decode_impl):
     """Every step's logits (ragged prompts prefilled, then one token at a time, attention over the
     latent cache with kv_b absorbed) equal a full forward over the sequence; greedy too."""
@@ -195,7 +205,6 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
         (dict(n_kv_heads=2), "model.dims.n_kv_heads"),
         (dict(attention=SoftmaxAttention(qk_norm=True)), "model.attention.qk_norm"),
         (dict(attention=SoftmaxAttention(qkv_bias=True)), "model.attention.qkv_bias"),
-        (dict(position=RopePositions(scaling=YarnScaling(factor=4.0))), "model.position.scaling"),
         (dict(decode_impl="pallas_gpu"), "model.execution.decode_impl"),
     ],
 )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from absl.testing import parameterized
 
-from transformer_jax.ops.rope import ROPE_SCALINGS, RopeScaling, apply_rope, rope_frequencies
+from transformer_jax.ops.rope import ROPE_SCALINGS, RopeScaling, apply_rope, rope_frequencies, softmax_mscale
 
 B, T, H, D = 2, 5, 3, 8
 
@@ -184,6 +184,29 @@ class ScalingTest(chex.TestCase):
         ref = _np_rope(x, pos, inv_freq=np.asarray(inv_freq, np.float64), factor=factor)
         np.testing.assert_allclose(out, ref, atol=1e-5)
         assert factor == pytest.approx(0.1 * math.log(4.0) + 1)
+
+    def test_yarn_untruncated_ramp_and_deepseek_magnitudes(self):
+        """truncate=False keeps the ramp's bounds i(beta) unrounded; DeepSeek's cos/sin factor is
+        m(mscale) / m(mscale_all_dim) and its softmax factor m(mscale_all_dim)^2, m(x) = 0.1 x ln s + 1;
+        an explicit attention_factor wins."""
+        d, theta, s, L = 64, 10000.0, 40.0, 4096
+        i = np.arange(d // 2, dtype=np.float64)
+        base = theta ** (-2 * i / d)
+        lo, hi = (d * np.log(L / (2 * np.pi * b)) / (2 * np.log(theta)) for b in (32.0, 1.0))
+        gamma = np.clip((i - lo) / (hi - lo), 0, 1)
+        scaling = RopeScaling("yarn", s, L, truncate=False, mscale=0.707, mscale_all_dim=1.0)
+        inv_freq, factor = rope_frequencies(d, theta=theta, scaling=scaling)
+        np.testing.assert_allclose(inv_freq, (1 - gamma) * base + gamma * base / s, rtol=1e-6)
+        m = lambda x: 0.1 * x * np.log(s) + 1
+        assert factor == pytest.approx(m(0.707) / m(1.0), rel=1e-12)
+        assert softmax_mscale(scaling) == pytest.approx(m(1.0) ** 2, rel=1e-12)
+        truncated, _ = rope_frequencies(d, theta=theta, scaling=dataclasses.replace(scaling, truncate=True))
+        assert not np.allclose(truncated, inv_freq)
+        explicit = dataclasses.replace(scaling, attention_factor=0.5)
+        assert rope_frequencies(d, theta=theta, scaling=explicit)[1] == 0.5
+        only_one = dataclasses.replace(scaling, mscale_all_dim=None)
+        assert rope_frequencies(d, theta=theta, scaling=only_one)[1] == pytest.approx(m(1.0), rel=1e-12)
+        assert softmax_mscale(only_one) == softmax_mscale(None) == softmax_mscale(RopeScaling("linear", s)) == 1.0
 
     def test_registry_and_hashable(self):
         assert set(ROPE_SCALINGS.names()) == {"none", "linear", "ntk", "yarn", "llama3"}

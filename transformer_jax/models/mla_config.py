@@ -54,7 +54,7 @@ class MLAConfig(Config):
 
     def validate(self, model: Any) -> None:
         """The rules across ``model``'s fields (called by ``ModelConfig``)."""
-        for rule in (_needs_softmax, _needs_rope, _own_head_sizes, _own_norms, _no_yarn, _no_pallas_decode):
+        for rule in (_needs_softmax, _needs_rope, _own_head_sizes, _own_norms, _no_pallas_decode):
             rule(self, model)
 
 
@@ -100,17 +100,6 @@ def _own_norms(mla: MLAConfig, model: Any) -> None:
             model.attention.qkv_bias,
             "MLA's down-projections take model.use_bias (Hugging Face's attention_bias)",
             "unset it",
-        )
-
-
-def _no_yarn(mla: MLAConfig, model: Any) -> None:
-    if getattr(getattr(model.position, "scaling", None), "kind", None) == "yarn":
-        fail(
-            "model.position.scaling",
-            "yarn",
-            "MLA with YaRN also rescales the softmax by mscale(factor, mscale_all_dim)^2 (DeepSeek-V3), "
-            "which is not implemented yet",
-            "use scaling none, linear, ntk or llama3 with model.mla",
         )
 
 

@@ -15,6 +15,7 @@ from transformer_jax.nn.init import InitScheme
 from transformer_jax.nn.linear import DenseGeneral
 from transformer_jax.nn.norm import Norm
 from transformer_jax.ops import mla as mla_ops
+from transformer_jax.ops import rope as rope_ops
 from transformer_jax.ops.context_parallel import context_size
 from transformer_jax.ops.decode_attention import decode_attention
 from transformer_jax.ops.kv_cache import KVCache, update_kv_cache
@@ -133,7 +134,8 @@ class MultiHeadLatentAttention(nnx.Module):
         self.rope = rope
         self.layer = LayerAttention.of(settings)
         self.execution = execution
-        self.scale = mla_ops.softmax_scale(N, R) if self.layer.scale is None else self.layer.scale
+        mscale = rope_ops.softmax_mscale(rope.scaling)
+        self.scale = mla_ops.softmax_scale(N, R, mscale) if self.layer.scale is None else self.layer.scale
 
     def _queries(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T H E"]:
         if self.q is not None:

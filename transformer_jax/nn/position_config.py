@@ -46,10 +46,29 @@ class NtkScaling(RopeScalingConfig):
 @variant("yarn")
 @dataclasses.dataclass(frozen=True)
 class YarnScaling(RopeScalingConfig):
-    """YaRN (Peng et al. 2023) over the pre-training length ``original_max_len``."""
+    """YaRN (Peng et al. 2023) over the pre-training length ``original_max_len``: frequencies
+    between ``beta_fast`` and ``beta_slow`` rotations ramp from kept to divided by ``factor``
+    (bounds rounded when ``truncate``); cos and sin times ``attention_factor``, or when unset
+    mscale(``mscale``) / mscale(``mscale_all_dim``), or mscale(1) (`ops.rope.RopeScaling`). With
+    ``model.mla``, ``mscale_all_dim`` also multiplies the softmax scale by its mscale squared
+    (DeepSeek-V2/V3)."""
 
     factor: float = setting(1.0, ge=1)
     original_max_len: int = setting(2048, ge=1)
+    beta_fast: float = setting(32.0, gt=0)
+    beta_slow: float = setting(1.0, gt=0)
+    mscale: float | None = setting(None, gt=0)
+    mscale_all_dim: float | None = setting(None, gt=0)
+    attention_factor: float | None = setting(None, gt=0)
+    truncate: bool = True
+
+    def check(self) -> None:
+        if not self.beta_fast > self.beta_slow:
+            fail(
+                f"{self.PATH}.beta_fast",
+                self.beta_fast,
+                f"must be above beta_slow={self.beta_slow} (YaRN's defaults: 32 and 1)",
+            )
 
 
 @variant("llama3")

@@ -31,9 +31,10 @@ from transformer_jax.ops import attention as attention_ops
 from transformer_jax.ops.masks import AttentionMask
 
 
-def softmax_scale(qk_nope_head_dim: int, qk_rope_head_dim: int) -> float:
-    """1 / sqrt(N + R): the logits' scale (Hugging Face ``DeepseekV3Attention.scaling`` without YaRN)."""
-    return 1.0 / math.sqrt(qk_nope_head_dim + qk_rope_head_dim)
+def softmax_scale(qk_nope_head_dim: int, qk_rope_head_dim: int, mscale: float = 1.0) -> float:
+    """``mscale / sqrt(N + R)``: the logits' scale (Hugging Face ``DeepseekV3Attention.scaling``);
+    under YaRN ``mscale`` is ``ops.rope.softmax_mscale`` of the scaling, else 1."""
+    return mscale / math.sqrt(qk_nope_head_dim + qk_rope_head_dim)
 
 
 def split_heads(x_BTHF: Float[Array, "B T H F"], first: int) -> tuple[Array, Array]:

@@ -29,6 +29,9 @@ class RopeScaling:
     ``factor``: context extension ratio s >= 1. ``original_max_len``: the pre-training length
     (YaRN, Llama 3). ``beta_fast`` / ``beta_slow``: YaRN's rotation counts bounding the ramp.
     ``low_freq_factor`` / ``high_freq_factor``: Llama 3's wavelength bounds of the ramp.
+    YaRN's cos/sin factor is ``attention_factor`` when set, else mscale(s, ``mscale``) /
+    mscale(s, ``mscale_all_dim``) when both are set (DeepSeek), else mscale(s) = 0.1 ln s + 1;
+    ``truncate``: round the ramp's bounds to whole frequency indices (Hugging Face's default).
     """
 
     kind: str = "none"
@@ -38,6 +41,10 @@ class RopeScaling:
     beta_slow: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool = True
 
     def __post_init__(self):
         if self.kind not in ROPE_SCALINGS:
@@ -62,6 +69,10 @@ class RopeScaling:
                 f"high_freq_factor={self.high_freq_factor} and low_freq_factor={self.low_freq_factor} must "
                 "satisfy high_freq_factor > low_freq_factor > 0 (Llama 3.1: 4 and 1)"
             )
+        for name in ("mscale", "mscale_all_dim", "attention_factor"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}={value} must be > 0 (or None: not set)")
 
 
 def _base_inv_freq(head_dim: int, theta: float) -> np.ndarray:
@@ -93,27 +104,49 @@ def _yarn_correction_dim(num_rotations: float, head_dim: int, theta: float, max_
     return head_dim * math.log(max_len / (num_rotations * 2 * math.pi)) / (2 * math.log(theta))
 
 
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 for factor <= 1)."""
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
 @ROPE_SCALINGS.register("yarn")
 def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
-    """YaRN (Peng et al. 2023), as Hugging Face ``_compute_yarn_parameters`` (truncate=True).
+    """YaRN (Peng et al. 2023), as Hugging Face ``_compute_yarn_parameters``.
 
     Frequencies rotating more than ``beta_fast`` times over ``original_max_len`` are kept
     (extrapolation), those rotating fewer than ``beta_slow`` times are divided by s
-    (interpolation), with a linear ramp over the frequency index in between. Attention factor
-    ``0.1 * ln(s) + 1``.
+    (interpolation), with a linear ramp over the frequency index in between (its bounds rounded
+    outward when ``truncate``). Attention factor: see `RopeScaling`.
     """
     s = scaling.factor
     extrapolation = _base_inv_freq(head_dim, theta)
     interpolation = extrapolation / s
     low = _yarn_correction_dim(scaling.beta_fast, head_dim, theta, scaling.original_max_len)
     high = _yarn_correction_dim(scaling.beta_slow, head_dim, theta, scaling.original_max_len)
-    low, high = max(math.floor(low), 0), min(math.ceil(high), head_dim - 1)
+    if scaling.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001
     ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
     inv_freq = interpolation * ramp + extrapolation * (1.0 - ramp)
-    attention_factor = 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
-    return inv_freq, attention_factor
+    return inv_freq, _yarn_attention_factor(scaling)
+
+
+def _yarn_attention_factor(scaling: RopeScaling) -> float:
+    if scaling.attention_factor is not None:
+        return scaling.attention_factor
+    if scaling.mscale and scaling.mscale_all_dim:
+        return yarn_mscale(scaling.factor, scaling.mscale) / yarn_mscale(scaling.factor, scaling.mscale_all_dim)
+    return yarn_mscale(scaling.factor)
+
+
+def softmax_mscale(scaling: RopeScaling | None) -> float:
+    """The factor DeepSeek's MLA multiplies its softmax scale by under YaRN: mscale(s,
+    ``mscale_all_dim``)^2 (Hugging Face ``yarn_apply_mscale``); 1 without YaRN or ``mscale_all_dim``."""
+    if scaling is None or scaling.kind != "yarn" or not scaling.mscale_all_dim:
+        return 1.0
+    return yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
 
 
 @ROPE_SCALINGS.register("llama3")

@@ -19,9 +19,10 @@ ignores them, and loading skips their tensors with a warning naming them), ``ep_
 parallelism), ``auto_map`` (remote code), ``output_router_logits``. ``aux_loss_alpha`` /
 ``seq_aux`` (DeepSeek's own keys) map to ``moe.balance`` (training only; alpha 0: None). The
 bias's update rate has no key: a loaded model gets ``router.bias_update_rate=1e-3`` (V3's gamma), which
-only a training call reads. Refused by name: YaRN (``rope_scaling`` / ``rope_parameters`` of type
-yarn: DeepSeek's mscale / mscale_all_dim also rescale the softmax, not implemented for MLA),
-``attention_bias`` (biases on attention only), ``moe_layer_freq`` other than 1,
+only a training call reads. YaRN (``rope_scaling`` / ``rope_parameters`` of type yarn, as V3's
+published config uses it) maps to ``position.scaling=yarn`` on the RoPE part of each head, its
+``mscale_all_dim`` also multiplying the softmax scale by mscale^2 (``DeepseekV3Attention.scaling``).
+Refused by name: ``attention_bias`` (biases on attention only), ``moe_layer_freq`` other than 1,
 ``topk_method`` other than noaux_tc, ``scoring_func`` other than sigmoid, FP8
 ``quantization_config``.
 """
@@ -36,23 +37,13 @@ from typing import Any
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.llama import decoder_fields, decoder_hf, ends_links, layer, mlp_links, rotary_buffer
 from transformer_jax.models.hf.mixtral import expert_links
-from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, linear, register, rope_parameters
+from transformer_jax.models.hf.spec import ConfigReader, Family, Link, copy, linear, register
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.moe_config import MoEConfig, balance_loss
 from transformer_jax.nn.moe_config import ExpertGroupsConfig, SigmoidRouter
 
 BIAS_UPDATE_RATE = 1e-3  # DeepSeek-V3's gamma (sec. 4.2); config.json has no key for it
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-
-
-def _refuse_yarn(r: ConfigReader) -> None:
-    if rope_parameters(r).get("rope_type") == "yarn":
-        key = "rope_parameters" if r.d.get("rope_parameters") is not None else "rope_scaling"
-        raise r.unsupported(
-            key,
-            "YaRN as DeepSeek-V3 uses it also multiplies the softmax scale by mscale(factor, mscale_all_dim)^2, "
-            "which MLA does not implement yet; use a checkpoint without rope scaling (or linear / llama3)",
-        )
 
 
 def _mla(r: ConfigReader) -> MLAConfig:
@@ -103,7 +94,6 @@ def _config(r: ConfigReader) -> dict[str, Any]:
     r.ignore("num_nextn_predict_layers", "num_mtp_layers", "ep_size", "auto_map", "output_router_logits")
     if r.d.get("quantization_config") is not None:
         raise r.unsupported("quantization_config", "FP8 block-quantised weights are not read; dequantise them first")
-    _refuse_yarn(r)
     r.expect("attention_bias", (False,), "its biases sit on attention only; our use_bias puts them on the MLPs too")
     h = r.need("num_attention_heads")
     r.expect("num_key_value_heads", (h,), "MLA shares one latent; transformers repeats keys heads // kv_heads times")

@@ -303,7 +303,33 @@ _ROPE_KEYS = {
         "low_freq_factor": "low_freq_factor",
         "high_freq_factor": "high_freq_factor",
     },
+    "yarn": {
+        "factor": "factor",
+        "original_max_position_embeddings": "original_max_len",
+        "beta_fast": "beta_fast",
+        "beta_slow": "beta_slow",
+        "mscale": "mscale",
+        "mscale_all_dim": "mscale_all_dim",
+        "attention_factor": "attention_factor",
+        "truncate": "truncate",
+    },
 }
+_ROPE_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0}  # transformers reads a null (or 0) as these
+
+
+def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
+    """YaRN as transformers reads it: a missing ``original_max_position_embeddings`` is
+    ``max_position_embeddings``, a missing ``factor`` their ratio, a null beta its default, a null
+    (or 0) mscale / mscale_all_dim unset."""
+    if values.get("original_max_len") is None:
+        values["original_max_len"] = r.need("max_position_embeddings")
+    if values.get("factor") is None:
+        values["factor"] = r.need("max_position_embeddings") / values["original_max_len"]
+    for name, default in _ROPE_DEFAULTS.items():
+        values[name] = float(values.get(name) or default)
+    for name in ("mscale", "mscale_all_dim"):
+        values[name] = float(values[name]) if values.get(name) else None
+    return values
 
 
 def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> RopePositions:
@@ -319,6 +345,8 @@ def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> Rop
     scaling = None
     if kind != "default":
         values = {ours: params[theirs] for theirs, ours in keys.items() if theirs in params}
+        if kind == "yarn":
+            values = _yarn_values(r, values)
         values["factor"] = float(values["factor"])
         scaling = RopeScalingConfig.VARIANTS.get(kind)(**values)
     return RopePositions(theta=float(params["rope_theta"]), scaling=scaling, **fields)
@@ -334,7 +362,10 @@ def rope_hf(cfg: ModelConfig) -> dict[str, Any]:
     if rope.scaling.kind not in _ROPE_KEYS:
         raise ValueError(f"model.position.scaling={rope.scaling.kind!r} has no Hugging Face equivalent here")
     out = {"rope_type": rope.scaling.kind, "rope_theta": rope.theta}
-    out.update({theirs: getattr(rope.scaling, ours) for theirs, ours in _ROPE_KEYS[rope.scaling.kind].items()})
+    for theirs, ours in _ROPE_KEYS[rope.scaling.kind].items():
+        value = getattr(rope.scaling, ours)
+        if value is not None and not (ours == "truncate" and value):  # unset: transformers' default
+            out[theirs] = value
     return out
 
 
