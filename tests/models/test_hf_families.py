@@ -57,6 +57,20 @@ _DEEPSEEK_V3 = dict(
     v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=32,
     n_group=4, topk_group=2, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
 )  # fmt: skip
+# DeepSeek-V2: MLA (plain q), a dense first layer, then 2 shared + top-2 of 8 softmax-routed experts from the best
+# 2 of 4 groups by their best score, weights not renormalised, times 2.5; the greedy router with a q latent and
+# V2's published YaRN magnitudes (mscale = mscale_all_dim: cos/sin unscaled, softmax x m(0.707)^2)
+_DEEPSEEK_V2 = dict(
+    _LLAMA, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+    v_head_dim=16, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2, moe_intermediate_size=32,
+    n_group=4, topk_group=2, topk_method="group_limited_greedy", first_k_dense_replace=1, routed_scaling_factor=2.5,
+)  # fmt: skip
+_DEEPSEEK_V2_YARN = dict(
+    _DEEPSEEK_V2, q_lora_rank=24, topk_method="greedy", n_group=None, topk_group=None, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 500.0, "factor": 4.0, "original_max_position_embeddings": 16,
+        "mscale": 0.707, "mscale_all_dim": 0.707,
+    },
+)  # fmt: skip
 # model_type -> config.json arguments of a tiny model (2 layers, d 64, large init so top-2 margins are wide)
 CASES = {
     "gpt2": dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, initializer_range=0.25),
@@ -79,6 +93,8 @@ CASES = {
     # a dense first layer (mlp_only_layers), weights renormalised / all layers routed, raw softmax weights
     "qwen3_moe": dict(_QWEN3_MOE, mlp_only_layers=[0], norm_topk_prob=True),
     "qwen3_moe_all": dict(_QWEN3_MOE, norm_topk_prob=False),
+    "deepseek_v2": _DEEPSEEK_V2,
+    "deepseek_v2_yarn": _DEEPSEEK_V2_YARN,
     "deepseek_v3": _DEEPSEEK_V3,
     # YaRN on the RoPE head part, DeepSeek's magnitudes: cos/sin x m(0.707) / m(1), softmax x m(1)^2
     "deepseek_v3_yarn": dict(_DEEPSEEK_V3, rope_parameters={
@@ -96,7 +112,13 @@ CASES = {
         "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
     }),
 }  # fmt: skip
-MODEL_TYPE = {"llama3": "llama", "qwen3_moe_all": "qwen3_moe", "deepseek_v3_yarn": "deepseek_v3", "qwen2_yarn": "qwen2"}
+MODEL_TYPE = {
+    "llama3": "llama",
+    "qwen3_moe_all": "qwen3_moe",
+    "deepseek_v3_yarn": "deepseek_v3",
+    "qwen2_yarn": "qwen2",
+    "deepseek_v2_yarn": "deepseek_v2",
+}
 
 
 @contextlib.contextmanager

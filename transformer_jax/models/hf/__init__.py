@@ -5,13 +5,14 @@
     save_pretrained(model, "out/")        # loadable by transformers.AutoModelForCausalLM
 
 One module per family (``gpt2``, ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``qwen3_moe``,
-``mixtral``, ``gemma2``, ``gemma3``, ``deepseek_v3``), each a config mapping and a parameter-name
+``mixtral``, ``gemma2``, ``gemma3``, ``deepseek_v2``, ``deepseek_v3``), each a config mapping and a parameter-name
 mapping both ways, registered in ``FAMILIES`` by ``model_type``. Tensors are read with numpy
 (bfloat16 through ``ml_dtypes``), one at a time, and placed straight onto their devices or
 shardings; torch is never imported.
 """
 
 from transformer_jax.models.hf import (  # noqa: F401 (registers)
+    deepseek_v2,
     deepseek_v3,
     gemma2,
     gemma3,
