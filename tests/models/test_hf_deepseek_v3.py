@@ -62,7 +62,8 @@ def test_config_maps_mla_dense_first_layers_and_routing(saved):
 
 def test_published_yarn_rope_scaling_maps_field_by_field(saved):
     """DeepSeek-V3's published ``rope_scaling`` (older layout, ``type``), and transformers' reading
-    of what it leaves out: factor = max_position_embeddings / original, null betas their defaults."""
+    of what it leaves null: factor = max_position_embeddings / original, betas their defaults, a
+    null truncate false."""
     published = {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
                  "original_max_position_embeddings": 4096, "type": "yarn"}  # fmt: skip
     hf = {k: v for k, v in saved[2].items() if k != "rope_parameters"}
@@ -70,7 +71,7 @@ def test_published_yarn_rope_scaling_maps_field_by_field(saved):
     want = YarnScaling(factor=40.0, original_max_len=4096, mscale=1.0, mscale_all_dim=1.0)
     assert cfg.position == RopePositions(theta=1e4, pairing="adjacent", scaling=want)
     sparse = {"rope_type": "yarn", "rope_theta": 1e4, "original_max_position_embeddings": 16, "beta_fast": None,
-              "mscale": 0, "truncate": False}  # fmt: skip
+              "factor": None, "mscale": 0, "truncate": None}  # fmt: skip
     got = config_from_hf({**hf, "rope_parameters": sparse}).position.scaling
     assert got == YarnScaling(factor=hf["max_position_embeddings"] / 16, original_max_len=16, truncate=False)
     assert config_to_hf(cfg)[1]["rope_parameters"] == {

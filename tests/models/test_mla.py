@@ -206,6 +206,13 @@ def test_the_cache_holds_the_latent_and_the_rope_key_only():
         (dict(attention=SoftmaxAttention(qk_norm=True)), "model.attention.qk_norm"),
         (dict(attention=SoftmaxAttention(qkv_bias=True)), "model.attention.qkv_bias"),
         (dict(decode_impl="pallas_gpu"), "model.execution.decode_impl"),
+        (
+            dict(
+                attention=SoftmaxAttention(scale=0.1),
+                position=RopePositions(scaling=YarnScaling(factor=4.0, mscale_all_dim=1.0)),
+            ),
+            "model.attention.scale",
+        ),
     ],
 )
 def test_incompatible_settings_are_refused_by_name(change, field):

@@ -21,7 +21,7 @@ from transformer_jax.nn.execution_config import ExecutionConfig
 from transformer_jax.nn.init import InitConfig, InitScheme
 from transformer_jax.nn.moe import MoESpec
 from transformer_jax.nn.norm_config import LayerNormConfig, NormConfig
-from transformer_jax.nn.position_config import LearnedPositions, PositionConfig, RopePositions
+from transformer_jax.nn.position_config import LearnedPositions, PositionConfig, RopePositions, YarnScaling
 from transformer_jax.nn.positions import PositionDims
 from transformer_jax.ops import activations, residual
 
@@ -237,6 +237,20 @@ def _position_fits(m: ModelConfig) -> None:
         )
 
 
+def _yarn_mscale_all_dim_read(m: ModelConfig) -> None:
+    scaling = getattr(m.position, "scaling", None)
+    if not isinstance(scaling, YarnScaling) or scaling.mscale_all_dim is None or m.mla is not None:
+        return
+    if scaling.mscale is None or scaling.attention_factor is not None:
+        fail(
+            "model.position.scaling.mscale_all_dim",
+            scaling.mscale_all_dim,
+            "is read by model.mla's softmax scale, or with mscale and no attention_factor by the cos/sin factor; "
+            "neither applies here",
+            "unset it",
+        )
+
+
 def _local_global_unscanned(m: ModelConfig) -> None:
     if isinstance(m.attention, LocalGlobalAttention) and m.execution.scan_layers:
         fail(
@@ -247,7 +261,13 @@ def _local_global_unscanned(m: ModelConfig) -> None:
         )
 
 
-TRANSFORMER_RULES = (_heads_split_d_model, _encoder_layers, _position_fits, _local_global_unscanned)
+TRANSFORMER_RULES = (
+    _heads_split_d_model,
+    _encoder_layers,
+    _position_fits,
+    _yarn_mscale_all_dim_read,
+    _local_global_unscanned,
+)
 
 
 # The groups whose field names `with_changes` takes directly.

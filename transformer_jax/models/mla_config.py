@@ -22,8 +22,9 @@ class MLAConfig(Config):
     dims; queries from q_lora_rank dims (RMSNorm(x W_DQ), or x directly when ``q_lora_rank`` is
     None). Each head's query/key is ``qk_nope_head_dim`` dims without position plus
     ``qk_rope_head_dim`` RoPE dims, the RoPE key being one vector shared by every head (decoupled
-    RoPE); values have ``v_head_dim`` dims. Logits are scaled by 1/sqrt(qk_nope + qk_rope) (or
-    ``model.attention.scale``). Decoding caches only c and the RoPE key, kv_lora_rank +
+    RoPE); values have ``v_head_dim`` dims. Logits are scaled by 1/sqrt(qk_nope + qk_rope), times
+    m(mscale_all_dim)^2 under YaRN (DeepSeek; m(x) = 0.1 x ln factor + 1), or by
+    ``model.attention.scale``. Decoding caches only c and the RoPE key, kv_lora_rank +
     qk_rope_head_dim numbers per token and layer, and attends in the latent space (the key and
     value up-projections absorbed into the query and the output). ``norm_eps``: epsilon of the
     two latent RMSNorms (Hugging Face's ``DeepseekV3RMSNorm`` default, whatever
@@ -54,7 +55,7 @@ class MLAConfig(Config):
 
     def validate(self, model: Any) -> None:
         """The rules across ``model``'s fields (called by ``ModelConfig``)."""
-        for rule in (_needs_softmax, _needs_rope, _own_head_sizes, _own_norms, _no_pallas_decode):
+        for rule in (_needs_softmax, _needs_rope, _own_head_sizes, _own_norms, _one_scale, _no_pallas_decode):
             rule(self, model)
 
 
@@ -100,6 +101,18 @@ def _own_norms(mla: MLAConfig, model: Any) -> None:
             model.attention.qkv_bias,
             "MLA's down-projections take model.use_bias (Hugging Face's attention_bias)",
             "unset it",
+        )
+
+
+def _one_scale(mla: MLAConfig, model: Any) -> None:
+    scale = getattr(model.attention, "scale", None)
+    if scale is not None and getattr(getattr(model.position, "scaling", None), "mscale_all_dim", None) is not None:
+        fail(
+            "model.attention.scale",
+            scale,
+            "replaces MLA's logit scale, which with YaRN's model.position.scaling.mscale_all_dim is "
+            "m(mscale_all_dim)^2 / sqrt(qk_nope + qk_rope)",
+            "unset one of them",
         )
 
 

@@ -69,6 +69,14 @@ class YarnScaling(RopeScalingConfig):
                 self.beta_fast,
                 f"must be above beta_slow={self.beta_slow} (YaRN's defaults: 32 and 1)",
             )
+        if self.mscale is not None and (self.mscale_all_dim is None or self.attention_factor is not None):
+            fail(
+                f"{self.PATH}.mscale",
+                self.mscale,
+                "is read only in the cos/sin factor m(mscale) / m(mscale_all_dim), which needs mscale_all_dim and "
+                "no attention_factor",
+                "unset it, or set mscale_all_dim and unset attention_factor",
+            )
 
 
 @variant("llama3")

@@ -69,10 +69,39 @@ class RopeScaling:
                 f"high_freq_factor={self.high_freq_factor} and low_freq_factor={self.low_freq_factor} must "
                 "satisfy high_freq_factor > low_freq_factor > 0 (Llama 3.1: 4 and 1)"
             )
+        unread = [
+            f.name
+            for f in dataclasses.fields(self)
+            if f.name not in ("kind", *SCALING_READS.get(self.kind, (f.name,))) and getattr(self, f.name) != f.default
+        ]
+        if unread:
+            reads = ", ".join(SCALING_READS[self.kind]) or "nothing"
+            raise ValueError(
+                f"{', '.join(unread)}: not read by the {self.kind!r} scaling (it reads {reads}); keep the default"
+            )
         for name in ("mscale", "mscale_all_dim", "attention_factor"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name}={value} must be > 0 (or None: not set)")
+
+
+SCALING_READS = {
+    "none": (),
+    "linear": ("factor",),
+    "ntk": ("factor",),
+    "yarn": (
+        "factor",
+        "original_max_len",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+    ),
+    "llama3": ("factor", "original_max_len", "low_freq_factor", "high_freq_factor"),
+}
+"""The `RopeScaling` fields each kind reads (a kind not listed: all of them); any other must keep its default."""
 
 
 def _base_inv_freq(head_dim: int, theta: float) -> np.ndarray:
@@ -134,6 +163,8 @@ def _yarn(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarray
 
 
 def _yarn_attention_factor(scaling: RopeScaling) -> float:
+    """The cos/sin factor: ``attention_factor``, else m(mscale) / m(mscale_all_dim) when both are
+    set, else m(1) (`yarn_mscale`)."""
     if scaling.attention_factor is not None:
         return scaling.attention_factor
     if scaling.mscale and scaling.mscale_all_dim:

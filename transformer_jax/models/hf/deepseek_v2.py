@@ -59,11 +59,9 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     assert cfg.moe is not None
     if cfg.moe.router.kind != "softmax_topk":
         raise ValueError(f"model.moe.router={cfg.moe.router.kind!r}: DeepSeek-V2 routes with a softmax")
-    groups = cfg.moe.router.groups
-    grouped = groups is not None and groups.topk_groups < groups.n_groups
     return {
         **out,
-        "topk_method": "group_limited_greedy" if grouped else "greedy",
+        "topk_method": "greedy" if cfg.moe.router.groups is None else "group_limited_greedy",
         "scoring_func": "softmax",
         "mlp_bias": False,
     }

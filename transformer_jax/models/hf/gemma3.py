@@ -13,7 +13,8 @@ from typing import Any
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.gemma2 import gemma_fields, gemma_hf, gemma_links
 from transformer_jax.models.hf.llama import rotary_buffer
-from transformer_jax.models.hf.spec import ConfigReader, Family, register, rope_hf
+from transformer_jax.models.hf.rope import rope_hf
+from transformer_jax.models.hf.spec import ConfigReader, Family, register
 from transformer_jax.nn.position_config import RopePositions
 
 
@@ -41,9 +42,15 @@ def _hf(cfg: ModelConfig) -> dict[str, Any]:
     if not isinstance(rope, RopePositions):
         raise ValueError(f"model.position={rope.kind!r}: Gemma 3 uses RoPE")
     local = {"rope_type": "default", "rope_theta": rope.local_theta or rope.theta}
+    full = rope_hf(cfg)
+    if "truncate" in full:
+        raise ValueError(
+            "model.position.scaling.truncate=False: transformers reads YaRN's truncate at the top level of "
+            "rope_parameters only, which Gemma 3 splits by layer type"
+        )
     return {
         **gemma_hf(cfg),
-        "rope_parameters": {"full_attention": rope_hf(cfg), "sliding_attention": local},
+        "rope_parameters": {"full_attention": full, "sliding_attention": local},
         "use_bidirectional_attention": False,
     }
 

@@ -9,6 +9,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.hf.rope import rope_hf, rope_parameters, rope_position
 from transformer_jax.models.hf.spec import (
     ConfigReader,
     Family,
@@ -18,9 +19,6 @@ from transformer_jax.models.hf.spec import (
     linear,
     register,
     reshaped,
-    rope_hf,
-    rope_parameters,
-    rope_position,
 )
 from transformer_jax.nn.attention_config import LogitAttention
 from transformer_jax.nn.embed import EmbeddingsConfig

@@ -24,7 +24,6 @@ import numpy as np
 from transformer_jax.core.registry import Registry
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.safetensors_io import aligned_empty
-from transformer_jax.nn.position_config import RopePositions, RopeScalingConfig
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -276,97 +275,6 @@ class ConfigReader:
                 "the model; add them to the family module in transformer_jax/models/hf/ (mapped, or ignored "
                 "with the reason) rather than dropping them"
             )
-
-
-def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str, Any]:
-    """The RoPE settings of a config in either layout: transformers >= 5 ``rope_parameters``
-    (``{"rope_type", "rope_theta", ...}``, or one such dict per layer type) or the older
-    ``rope_theta`` + ``rope_scaling``. Returns ``{"rope_type", "rope_theta", ...}``."""
-    params = r.get("rope_parameters")
-    if params is not None:
-        r.ignore("rope_theta", "rope_scaling")
-        if layer_type is not None and layer_type in params:
-            params = params[layer_type]
-        return {"rope_type": "default", **params}
-    scaling = dict(r.get("rope_scaling") or {})
-    if "type" in scaling:
-        scaling.setdefault("rope_type", scaling.pop("type"))
-    return {"rope_type": "default", "rope_theta": float(r.get("rope_theta", 10000.0)), **scaling}
-
-
-_ROPE_KEYS = {
-    "default": {},
-    "linear": {"factor": "factor"},
-    "llama3": {
-        "factor": "factor",
-        "original_max_position_embeddings": "original_max_len",
-        "low_freq_factor": "low_freq_factor",
-        "high_freq_factor": "high_freq_factor",
-    },
-    "yarn": {
-        "factor": "factor",
-        "original_max_position_embeddings": "original_max_len",
-        "beta_fast": "beta_fast",
-        "beta_slow": "beta_slow",
-        "mscale": "mscale",
-        "mscale_all_dim": "mscale_all_dim",
-        "attention_factor": "attention_factor",
-        "truncate": "truncate",
-    },
-}
-_ROPE_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0}  # transformers reads a null (or 0) as these
-
-
-def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
-    """YaRN as transformers reads it: a missing ``original_max_position_embeddings`` is
-    ``max_position_embeddings``, a missing ``factor`` their ratio, a null beta its default, a null
-    (or 0) mscale / mscale_all_dim unset."""
-    if values.get("original_max_len") is None:
-        values["original_max_len"] = r.need("max_position_embeddings")
-    if values.get("factor") is None:
-        values["factor"] = r.need("max_position_embeddings") / values["original_max_len"]
-    for name, default in _ROPE_DEFAULTS.items():
-        values[name] = float(values.get(name) or default)
-    for name in ("mscale", "mscale_all_dim"):
-        values[name] = float(values[name]) if values.get(name) else None
-    return values
-
-
-def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> RopePositions:
-    """`RopePositions` of ``rope_parameters(r)`` (plus ``fields``, e.g. the pairing); a scaling type
-    or key we lack is an error."""
-    kind = params.get("rope_type", "default")
-    if kind not in _ROPE_KEYS:
-        raise r.unsupported("rope_parameters", f"RoPE scaling {kind!r} has no mapping (known: {', '.join(_ROPE_KEYS)})")
-    keys = _ROPE_KEYS[kind]
-    extra = sorted(set(params) - set(keys) - {"rope_type", "rope_theta"})
-    if extra:
-        raise r.unsupported("rope_parameters", f"{kind!r} RoPE keys {extra} have no mapping")
-    scaling = None
-    if kind != "default":
-        values = {ours: params[theirs] for theirs, ours in keys.items() if theirs in params}
-        if kind == "yarn":
-            values = _yarn_values(r, values)
-        values["factor"] = float(values["factor"])
-        scaling = RopeScalingConfig.VARIANTS.get(kind)(**values)
-    return RopePositions(theta=float(params["rope_theta"]), scaling=scaling, **fields)
-
-
-def rope_hf(cfg: ModelConfig) -> dict[str, Any]:
-    """``rope_parameters`` (transformers >= 5 layout) of a config: the inverse of `rope_position`."""
-    rope = cfg.position
-    if not isinstance(rope, RopePositions):
-        raise ValueError(f"model.position={rope.kind!r}: this layout needs RoPE")
-    if rope.scaling is None:
-        return {"rope_type": "default", "rope_theta": rope.theta}
-    if rope.scaling.kind not in _ROPE_KEYS:
-        raise ValueError(f"model.position.scaling={rope.scaling.kind!r} has no Hugging Face equivalent here")
-    out = {"rope_type": rope.scaling.kind, "rope_theta": rope.theta}
-    for theirs, ours in _ROPE_KEYS[rope.scaling.kind].items():
-        value = getattr(rope.scaling, ours)
-        if value is not None and not (ours == "truncate" and value):  # unset: transformers' default
-            out[theirs] = value
-    return out
 
 
 # Families ------------------------------------------------------------------------------------

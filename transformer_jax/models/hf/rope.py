@@ -1,0 +1,119 @@
+"""A Hugging Face config's RoPE settings <-> ``RopePositions``, as transformers reads them
+(``modeling_rope_utils``): the legacy ``rope_scaling`` or the transformers >= 5 ``rope_parameters``
+(flat, or one dict per layer type), its own ``rope_theta`` else the top-level key else 10000, and
+per scaling type the keys of ``_KEYS`` (any other is an error naming it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformer_jax.models.config import ModelConfig
+from transformer_jax.models.hf.spec import ConfigReader
+from transformer_jax.nn.position_config import RopePositions, RopeScalingConfig
+
+_KEYS = {
+    "default": {},
+    "linear": {"factor": "factor"},
+    "llama3": {
+        "factor": "factor",
+        "original_max_position_embeddings": "original_max_len",
+        "low_freq_factor": "low_freq_factor",
+        "high_freq_factor": "high_freq_factor",
+    },
+    "yarn": {
+        "factor": "factor",
+        "original_max_position_embeddings": "original_max_len",
+        "beta_fast": "beta_fast",
+        "beta_slow": "beta_slow",
+        "mscale": "mscale",
+        "mscale_all_dim": "mscale_all_dim",
+        "attention_factor": "attention_factor",
+        "truncate": "truncate",
+    },
+}
+_BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}  # transformers reads a null (or 0) beta as these
+
+
+def rope_key(r: ConfigReader) -> str:
+    """The key a config states its RoPE under, for error messages."""
+    return "rope_scaling" if r.d.get("rope_scaling") else "rope_parameters"
+
+
+def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str, Any]:
+    """``{"rope_type", "rope_theta", ...}`` of a config (of ``layer_type`` when it has one dict per
+    type). transformers reads a non-empty ``rope_scaling`` before ``rope_parameters``: a config with
+    both is refused. It reads YaRN's ``truncate`` at the top level only, so a per-type one is refused."""
+    legacy, params = r.get("rope_scaling"), r.get("rope_parameters")
+    if legacy and params:
+        raise r.unsupported(
+            "rope_scaling", "the config also has rope_parameters (transformers reads rope_scaling); keep one"
+        )
+    params = dict(legacy or params or {})
+    if layer_type is not None and layer_type in params:
+        params = dict(params[layer_type])
+        if "truncate" in params:
+            why = f"transformers reads 'truncate' at the top level only, not in {layer_type!r}'s dict"
+            raise r.unsupported(rope_key(r), why)
+    if "type" in params:
+        params.setdefault("rope_type", params.pop("type"))
+    theta = params.get("rope_theta") or r.get("rope_theta") or 10000.0
+    return {"rope_type": "default", **params, "rope_theta": float(theta)}
+
+
+def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
+    """YaRN as transformers reads it: a missing ``original_max_position_embeddings`` is
+    ``max_position_embeddings``, a null ``factor`` their ratio, a null (or 0) beta its default, a
+    null (or 0) mscale / mscale_all_dim unset, a null ``truncate`` false."""
+    if "factor" not in values:
+        raise r.unsupported(rope_key(r), "YaRN needs 'factor' (null: max_position_embeddings / original)")
+    if values.get("original_max_len") is None:
+        values["original_max_len"] = r.need("max_position_embeddings")
+    if values["factor"] is None:
+        values["factor"] = r.need("max_position_embeddings") / values["original_max_len"]
+    for name, default in _BETAS.items():
+        values[name] = float(values.get(name) or default)
+    for name in ("mscale", "mscale_all_dim"):
+        values[name] = float(values[name]) if values.get(name) else None
+    if "truncate" in values:
+        values["truncate"] = bool(values["truncate"])
+    return values
+
+
+def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> RopePositions:
+    """`RopePositions` of ``rope_parameters(r)`` (plus ``fields``, e.g. the pairing); a scaling type
+    or key we lack is an error."""
+    kind, key = params.get("rope_type", "default"), rope_key(r)
+    if kind not in _KEYS:
+        raise r.unsupported(key, f"RoPE scaling {kind!r} has no mapping (known: {', '.join(_KEYS)})")
+    keys = _KEYS[kind]
+    extra = sorted(set(params) - set(keys) - {"rope_type", "rope_theta"})
+    if extra:
+        raise r.unsupported(key, f"{kind!r} RoPE keys {extra} have no mapping")
+    scaling = None
+    if kind != "default":
+        values = {ours: params[theirs] for theirs, ours in keys.items() if theirs in params}
+        if kind == "yarn":
+            values = _yarn_values(r, values)
+        if values.get("factor") is None:
+            raise r.unsupported(key, f"{kind!r} RoPE needs 'factor'")
+        values["factor"] = float(values["factor"])
+        scaling = RopeScalingConfig.VARIANTS.get(kind)(**values)
+    return RopePositions(theta=float(params["rope_theta"]), scaling=scaling, **fields)
+
+
+def rope_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """``rope_parameters`` (transformers >= 5 layout) of a config: the inverse of `rope_position`
+    (a setting at transformers' default left out)."""
+    rope = cfg.position
+    if not isinstance(rope, RopePositions):
+        raise ValueError(f"model.position={rope.kind!r}: this layout needs RoPE")
+    if rope.scaling is None:
+        return {"rope_type": "default", "rope_theta": rope.theta}
+    if rope.scaling.kind not in _KEYS:
+        raise ValueError(f"model.position.scaling={rope.scaling.kind!r} has no Hugging Face equivalent here")
+    out = {"rope_type": rope.scaling.kind, "rope_theta": rope.theta}
+    for theirs, ours in _KEYS[rope.scaling.kind].items():
+        value = getattr(rope.scaling, ours)
+        if value is not None and not (ours == "truncate" and value):
+            out[theirs] = value
+    return out
