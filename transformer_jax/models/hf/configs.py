@@ -9,6 +9,7 @@ from typing import Any
 
 from transformer_jax.core import configlib
 from transformer_jax.models.config import INIT_FIELDS, RUNTIME_FIELDS, ModelConfig, with_changes
+from transformer_jax.models.hf.fp8 import fp8_block
 from transformer_jax.models.hf.spec import FAMILIES, ConfigReader, Family
 
 # How a model runs, trains or is initialised, not what it computes: never part of a checkpoint's config.
@@ -40,6 +41,8 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
     ``attention_impl="chunked"``, ``dtype="bfloat16"``, set those)."""
     family = family_of(hf)
     reader = ConfigReader(hf, family.name)
+    fp8_block(hf)
+    reader.ignore("quantization_config")  # FP8 weights are dequantized on load (`fp8`); other kinds refused above
     fields = family.to_config(reader)
     reader.finish()
     return with_changes(with_changes(ModelConfig(), **fields), **overrides)

@@ -71,8 +71,6 @@ def groups_of(r: ConfigReader, score: str) -> ExpertGroupsConfig | None:
 def fields(r: ConfigReader, moe: MoEConfig, *, interleave: bool) -> dict[str, Any]:
     """The ModelConfig fields of a DeepSeek config.json (``moe`` from the family's router)."""
     r.ignore("ep_size", "auto_map", "output_router_logits")
-    if r.d.get("quantization_config") is not None:
-        raise r.unsupported("quantization_config", "FP8 block-quantised weights are not read; dequantise them first")
     r.expect("attention_bias", (False,), "its biases sit on attention only; our use_bias puts them on the MLPs too")
     h = r.need("num_attention_heads")
     r.expect("num_key_value_heads", (h,), "MLA shares one latent; transformers repeats keys heads // kv_heads times")

@@ -10,7 +10,7 @@ Keys that change nothing in the forward pass: ``ep_size``, ``auto_map``, ``outpu
 Refused by name: ``norm_topk_prob=true`` (transformers' DeepseekV2 never renormalises, DeepSeek's
 own code does: the checkpoint's meaning is ambiguous), ``mlp_bias`` (biases on the dense and shared
 MLPs only), ``attention_bias``, ``moe_layer_freq`` other than 1, ``scoring_func`` other than
-softmax, FP8 ``quantization_config``.
+softmax. FP8 weights are dequantized on load (``hf.fp8``).
 """
 
 from __future__ import annotations

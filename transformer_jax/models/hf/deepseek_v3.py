@@ -15,7 +15,8 @@ reads. YaRN (``rope_scaling`` / ``rope_parameters`` of type yarn, as V3's publis
 maps to ``position.scaling=yarn`` on the RoPE part of each head, its ``mscale_all_dim`` also
 multiplying the softmax scale by mscale^2 (``DeepseekV3Attention.scaling``). Refused by name:
 ``attention_bias`` (biases on attention only), ``moe_layer_freq`` other than 1, ``topk_method``
-other than noaux_tc, ``scoring_func`` other than sigmoid, FP8 ``quantization_config``.
+other than noaux_tc, ``scoring_func`` other than sigmoid. FP8 weights are dequantized on
+load (``hf.fp8``).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from transformer_jax.core.dtypes import DTYPES
 from transformer_jax.core.sharding import Rules, logical_to_spec
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.configs import config_from_hf, family_of
+from transformer_jax.models.hf.fp8 import Fp8CheckpointReader, fp8_block
 from transformer_jax.models.hf.safetensors_io import CheckpointReader, aligned_empty
 from transformer_jax.models.hf.scanned import LayerStacks, layer_slots, per_layer_shapes
 from transformer_jax.models.hf.spec import FAMILIES, Family, Link, TensorMismatch
@@ -241,7 +242,8 @@ def from_pretrained(
     ``rules`` (default: the rules active in ``transformer_jax.parallel.sharding_context``).
     ``overrides``: ModelConfig fields to set on top of the checkpoint's (``attention_impl``,
     ``max_len``...; ``param_dtype`` to keep parameters in another dtype than the compute).
-    Unsupported families, config values and tensors are errors naming them.
+    A fine-grained FP8 checkpoint (DeepSeek-V3's) is dequantized on the way (`fp8`). Unsupported
+    families, config values and tensors are errors naming them.
     """
     hf = read_hf_config(path)
     family = family_of(hf)
@@ -249,7 +251,9 @@ def from_pretrained(
         dtype = hf.get("dtype") or hf.get("torch_dtype") or "float32"
     check_choice("dtype", dtype, DTYPES)
     model_cfg = config_from_hf(hf, **{"dtype": dtype, "param_dtype": dtype, **overrides})
-    return model_cfg, load_params(model_cfg, family, CheckpointReader(path), mesh=mesh, rules=rules)
+    block = fp8_block(hf)
+    reader = CheckpointReader(path) if block is None else Fp8CheckpointReader(path, block)
+    return model_cfg, load_params(model_cfg, family, reader, mesh=mesh, rules=rules)
 
 
 def load_state_dict(model: nnx.Module, sd: Mapping[str, np.ndarray], family: str) -> None:
