@@ -94,7 +94,7 @@ def test_published_yarn_rope_scaling_maps_field_by_field(saved):
         (dict(scoring_func="softmax"), "'scoring_func'='softmax' is not supported"),
         (dict(moe_layer_freq=2), "'moe_layer_freq'=2 is not supported"),
         (dict(n_shared_experts=0), "'n_shared_experts'=0 is not supported"),
-        (dict(quantization_config={"quant_method": "fp8"}), "'fp8'} is not supported: weight_block_size"),
+        (dict(quantization_config={"quant_method": "awq"}), "only fine-grained FP8"),
         (dict(first_k_dense_replace=2), "model.moe.first_dense=2: leaves a stack without MoE layers"),
         (dict(routed_scaling_factor=0.0), "model.moe.router.scaling_factor"),
         (dict(n_group=3), "model.moe.router.groups.n_groups=3: does not divide the 8 routed experts"),

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
-from tests.models.test_hf_checkpoints import _rewrite, _tensors
-from tests.models.test_hf_families import hf_model, tokens
-from transformer_jax.models.hf import from_pretrained
-from transformer_jax.models.hf.fp8 import dequantize
+from tests.models.test_hf_checkpoints import _rewrite, _tensors  # noqa: E402
+from tests.models.test_hf_families import hf_model, tokens  # noqa: E402
+from transformer_jax.models.hf import from_pretrained  # noqa: E402
+from transformer_jax.models.hf.fp8 import dequantize  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -77,31 +78,57 @@ def test_an_fp8_checkpoint_loads_as_its_dequantized_weights(checkpoints):
     np.testing.assert_array_equal(np.asarray(fp8(x)[0]), np.asarray(ref(x)[0]))
 
 
+def test_it_loads_into_bfloat16_and_under_the_config_transformers_writes(checkpoints, tmp_path):
+    """Dequantized in float32, then rounded once to bfloat16: the reference's float32 weights
+    rounded (the routing bias stays float32 in both). transformers' own FineGrainedFP8Config (every
+    key it saves) is read the same."""
+    from flax import nnx
+
+    written = transformers.FineGrainedFP8Config(weight_block_size=BLOCK, modules_to_not_convert=["lm_head"]).to_dict()
+    path = _rewrite(checkpoints[0], tmp_path / "m", quantization_config=written)
+    (_, fp8), (_, ref) = from_pretrained(path, dtype="bfloat16"), from_pretrained(checkpoints[1], dtype="bfloat16")
+    assert fp8.embed.embedding[...].dtype == jnp.bfloat16
+    for (p, x), (_, y) in zip(nnx.to_flat_state(nnx.state(fp8)), nnx.to_flat_state(nnx.state(ref)), strict=True):
+        assert x[...].dtype == y[...].dtype, p
+        np.testing.assert_array_equal(np.asarray(x[...], np.float32), np.asarray(y[...], np.float32), err_msg=str(p))
+
+
 def test_dequantize_tiles_partial_edge_blocks():
     q = np.arange(35, dtype=np.float32).reshape(5, 7)
     s = np.array([[1.0, 10.0, 100.0], [2.0, 20.0, 200.0], [3.0, 30.0, 300.0]], np.float32)
+    out = np.zeros((5, 7), np.float32)
     want = q * np.array(
         [[1, 1, 1, 10, 10, 10, 100]] * 2 + [[2, 2, 2, 20, 20, 20, 200]] * 2 + [[3] * 3 + [30] * 3 + [300]]
     )
-    np.testing.assert_array_equal(dequantize(q.copy(), s, (2, 3)), want)
-    with pytest.raises(ValueError, match=r"does not tile a weight of \(5, 7\) in blocks of \(2, 4\)"):
-        dequantize(q.copy(), s, (2, 4))
+    np.testing.assert_array_equal(dequantize(q, s, (2, 3), out), want)
+    with pytest.raises(ValueError, match=r"do not tile a weight of \(5, 7\) in blocks of \(2, 4\)"):
+        dequantize(q, s, (2, 4), out)
 
 
 @pytest.mark.parametrize(
     ("quant", "message"),
     [
         ({"quant_method": "bitsandbytes"}, "only fine-grained FP8"),
-        ({**QUANT, "fmt": "e5m2"}, "fmt 'e5m2'"),
-        ({**QUANT, "activation_scheme": "static"}, "static activation scales"),
-        ({k: v for k, v in QUANT.items() if k != "weight_block_size"}, "weight_block_size must be [rows, columns]"),
-        ({**QUANT, "group_size": 64}, "keys ['group_size']"),
+        ({**QUANT, "fmt": "e5m2"}, "fmt='e5m2' (supported: e4m3)"),
+        ({**QUANT, "activation_scheme": "static"}, "activation_scheme='static' (supported: dynamic)"),
+        ({**QUANT, "expert_dtype": "fp4"}, "expert_dtype='fp4' (supported: fp8)"),
+        ({**QUANT, "weight_block_size": [128]}, "weight_block_size must be [rows, columns]"),
+        ({**QUANT, "group_size": 64}, "key(s) ['group_size'] unknown here"),
     ],
 )
 def test_other_quantizations_are_refused_by_name(checkpoints, tmp_path, quant, message):
     with pytest.raises(ValueError, match="quantization_config=") as err:
         from_pretrained(_rewrite(checkpoints[0], tmp_path / "m", quantization_config=quant))
     assert message in str(err.value)
+
+
+def test_scales_beside_a_weight_not_in_fp8_are_refused_by_name(checkpoints, tmp_path):
+    """A half-converted checkpoint: one weight cast back to float32 with its scales left beside it."""
+    tensors = _tensors(checkpoints[0])
+    name = next(n for n in tensors if n.endswith("_scale_inv")).removesuffix("_scale_inv")
+    tensors[name] = tensors[name].astype(np.float32)
+    with pytest.raises(ValueError, match=f"{name}_scale_inv' .* scales '{name}', which is stored as float32"):
+        from_pretrained(_rewrite(checkpoints[0], tmp_path / "m", tensors))
 
 
 def test_an_fp8_weight_without_its_scales_is_refused_by_name(checkpoints, tmp_path):

@@ -26,6 +26,15 @@ def _hf(case: str, **change) -> dict:
     return {k: v for k, v in {**d, **change}.items() if v is not None}
 
 
+def test_what_transformers_fills_in_is_filled_in_the_same():
+    """Llama 3's missing original length is max_position_embeddings; a top-level rope_theta equal to
+    the dict's is accepted."""
+    llama3 = {k: v for k, v in CASES["llama3"]["rope_parameters"].items() if k != "original_max_position_embeddings"}
+    cfg = config_from_hf(_hf("llama3", rope_parameters=llama3))
+    assert cfg.position.scaling.original_max_len == CASES["llama3"]["max_position_embeddings"]
+    assert config_from_hf(_hf("llama", rope_theta=500.0)).position.theta == 500.0
+
+
 def test_legacy_rope_scaling_reads_like_rope_parameters():
     legacy = {"type": "yarn", **{k: v for k, v in YARN.items() if k not in ("rope_type", "rope_theta")}}
     old = config_from_hf(_hf("llama", rope_parameters=None, rope_scaling=legacy, rope_theta=500.0))
@@ -48,7 +57,15 @@ def test_legacy_rope_scaling_reads_like_rope_parameters():
          "model.position.scaling.mscale=0.7"),
         ("gemma3_text", dict(rope_parameters={
             "full_attention": {**YARN, "truncate": False}, "sliding_attention": {"rope_type": "default"}}),
-         "transformers reads 'truncate' at the top level only, not in 'full_attention'"),
+         "transformers reads YaRN's 'truncate' beside them, not in them"),
+        ("gemma3_text", dict(rope_parameters={
+            "full_attention": YARN, "sliding_attention": {"rope_type": "default"}, "truncate": False}),
+         "transformers reads YaRN's 'truncate' beside them, not in them"),
+        ("llama", dict(rope_parameters=YARN, rope_theta=10000.0),
+         "'rope_theta'=10000.0 is not supported: differs from the rope_theta=500.0 in rope_parameters"),
+        ("llama3", dict(rope_parameters={k: v for k, v in CASES["llama3"]["rope_parameters"].items()
+                                         if k != "low_freq_factor"}),
+         "'llama3' RoPE needs ['low_freq_factor'] (transformers requires them)"),
     ],
 )  # fmt: skip
 def test_what_transformers_would_read_otherwise_is_refused_by_name(case, change, message):
@@ -67,7 +84,7 @@ def test_yarn_magnitudes_are_kept_where_read_and_written_back():
     gemma = config_from_hf(_hf("gemma3_text"))
     unrounded = YarnScaling(factor=4.0, original_max_len=16, truncate=False)
     cfg = dataclasses.replace(gemma, position=dataclasses.replace(gemma.position, scaling=unrounded))
-    with pytest.raises(ValueError, match="truncate"):
+    with pytest.raises(ValueError, match="Gemma 3 splits by layer type"):
         config_to_hf(cfg, family="gemma3_text")
 
 

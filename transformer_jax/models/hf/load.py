@@ -4,7 +4,7 @@ The model is built abstractly (``nnx.eval_shape``: shapes, no memory); each para
 created from its checkpoint tensor(s): read into a fresh 64-byte aligned host buffer (converted to
 the parameter dtype chunk by chunk on the way), rearranged to our layout (tiled transposes,
 reshapes), and placed, which on CPU adopts the buffer without a copy. A few threads read and
-convert ahead of the placement, with the tensors in flight bounded to 1/4 of the checkpoint, so
+convert ahead of the placement, with the tensors in flight bounded to 1/4 of the loaded parameters, so
 host memory holds the parameters once plus that bounded window. With a mesh, each tensor goes
 straight to its sharding (``jax.make_array_from_callback`` from the parameter's logical axes and
 the rule table), never through one device.
@@ -180,15 +180,15 @@ def load_params(
 
     ``workers`` threads read and convert tensors (file reads and numpy copies release the GIL)
     while this thread builds the abstract model and places the results in order; the tensors in
-    flight are bounded to 1/4 of the checkpoint (at least one link), so host memory stays near
-    the parameters' own size.
+    flight are bounded to 1/4 of the parameters as loaded (`CheckpointReader.nbytes`; at least one
+    link), so host memory stays near the parameters' own size.
     """
     names = usable_names(family, model_cfg, reader.names())
     links = family.links(model_cfg, names)
     check_tensors(family, links, names)
     place = _placer(mesh, rules)
     dtype = np.dtype(model_cfg.params_dtype)
-    cost = [2 * sum(reader.tensors[n].nbytes for n in link.hf) for link in links]
+    cost = [2 * sum(reader.nbytes(n, dtype) for n in link.hf) for link in links]
     budget = max(max(cost, default=0), sum(cost) // 4)
     with ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
         pending: deque = deque()

@@ -41,8 +41,9 @@ def rope_key(r: ConfigReader) -> str:
 
 def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str, Any]:
     """``{"rope_type", "rope_theta", ...}`` of a config (of ``layer_type`` when it has one dict per
-    type). transformers reads a non-empty ``rope_scaling`` before ``rope_parameters``: a config with
-    both is refused. It reads YaRN's ``truncate`` at the top level only, so a per-type one is refused."""
+    type). transformers reads a non-empty ``rope_scaling`` before ``rope_parameters``, the dict's
+    ``rope_theta`` before the top-level key, and YaRN's ``truncate`` at the top level only: a config
+    with both RoPE keys, two different bases, or a ``truncate`` beside per-type dicts is refused."""
     legacy, params = r.get("rope_scaling"), r.get("rope_parameters")
     if legacy and params:
         raise r.unsupported(
@@ -50,14 +51,18 @@ def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str,
         )
     params = dict(legacy or params or {})
     if layer_type is not None and layer_type in params:
-        params = dict(params[layer_type])
-        if "truncate" in params:
-            why = f"transformers reads 'truncate' at the top level only, not in {layer_type!r}'s dict"
+        if "truncate" in params or "truncate" in params[layer_type]:
+            why = "with one RoPE dict per layer type transformers reads YaRN's 'truncate' beside them, not in them"
             raise r.unsupported(rope_key(r), why)
+        params = dict(params[layer_type])
     if "type" in params:
         params.setdefault("rope_type", params.pop("type"))
-    theta = params.get("rope_theta") or r.get("rope_theta") or 10000.0
-    return {"rope_type": "default", **params, "rope_theta": float(theta)}
+    own, top = params.get("rope_theta"), r.get("rope_theta")
+    if own is not None and top is not None and float(own) != float(top):
+        raise r.unsupported(
+            "rope_theta", f"differs from the rope_theta={own!r} in {rope_key(r)} (transformers reads that one)"
+        )
+    return {"rope_type": "default", **params, "rope_theta": float(own or top or 10000.0)}
 
 
 def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +84,17 @@ def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _llama3_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
+    """Llama 3's scaling as transformers reads it: every key required but
+    ``original_max_position_embeddings`` (missing: ``max_position_embeddings``)."""
+    missing = [theirs for theirs, ours in _KEYS["llama3"].items() if ours != "original_max_len" and ours not in values]
+    if missing:
+        raise r.unsupported(rope_key(r), f"'llama3' RoPE needs {missing} (transformers requires them)")
+    if values.get("original_max_len") is None:
+        values["original_max_len"] = r.need("max_position_embeddings")
+    return values
+
+
 def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> RopePositions:
     """`RopePositions` of ``rope_parameters(r)`` (plus ``fields``, e.g. the pairing); a scaling type
     or key we lack is an error."""
@@ -94,6 +110,8 @@ def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> Rop
         values = {ours: params[theirs] for theirs, ours in keys.items() if theirs in params}
         if kind == "yarn":
             values = _yarn_values(r, values)
+        if kind == "llama3":
+            values = _llama3_values(r, values)
         if values.get("factor") is None:
             raise r.unsupported(key, f"{kind!r} RoPE needs 'factor'")
         values["factor"] = float(values["factor"])

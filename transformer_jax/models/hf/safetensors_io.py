@@ -141,6 +141,11 @@ class CheckpointReader:
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
 
+    def nbytes(self, name: str, dtype: np.dtype) -> int:
+        """Bytes ``read(name, dtype)`` holds at most: the result, and the stored tensor's when larger."""
+        info = self.tensors[name]
+        return info.nbytes * max(1, np.dtype(dtype).itemsize // info.dtype.itemsize)
+
     def read(self, name: str, dtype=None) -> np.ndarray:
         """The tensor as a fresh, 64-byte aligned numpy array (bfloat16 as ``ml_dtypes.bfloat16``),
         converted to ``dtype`` on the way (chunk by chunk: no second full-size buffer) when given."""
