@@ -38,3 +38,29 @@ def test_train_that_does_not_fit_the_machine_exits_2_with_the_bytes(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "out of device memory (476.8 GiB in one buffer)" in proc.stderr and "512000000000 bytes" in proc.stderr
     assert "model.execution.remat=full" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# DeepSeek-V2's layout at toy sizes, as a config.json alone: compiling reads no weights
+_TINY_V2 = dict(
+    model_type="deepseek_v2", architectures=["DeepseekV2ForCausalLM"], vocab_size=97, hidden_size=64,
+    intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+    n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=16,
+    q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, max_position_embeddings=128,
+    rms_norm_eps=1e-6, topk_method="greedy", rope_theta=10000.0,
+)  # fmt: skip
+
+
+def test_compile_a_lora_fine_tune_from_a_config_json_alone(tmp_path):
+    """``--init-from`` as train reads it, its config.json alone: the model is the base's, LoRA applies,
+    a base field set by ``--set`` is refused by name."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text(json.dumps(_TINY_V2))
+    base = str(tmp_path / "base")
+    sets = ["train.lora=on", "train.lora.targets=q,kv_b,o", "data.seq_len=32", "train.batch_size=2"]
+    proc = cli("compile", "--init-from", base, "--set", *sets)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["fits"] is True and report["params"] < 200_000, report
+    refused = cli("compile", "--init-from", base, "--set", *sets, "model.dims.n_layers=4", check=False)
+    assert refused.returncode == 2 and "model.dims.n_layers" in refused.stderr and "Traceback" not in refused.stderr
+    neither = cli("compile", check=False)
+    assert neither.returncode == 2 and "compile needs --config" in neither.stderr

@@ -16,7 +16,14 @@ def register(sub) -> None:
     p = sub.add_parser(
         "compile", help="compile the train step / generation for a TPU or GPU target, no hardware needed"
     )
-    p.add_argument("--config", required=True, help="a recipe name (e.g. pod_llama_350m) or an experiment file")
+    p.add_argument("--config", default=None, help="a recipe name (e.g. pod_llama_350m) or an experiment file")
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="DIR",
+        help="fine-tune this base, as train --init-from DIR: a Hugging Face model directory (its config.json "
+        "alone suffices: no weights are read) or a run's workdir",
+    )
     p.add_argument(
         "--target",
         default=None,
@@ -83,7 +90,16 @@ def run(args) -> dict:
     if args.slices > 1 and args.target is None:
         raise ConfigError("--slices needs a --target (a multi-slice TPU or several GPU hosts)")
     target = None if args.target is None else get_target(args.target, slices=args.slices)
-    cfg = load_config(args.config, args.set)
+    if args.init_from is not None:
+        from transformer_jax.recipes import base_config
+        from transformer_jax.train.pretrained import init_from_experiment
+
+        base = None if args.config is None else base_config(args.config)
+        cfg = init_from_experiment(base, args.init_from, args.set, weights=False)
+    elif args.config is not None:
+        cfg = load_config(args.config, args.set)
+    else:
+        raise ConfigError("compile needs --config (a recipe name or an experiment file) or --init-from DIR")
     reports = {}
     if args.what in ("train", "both"):
         reports["train"] = aot.compile_train(cfg, target)
@@ -112,7 +128,7 @@ def run(args) -> dict:
         have = bad.get("available_bytes", bad["device_memory_bytes"])
         changes = "; ".join(aot.what_to_change(cfg, bad))
         raise aot.DoesNotFitError(
-            f"{args.config} does not fit {bad['target']}: a device needs {needs}, "
+            f"{args.config or args.init_from} does not fit {bad['target']}: a device needs {needs}, "
             f"and has {_gib(have)} ({have} bytes). Try: {changes}"
         )
     return summary

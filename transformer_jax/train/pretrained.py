@@ -46,8 +46,9 @@ _BLOCK, _BLOCKS = 1 << 20, 16  # else: the first and last MiB and 16 MiB-blocks 
 _LOCAL_WHY = "pretrained weights are fingerprinted and read as local files"
 
 
-def base_kind(path: str) -> str:
-    """``hf`` or ``run``; anything else is an error naming ``path``."""
+def base_kind(path: str, *, weights: bool = True) -> str:
+    """``hf`` or ``run``; anything else is an error naming ``path``. ``weights=False``: a Hugging Face
+    directory may hold its config.json alone (what compiling for a target reads)."""
     where = f"train.init_from={path!r}"
     require_local(path, "train.init_from", _LOCAL_WHY)
     if not os.path.exists(path):
@@ -58,7 +59,9 @@ def base_kind(path: str) -> str:
         raise ConfigError(f"{where} has no config.json: neither a Hugging Face model directory nor a run's workdir")
     if os.path.isdir(os.path.join(path, "checkpoints")):
         return "run"
-    if any(os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
+    if not weights or any(
+        os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "model.safetensors.index.json")
+    ):
         return "hf"
     raise ConfigError(
         f"{where}: no model.safetensors (or model.safetensors.index.json) and no checkpoints/: neither a "
@@ -66,9 +69,10 @@ def base_kind(path: str) -> str:
     )
 
 
-def pretrained_model_config(path: str) -> ModelConfig:
-    """The ModelConfig of the base at ``path`` (read from its config.json; no weights loaded)."""
-    if base_kind(path) == "run":
+def pretrained_model_config(path: str, *, weights: bool = True) -> ModelConfig:
+    """The ModelConfig of the base at ``path`` (read from its config.json; no weights loaded;
+    ``weights``: as `base_kind`)."""
+    if base_kind(path, weights=weights) == "run":
         base = workdir_config(path)
         if base.train.lora is not None:
             raise ConfigError(
@@ -96,7 +100,9 @@ def with_init_from(
     return apply_overrides(cfg, overrides or [], replace=start)
 
 
-def check_init_from(cfg: Config, path: str, explicit: dict[str, str], pretrained: ModelConfig) -> None:
+def check_init_from(
+    cfg: Config, path: str, explicit: dict[str, str], pretrained: ModelConfig, *, weights: bool = True
+) -> None:
     """What a run from the base at ``path`` may not change: its model (`check_model`), a tokenizer
     setting of ``cfg.data.dataset`` (the run uses the pretrained tokenizer) or, with a Hugging Face
     tokenizer, document packing."""
@@ -110,7 +116,7 @@ def check_init_from(cfg: Config, path: str, explicit: dict[str, str], pretrained
                 f"{shown} is not read with --init-from: the run uses the pretrained tokenizer of {path}; "
                 "remove the setting"
             )
-    if getattr(dataset, "packing", None) == "documents" and base_kind(path) == "hf":
+    if getattr(dataset, "packing", None) == "documents" and base_kind(path, weights=weights) == "hf":
         raise ConfigError(
             "data.dataset.packing='documents' frames documents with this package's BOS/EOS ids (1, 2), not the "
             f"pretrained tokenizer's of {path}; use data.dataset.packing=stream"
@@ -147,21 +153,23 @@ def check_model(
     )
 
 
-def init_from_experiment(config: Config | None, path: str, overrides: list[str] | None = None) -> Config:
+def init_from_experiment(
+    config: Config | None, path: str, overrides: list[str] | None = None, *, weights: bool = True
+) -> Config:
     """The config of ``train --init-from path [--config SPEC] [--set ...]``, in one pass: ``config``
     (the recipe's or experiment file's; default: ``Config()``) starting from the base (`with_init_from`),
     then the ``overrides``, then one validation (`unread.check_reads`, `check_init_from`); the base's
-    config.json is read once."""
+    config.json is read once. ``weights=False`` (``compile --init-from``): its config.json suffices."""
     sets = parse_overrides(overrides or [])
     if sets.get("train.init_from", path) != path:
         raise ConfigError(f"--set train.init_from={sets['train.init_from']} contradicts --init-from {path}")
     sets.pop("train.init_from", None)
     path = require_local(path, "train.init_from", _LOCAL_WHY)
-    pretrained = pretrained_model_config(path)
+    pretrained = pretrained_model_config(path, weights=weights)
     base = Config() if config is None else config
     cfg = with_init_from(base, path, [f"{k}={v}" for k, v in sets.items()], pretrained=pretrained)
     unread.check_reads(cfg, explicit=sets)
-    check_init_from(cfg, path, sets, pretrained)
+    check_init_from(cfg, path, sets, pretrained, weights=weights)
     return cfg
 
 
