@@ -447,3 +447,12 @@ print("results in", out)
 # / 1.863 at 1e-3 / 3e-3 / 9e-3 / 2.7e-2 with warmup 100, 1.599 / 1.571 / 2.321 at 3e-3 / 9e-3 /
 # 2.7e-2 with 500 (pick 9e-3, warmup 500). Post-LN's 7 fresh seeds (3-9) at its pick: 1.615 +- 0.018
 # on validation. Next: Pre-LN's 7, then Adam vs SGD.
+#
+# **Sitting 5** (2026-12-06, 110 min on one core beside decoding, from 7a9a462). Pre-LN's 7 fresh seeds
+# (3-9) at its pick: 1.582 +- 0.009 on validation, against Post-LN's 1.615 +- 0.018: Post-LN ends higher
+# here (the verdict is the notebook's, from the paired interval). Adam vs SGD at 12 layers (Post-LN, warmup
+# 500, dev split, mean of seeds 0-2): Adam 2.399 / 2.256 / 2.456 at lr 3.3e-4 / 1e-3 / 3e-3 (pick 1e-3,
+# whose fresh seeds are the warmup claim's), SGD 2.616 / 2.439 / 3.341 / 3.341 at 0.011 / 0.033 / 0.1 / 0.3
+# (pick 0.033; at 0.1 and above every dev seed sits at the unigram loss). SGD's first fresh seeds at its
+# pick: 3.323 (the unigram loss), 2.554, 2.490, 2.457 (seeds 3-6). Next: SGD's seed 7, then Pre-LN's
+# Adam and SGD sweeps and seeds, then DeepNorm's rescue and the results.
