@@ -4,13 +4,13 @@ sitting, updated at each later one, refused (exit 2, an error naming the claim) 
 registered earlier is gone or its criterion changed without a new ``ablation.Revision`` in its
 history (`ablation.registration.drift`).
 
-    PYTHONPATH=. python tools/register_sitting.py <notebook>
+    python tools/register_sitting.py <notebook>
 """
 
 import sys
 
-from tests.notebooks.verdict_cells import notebook_claims
 from transformer_jax.ablation import registration
+from transformer_jax.ablation.notebook_cells import notebook_claims
 from transformer_jax.ablation.paths import PENDING_RERUN
 
 

@@ -3,17 +3,18 @@
 changes no criterion (`ablation.criterion_spec`), so no rerun is needed; criteria and numbers are
 left as they were.
 
-    PYTHONPATH=. python tools/reword_results.py [notebook ...]   (default: every notebook)
+    python tools/reword_results.py [notebook ...]   (default: every notebook)
 """
 
 import json
 import sys
 
-from tests.notebooks.verdict_cells import NOTEBOOKS, notebook_claims
 from transformer_jax import ablation
 from transformer_jax.ablation.claims import reword
+from transformer_jax.ablation.notebook_cells import notebook_claims, notebooks_dir
 from transformer_jax.ablation.results import update_gallery
 
+NOTEBOOKS = notebooks_dir()
 for path in sorted((NOTEBOOKS.parent / "experiments" / "results").glob("*/results.json")):
     notebook = path.parent.name
     if not (NOTEBOOKS / f"{notebook}.py").is_file() or (sys.argv[1:] and notebook not in sys.argv[1:]):

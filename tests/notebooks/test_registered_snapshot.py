@@ -27,7 +27,8 @@ def test_a_pending_redos_claims_have_not_drifted_since_its_first_sitting(noteboo
         )
         return
     current = ablation.spec_record(notebook_claims(notebook))
-    problems = registration.drift(snapshot["claims"], current)
+    latest = registration.latest_run(notebook, ROOT)
+    problems = registration.drift(snapshot["claims"], current, snapshot["updated"], latest)
     assert not problems, f"{notebook}: claims drifted since {snapshot['registered']}:\n" + "\n".join(problems)
 
 
@@ -66,13 +67,32 @@ def test_drift_needs_a_new_revision_for_a_changed_criterion_and_keeps_every_clai
     resized = _claim(power=ablation.Power(sd=0.05, effect=0.1, pilot="p"), n=4)  # the default alpha moved
     with pytest.raises(ValueError, match="'Gap': its criterion differs"):
         registration.write_snapshot("nb", [resized, new], tmp_path)
-    recorded = ablation.Revision("2026-12-06", "alpha 0.025", "the verdict's test")
+    recorded = ablation.Revision("2099-01-01", "alpha 0.025", "the verdict's test")
     registration.write_snapshot("nb", [_claim(power=resized.power, n=4, history=(recorded,)), new], tmp_path)
     assert json.loads(path.read_text())["claims"]["Gap"]["n"] == 4
     # the revision is now part of the snapshot: dropping it, or the claim, is a drift
     assert registration.drift(json.loads(path.read_text())["claims"], ablation.spec_record([resized, new]))
     gone = registration.drift(json.loads(path.read_text())["claims"], ablation.spec_record([new]))
     assert len(gone) == 1 and "'Gap': registered for this redo, gone from the notebook" in gone[0]
+
+
+def test_a_change_made_after_the_redos_runs_says_it_saw_them_and_is_not_back_dated(tmp_path, monkeypatch):
+    monkeypatch.setattr(registration, "git_commit", lambda: "abc")
+    path = registration.write_snapshot("nb", [_claim()], tmp_path)
+    snapshot_day = json.loads(path.read_text())["updated"][:10]
+    runs = path.parent / "runs"
+    runs.mkdir()
+    (runs / "r.json").write_text(json.dumps({"date": "2099-01-01 10:00:00 UTC"}))
+    moved = dict(power=ablation.Power(sd=0.05, effect=0.1, pilot="p"), n=4)
+    blind = ablation.Revision("2099-01-02", "alpha 0.025", "the verdict's test")
+    with pytest.raises(ValueError, match="changed after this redo trained runs .* seen='2099-01-01'"):
+        registration.write_snapshot("nb", [_claim(**moved, history=(blind,))], tmp_path)
+    old = ablation.Revision("2000-01-01", "alpha 0.025", "the verdict's test", seen="2099-01-01")
+    with pytest.raises(ValueError, match=f"dated 2000-01-01, before the snapshot's {snapshot_day}"):
+        registration.write_snapshot("nb", [_claim(**moved, history=(old,))], tmp_path)
+    seen = ablation.Revision("2099-01-02", "alpha 0.025", "the verdict's test", seen="2099-01-01")
+    registration.write_snapshot("nb", [_claim(**moved, history=(seen,))], tmp_path)
+    assert json.loads(path.read_text())["claims"]["Gap"]["history"][-1]["seen"] == "2099-01-01"
 
 
 def test_a_redo_without_a_snapshot_is_allowed_only_before_its_first_run(tmp_path):

@@ -9,35 +9,15 @@ that every claim's comparisons were saved and that each row shows its n.
 
 import math
 import pathlib
-import re
 import types
 
 import numpy as np
 
 from transformer_jax import ablation
+from transformer_jax.ablation.notebook_cells import cell, notebook_claims
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 HOLDS, FAILS, UNSURE = ablation.VERDICTS
-
-
-def verdict_cell(notebook: str, marker: str = "ablation.verdict_table(") -> str:
-    """The cell of ``notebooks/<notebook>.py`` that builds the verdict table (or the one holding
-    ``marker``), preceded by blank lines so that tracebacks give the notebook file's line numbers."""
-    text = (NOTEBOOKS / f"{notebook}.py").read_text()
-    starts = [m.end() for m in re.finditer(r"^# %%.*$", text, flags=re.M)]
-    cells = [(a, text[a:b]) for a, b in zip([0, *starts], [*starts, len(text)])]
-    found = [(a, c) for a, c in cells if marker in c]
-    assert len(found) == 1, f"{notebook}: expected one cell holding {marker!r}, found {len(found)}"
-    start, cell = found[0]
-    return "\n" * text.count("\n", 0, start) + cell
-
-
-def notebook_claims(notebook: str) -> tuple:
-    """``CLAIMS``, the registered `ablation.Claim` specs of ``notebook``, from its one cell that
-    calls ``ablation.register``, run as written."""
-    scope = {"ablation": ablation}
-    exec(compile(verdict_cell(notebook, "ablation.register("), str(NOTEBOOKS / f"{notebook}.py"), "exec"), scope)
-    return scope["CLAIMS"]
 
 
 def notebook_verdicts(notebook: str, **inputs) -> dict[str, str]:
@@ -56,8 +36,8 @@ def notebook_verdicts(notebook: str, **inputs) -> dict[str, str]:
     real = {name: getattr(ablation, name) for name in ablation.__all__}
     fake = types.SimpleNamespace(**{**real, "verdict_table": verdict_table, "save_results": save_results})
     scope = {"ablation": fake, "np": np, "math": math, "print": lambda *a, **k: None, "NOTEBOOK": notebook}
-    scope |= {"CLAIMS": notebook_claims(notebook), **inputs}
-    exec(compile(verdict_cell(notebook), str(NOTEBOOKS / f"{notebook}.py"), "exec"), scope)
+    scope |= {"CLAIMS": notebook_claims(notebook, NOTEBOOKS.parent), **inputs}
+    exec(compile(cell(notebook, root=NOTEBOOKS.parent), str(NOTEBOOKS / f"{notebook}.py"), "exec"), scope)
     assert saved["name"] == notebook and saved["results"]["verdicts"] == ablation.verdict_table(built)
     verdicts = {claim: v for claim, _, v in built}
     assert len(verdicts) == len(built), "two rows with the same claim"

@@ -6,7 +6,8 @@ last sitting, so nothing stores the specs its first runs were trained to judge. 
 beside its run summaries does: the `claims.spec_record` of the notebook when the first sitting
 started (`write_snapshot`, ``tools/register_sitting.py``). Every later spec must match it
 (`claims.criterion_spec`) unless its ``history`` extends the snapshot's with a new `claims.Revision`
-(the change recorded, and dated); a snapshot claim may not disappear (`drift`).
+(the change recorded, dated, and once the redo has runs, marked as made after seeing them); a
+snapshot claim may not disappear (`drift`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ def read_snapshot(notebook: str, root: pathlib.Path | None = None) -> dict[str, 
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def drift(registered: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+def drift(registered: Mapping[str, Any], current: Mapping[str, Any], since: str = "", last_run: str = "") -> list[str]:
     """Why specs ``current`` (`spec_record` entries, by name) may not follow the specs ``registered``
-    in a snapshot: a claim gone, or a criterion changed without a new `Revision` appended to the
-    history it had; empty when they may. Claims added since are not judged here."""
+    in a snapshot last updated on ``since`` (a date, "" unknown) while the redo's latest run is dated
+    ``last_run`` ("" none yet): a claim gone, or a criterion changed without new `Revision` entries
+    appended to the history it had, dated no earlier than ``since`` (no back-dating) and, once the
+    redo has runs, each saying what it ``seen`` (whoever changes a criterion now may have read their
+    numbers, so the claim reads exploratory until a fresh rerun); empty when they may. Claims added
+    since are not judged here."""
     current = json.loads(json.dumps(dict(current)))
     problems = []
     for name, old in registered.items():
@@ -53,6 +58,18 @@ def drift(registered: Mapping[str, Any], current: Mapping[str, Any]) -> list[str
                 f"{name!r}: its criterion differs from the one registered for this redo, and its history does "
                 "not extend the registered one with a new ablation.Revision recording the change"
             )
+            continue
+        for entry in now[len(was) :]:
+            if entry["date"] < since[:10]:
+                problems.append(
+                    f"{name!r}: its new Revision is dated {entry['date']}, before the snapshot's {since[:10]}: "
+                    "date the change when it was made"
+                )
+            if last_run and not entry.get("seen"):
+                problems.append(
+                    f"{name!r}: its criterion changed after this redo trained runs (the latest {last_run}): give "
+                    f"its new Revision seen={last_run[:10]!r}, so the claim reads exploratory until a fresh rerun"
+                )
     return problems
 
 
@@ -61,7 +78,7 @@ def write_snapshot(notebook: str, specs: Iterable[Claim], root: pathlib.Path | N
     raises ValueError when they drift from the snapshot already there (`drift`)."""
     path, current = snapshot_path(notebook, root), json.loads(json.dumps(spec_record(specs)))
     old = read_snapshot(notebook, root)
-    if old is not None and (problems := drift(old["claims"], current)):
+    if old is not None and (problems := drift(old["claims"], current, old["updated"], latest_run(notebook, root))):
         raise ValueError(
             f"{notebook}: the registered claims drifted since {old['registered']}:\n" + "\n".join(problems)
         )
@@ -81,3 +98,8 @@ def redo_runs(notebook: str, root: pathlib.Path | None = None) -> list[pathlib.P
     results = folder / "results.json"
     since = json.loads(results.read_text())["date"] if results.is_file() else ""
     return [p for p in sorted((folder / "runs").glob("*.json")) if json.loads(p.read_text())["date"] > since]
+
+
+def latest_run(notebook: str, root: pathlib.Path | None = None) -> str:
+    """The date of the latest run summary of ``notebook``'s redo in progress ("" when none yet)."""
+    return max((json.loads(p.read_text())["date"] for p in redo_runs(notebook, root)), default="")
