@@ -5,6 +5,7 @@ test_hf_families.py. Needs the ``interop`` extra."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -33,6 +34,30 @@ def test_what_transformers_fills_in_is_filled_in_the_same():
     cfg = config_from_hf(_hf("llama3", rope_parameters=llama3))
     assert cfg.position.scaling.original_max_len == CASES["llama3"]["max_position_embeddings"]
     assert config_from_hf(_hf("llama", rope_theta=500.0)).position.theta == 500.0
+
+
+@pytest.mark.parametrize("case", ["llama", "mixtral", "gemma3_text"])
+def test_a_config_stating_no_base_gets_the_base_transformers_gives_it(case):
+    """Mixtral's and Gemma 3's global layers' default is 1e6 in transformers, the others' 1e4."""
+    d = {k: v for k, v in _hf(case).items() if k not in ("rope_theta", "rope_local_base_freq")}
+    nested = "full_attention" in d["rope_parameters"]
+    drop = lambda p: {k: v for k, v in p.items() if k != "rope_theta"}  # noqa: E731
+    d["rope_parameters"] = {k: drop(v) for k, v in d["rope_parameters"].items()} if nested else drop(d["rope_parameters"])
+    kw = copy.deepcopy({k: v for k, v in d.items() if k != "model_type"})  # transformers fills its dicts in
+    theirs = transformers.AutoConfig.for_model(MODEL_TYPE.get(case, case), **kw).rope_parameters
+    ours = config_from_hf(d).position
+    assert ours.theta == (theirs["full_attention"] if nested else theirs)["rope_theta"]
+    assert ours.theta == (1e6 if case != "llama" else 1e4)
+    if nested:
+        assert ours.local_theta == theirs["sliding_attention"]["rope_theta"] == 1e4
+
+
+def test_gemma3s_sliding_base_is_read_where_transformers_reads_it():
+    local = {"full_attention": {"rope_type": "default", "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default"}}
+    assert config_from_hf(_hf("gemma3_text", rope_parameters=local, rope_local_base_freq=500.0)).position.local_theta == 500.0
+    stated = {**local, "sliding_attention": {"rope_type": "default", "rope_theta": 400.0}}
+    with pytest.raises(ValueError, match="'rope_local_base_freq'=500.0 is not supported: differs from the sliding"):
+        config_from_hf(_hf("gemma3_text", rope_parameters=stated, rope_local_base_freq=500.0))
 
 
 def test_legacy_rope_scaling_reads_like_rope_parameters():

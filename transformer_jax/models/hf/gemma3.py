@@ -13,20 +13,24 @@ from typing import Any
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.gemma2 import gemma_fields, gemma_hf, gemma_links
 from transformer_jax.models.hf.llama import rotary_buffer
-from transformer_jax.models.hf.rope import rope_hf
+from transformer_jax.models.hf.rope import BASE_THETA, rope_hf
 from transformer_jax.models.hf.spec import ConfigReader, Family, register
 from transformer_jax.nn.position_config import RopePositions
 
 
 def _local_theta(r: ConfigReader) -> float:
-    params = r.d.get("rope_parameters") or {}
-    if "sliding_attention" in params:
-        local = {"rope_type": "default", **params["sliding_attention"]}
-        if local["rope_type"] != "default" or set(local) - {"rope_type", "rope_theta"}:
-            raise r.unsupported("rope_parameters", "the sliding layers' RoPE must be unscaled")
-        r.ignore("rope_local_base_freq")
-        return float(local["rope_theta"])
-    return float(r.get("rope_local_base_freq", 10000.0))
+    """The sliding layers' base as transformers reads it: ``rope_parameters["sliding_attention"]``'s
+    ``rope_theta``, else ``rope_local_base_freq``, else `BASE_THETA`; the two stated and different
+    is refused."""
+    params, freq = r.d.get("rope_parameters") or {}, r.get("rope_local_base_freq")
+    local = {"rope_type": "default", **params.get("sliding_attention", {})}
+    if local["rope_type"] != "default" or set(local) - {"rope_type", "rope_theta"}:
+        raise r.unsupported("rope_parameters", "the sliding layers' RoPE must be unscaled")
+    own = local.get("rope_theta")
+    if own is not None and freq is not None and float(own) != float(freq):
+        why = f"differs from the sliding layers' rope_theta={own!r} in rope_parameters (transformers reads that one)"
+        raise r.unsupported("rope_local_base_freq", why)
+    return float(own or freq or BASE_THETA)
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """A Hugging Face config's RoPE settings <-> ``RopePositions``, as transformers reads them
 (``modeling_rope_utils``): the legacy ``rope_scaling`` or the transformers >= 5 ``rope_parameters``
-(flat, or one dict per layer type), its own ``rope_theta`` else the top-level key else 10000, and
-per scaling type the keys of ``_KEYS`` (any other is an error naming it)."""
+(flat, or one dict per layer type), its own ``rope_theta`` else the top-level key else the family's
+default (`DEFAULT_THETA`), and per scaling type the keys of ``_KEYS`` (any other is an error naming it)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,11 @@ _KEYS = {
         "truncate": "truncate",
     },
 }
-_BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}  # transformers reads a null (or 0) beta as these
+_BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}
+DEFAULT_THETA = {"mixtral": 1e6, "gemma3_text": 1e6}
+"""The RoPE base transformers gives a config of these families that states none (their config
+classes' ``default_theta``; Gemma 3's global layers); every other family's is `BASE_THETA`."""
+BASE_THETA = 10000.0  # transformers reads a null (or 0) beta as these
 
 
 def rope_key(r: ConfigReader) -> str:
@@ -62,7 +66,8 @@ def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str,
         raise r.unsupported(
             "rope_theta", f"differs from the rope_theta={own!r} in {rope_key(r)} (transformers reads that one)"
         )
-    return {"rope_type": "default", **params, "rope_theta": float(own or top or 10000.0)}
+    theta = own or top or DEFAULT_THETA.get(r.family, BASE_THETA)
+    return {"rope_type": "default", **params, "rope_theta": float(theta)}
 
 
 def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
