@@ -86,6 +86,7 @@ def test_legacy_rope_scaling_reads_like_rope_parameters():
         ("gemma3_text", dict(rope_parameters={
             "full_attention": YARN, "sliding_attention": {"rope_type": "default"}, "truncate": False}),
          "transformers reads YaRN's 'truncate' beside them, not in them"),
+        ("gemma3_text", dict(rope_parameters=YARN), "Gemma 3 reads one RoPE dict per layer type"),
         ("llama", dict(rope_parameters=YARN, rope_theta=10000.0),
          "'rope_theta'=10000.0 is not supported: differs from the rope_theta=500.0 in rope_parameters"),
         ("llama3", dict(rope_parameters={k: v for k, v in CASES["llama3"]["rope_parameters"].items()

@@ -34,6 +34,13 @@ def _local_theta(r: ConfigReader) -> float:
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:
+    params = r.d.get("rope_parameters") or {}
+    if params and not {"full_attention", "sliding_attention"} & set(params):
+        why = (
+            "Gemma 3 reads one RoPE dict per layer type ({'full_attention': {...}, 'sliding_attention': {...}}); "
+            "transformers ignores a flat one (the global layers' scaling may also go in rope_scaling)"
+        )
+        raise r.unsupported("rope_parameters", why)
     kw = gemma_fields(r, every=6, rope_layer="full_attention", qk_norm=True)
     return {
         **kw,
