@@ -4,7 +4,7 @@ sitting, updated at each later one, refused (exit 2, an error naming the claim) 
 registered earlier is gone or its criterion changed without a new ``ablation.Revision`` in its
 history (`ablation.registration.drift`).
 
-    python tools/register_sitting.py <notebook>
+    PYTHONPATH=. python tools/register_sitting.py <notebook>
 """
 
 import sys

@@ -3,7 +3,7 @@
 changes no criterion (`ablation.criterion_spec`), so no rerun is needed; criteria and numbers are
 left as they were.
 
-    python tools/reword_results.py [notebook ...]   (default: every notebook)
+    PYTHONPATH=. python tools/reword_results.py [notebook ...]   (default: every notebook)
 """
 
 import json
@@ -21,7 +21,12 @@ for path in sorted((NOTEBOOKS.parent / "experiments" / "results").glob("*/result
         continue
     record = json.loads(path.read_text())
     try:
-        new = json.loads(json.dumps(reword(record, notebook_claims(notebook))))
+        claims = notebook_claims(notebook)
+    except ValueError as e:  # no (or two) cells registering its claims
+        print(f"{notebook}: left as it was: {e}", file=sys.stderr)
+        continue
+    try:
+        new = json.loads(json.dumps(reword(record, claims)))
     except (TypeError, ValueError, KeyError) as e:  # a stored spec the current Claim cannot be built from
         print(f"{notebook}: left as it was: a stored claim cannot be read back ({e})", file=sys.stderr)
         continue

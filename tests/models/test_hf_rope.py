@@ -36,7 +36,10 @@ def test_what_transformers_fills_in_is_filled_in_the_same():
     assert config_from_hf(_hf("llama", rope_theta=500.0)).position.theta == 500.0
 
 
-@pytest.mark.parametrize("case", ["llama", "mixtral", "gemma3_text"])
+ROPE_CASES = [c for c in CASES if "rope_parameters" in _hf(c)]
+
+
+@pytest.mark.parametrize("case", ROPE_CASES)
 def test_a_config_stating_no_base_gets_the_base_transformers_gives_it(case):
     """Mixtral's and Gemma 3's global layers' default is 1e6 in transformers, the others' 1e4."""
     d = {k: v for k, v in _hf(case).items() if k not in ("rope_theta", "rope_local_base_freq")}
@@ -47,7 +50,7 @@ def test_a_config_stating_no_base_gets_the_base_transformers_gives_it(case):
     theirs = transformers.AutoConfig.for_model(MODEL_TYPE.get(case, case), **kw).rope_parameters
     ours = config_from_hf(d).position
     assert ours.theta == (theirs["full_attention"] if nested else theirs)["rope_theta"]
-    assert ours.theta == (1e6 if case != "llama" else 1e4)
+    assert ours.theta == (1e6 if case in ("mixtral", "gemma3_text") else 1e4)
     if nested:
         assert ours.local_theta == theirs["sliding_attention"]["rope_theta"] == 1e4
 
@@ -55,6 +58,8 @@ def test_a_config_stating_no_base_gets_the_base_transformers_gives_it(case):
 def test_gemma3s_sliding_base_is_read_where_transformers_reads_it():
     local = {"full_attention": {"rope_type": "default", "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default"}}
     assert config_from_hf(_hf("gemma3_text", rope_parameters=local, rope_local_base_freq=500.0)).position.local_theta == 500.0
+    full_only = config_from_hf(_hf("gemma3_text", rope_parameters={"sliding_attention": None}, rope_theta=None))
+    assert (full_only.position.theta, full_only.position.local_theta) == (1e6, 1e4)  # transformers fills both in
     stated = {**local, "sliding_attention": {"rope_type": "default", "rope_theta": 400.0}}
     with pytest.raises(ValueError, match="'rope_local_base_freq'=500.0 is not supported: differs from the sliding"):
         config_from_hf(_hf("gemma3_text", rope_parameters=stated, rope_local_base_freq=500.0))

@@ -4,6 +4,7 @@ notebook's current specs may not drift from them unless each change is recorded 
 A notebook whose redo has landed keeps its snapshot, and its results were run under those claims."""
 
 import json
+import time
 
 import pytest
 
@@ -13,6 +14,7 @@ from transformer_jax.ablation import registration
 from transformer_jax.ablation.paths import PENDING_RERUN
 
 ROOT = NOTEBOOKS.parent
+TODAY = time.strftime("%Y-%m-%d", time.gmtime())
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py") if p.stem != "conftest")
 
 
@@ -67,7 +69,7 @@ def test_drift_needs_a_new_revision_for_a_changed_criterion_and_keeps_every_clai
     resized = _claim(power=ablation.Power(sd=0.05, effect=0.1, pilot="p"), n=4)  # the default alpha moved
     with pytest.raises(ValueError, match="'Gap': its criterion differs"):
         registration.write_snapshot("nb", [resized, new], tmp_path)
-    recorded = ablation.Revision("2099-01-01", "alpha 0.025", "the verdict's test")
+    recorded = ablation.Revision(TODAY, "alpha 0.025", "the verdict's test")
     registration.write_snapshot("nb", [_claim(power=resized.power, n=4, history=(recorded,)), new], tmp_path)
     assert json.loads(path.read_text())["claims"]["Gap"]["n"] == 4
     # the revision is now part of the snapshot: dropping it, or the claim, is a drift
@@ -76,23 +78,30 @@ def test_drift_needs_a_new_revision_for_a_changed_criterion_and_keeps_every_clai
     assert len(gone) == 1 and "'Gap': registered for this redo, gone from the notebook" in gone[0]
 
 
-def test_a_change_made_after_the_redos_runs_says_it_saw_them_and_is_not_back_dated(tmp_path, monkeypatch):
+def test_a_change_made_after_the_redos_runs_says_it_saw_them_and_is_dated_when_made(tmp_path, monkeypatch):
     monkeypatch.setattr(registration, "git_commit", lambda: "abc")
     path = registration.write_snapshot("nb", [_claim()], tmp_path)
-    snapshot_day = json.loads(path.read_text())["updated"][:10]
     runs = path.parent / "runs"
     runs.mkdir()
-    (runs / "r.json").write_text(json.dumps({"date": "2099-01-01 10:00:00 UTC"}))
+    (runs / "r.json").write_text(json.dumps({"date": f"{TODAY} 00:00:01 UTC"}))
     moved = dict(power=ablation.Power(sd=0.05, effect=0.1, pilot="p"), n=4)
-    blind = ablation.Revision("2099-01-02", "alpha 0.025", "the verdict's test")
-    with pytest.raises(ValueError, match="changed after this redo trained runs .* seen='2099-01-01'"):
-        registration.write_snapshot("nb", [_claim(**moved, history=(blind,))], tmp_path)
-    old = ablation.Revision("2000-01-01", "alpha 0.025", "the verdict's test", seen="2099-01-01")
-    with pytest.raises(ValueError, match=f"dated 2000-01-01, before the snapshot's {snapshot_day}"):
-        registration.write_snapshot("nb", [_claim(**moved, history=(old,))], tmp_path)
-    seen = ablation.Revision("2099-01-02", "alpha 0.025", "the verdict's test", seen="2099-01-01")
-    registration.write_snapshot("nb", [_claim(**moved, history=(seen,))], tmp_path)
-    assert json.loads(path.read_text())["claims"]["Gap"]["history"][-1]["seen"] == "2099-01-01"
+    change = lambda **kw: ablation.Revision(**{"date": TODAY, "change": "alpha 0.025", "reason": "r", **kw})  # noqa: E731
+
+    def refused(*history):
+        with pytest.raises(ValueError) as err:
+            registration.write_snapshot("nb", [_claim(**moved, history=history)], tmp_path)
+        return str(err.value)
+
+    assert f"give its new Revision seen='{TODAY}'" in refused(change())
+    assert f"give its new Revision seen='{TODAY}'" in refused(change(seen="1999-01-01"))  # before the runs
+    assert "dated 2000-01-01, outside" in refused(change(date="2000-01-01", seen=TODAY))
+    assert "dated 2099-01-01, outside" in refused(change(date="2099-01-01", seen=TODAY))
+    assert "only register fresh reruns" in refused(change(fresh=True))
+    with pytest.raises(ValueError, match="not both"):
+        change(seen=TODAY, fresh=True)
+    seen_then_fresh = (change(seen=TODAY), change(change="rerun", fresh=True))
+    registration.write_snapshot("nb", [_claim(**moved, history=seen_then_fresh)], tmp_path)
+    assert [e.get("seen") for e in json.loads(path.read_text())["claims"]["Gap"]["history"]] == [TODAY, None]
 
 
 def test_a_redo_without_a_snapshot_is_allowed_only_before_its_first_run(tmp_path):

@@ -128,6 +128,13 @@ class Revision:
     fresh: bool = False
     seeds: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        if self.seen and self.fresh:
+            raise ValueError(
+                f"Revision({self.date!r}, seen={self.seen!r}, fresh=True): an entry records a change made after "
+                "seeing runs (seen) or registers a fresh rerun (fresh), not both: make two entries"
+            )
+
 
 REGISTERED_AFTER_FULL_RUN = Revision(
     "2026-12-05",

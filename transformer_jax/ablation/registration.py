@@ -38,12 +38,14 @@ def read_snapshot(notebook: str, root: pathlib.Path | None = None) -> dict[str, 
 def drift(registered: Mapping[str, Any], current: Mapping[str, Any], since: str = "", last_run: str = "") -> list[str]:
     """Why specs ``current`` (`spec_record` entries, by name) may not follow the specs ``registered``
     in a snapshot last updated on ``since`` (a date, "" unknown) while the redo's latest run is dated
-    ``last_run`` ("" none yet): a claim gone, or a criterion changed without new `Revision` entries
-    appended to the history it had, dated no earlier than ``since`` (no back-dating) and, once the
-    redo has runs, each saying what it ``seen`` (whoever changes a criterion now may have read their
-    numbers, so the claim reads exploratory until a fresh rerun); empty when they may. Claims added
-    since are not judged here."""
+    ``last_run`` ("" none yet); empty when they may. Refused: a claim gone; a criterion changed
+    without new `Revision` entries appended to the history it had; a new entry dated before
+    ``since`` or after today; once the redo has runs, a new entry that is not a ``fresh`` rerun
+    without ``seen`` on or after ``last_run``'s date (whoever changes a criterion now may have read
+    their numbers, so the claim reads exploratory until a fresh rerun); a changed criterion whose new
+    entries are all fresh reruns (nothing records the change). Claims added since are not judged."""
     current = json.loads(json.dumps(dict(current)))
+    today = time.strftime("%Y-%m-%d", time.gmtime())
     problems = []
     for name, old in registered.items():
         new = current.get(name)
@@ -59,18 +61,30 @@ def drift(registered: Mapping[str, Any], current: Mapping[str, Any], since: str 
                 "not extend the registered one with a new ablation.Revision recording the change"
             )
             continue
-        for entry in now[len(was) :]:
-            if entry["date"] < since[:10]:
-                problems.append(
-                    f"{name!r}: its new Revision is dated {entry['date']}, before the snapshot's {since[:10]}: "
-                    "date the change when it was made"
-                )
-            if last_run and not entry.get("seen"):
-                problems.append(
-                    f"{name!r}: its criterion changed after this redo trained runs (the latest {last_run}): give "
-                    f"its new Revision seen={last_run[:10]!r}, so the claim reads exploratory until a fresh rerun"
-                )
+        added = now[len(was) :]
+        problems += [f"{name!r}: {why}" for entry in added if (why := _refused(entry, since[:10], today, last_run))]
+        if _bare(old) != _bare(new) and all(entry.get("fresh") for entry in added):
+            problems.append(
+                f"{name!r}: its criterion changed, and its new history entries only register fresh reruns: add an "
+                "ablation.Revision recording the change"
+            )
     return problems
+
+
+def _bare(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in criterion_spec(spec).items() if k != "history"}
+
+
+def _refused(entry: Mapping[str, Any], since: str, today: str, last_run: str) -> str:
+    """Why a history entry added since the snapshot cannot stand ("" when it can)."""
+    if not since <= entry["date"] <= today:
+        return f"its new Revision is dated {entry['date']}, outside {since or '...'} (the snapshot) to {today}"
+    if last_run and not entry.get("fresh") and not str(entry.get("seen") or "") >= last_run[:10]:
+        return (
+            f"its criterion changed after this redo trained runs (the latest {last_run}): give its new Revision "
+            f"seen={last_run[:10]!r}, so the claim reads exploratory until a fresh rerun"
+        )
+    return ""
 
 
 def write_snapshot(notebook: str, specs: Iterable[Claim], root: pathlib.Path | None = None) -> pathlib.Path:

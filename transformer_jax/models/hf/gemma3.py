@@ -18,13 +18,32 @@ from transformer_jax.models.hf.spec import ConfigReader, Family, register
 from transformer_jax.nn.position_config import RopePositions
 
 
+_TYPES = ("full_attention", "sliding_attention")
+
+
+def _per_type(r: ConfigReader) -> None:
+    """Gemma 3's ``rope_parameters`` as transformers completes it: one dict per layer type, a missing
+    (or null) one default RoPE; a flat dict, which transformers ignores, is refused."""
+    params = r.d.get("rope_parameters") or {}
+    if params and not set(_TYPES) & set(params):
+        why = (
+            "Gemma 3 reads one RoPE dict per layer type ({'full_attention': {...}, 'sliding_attention': {...}}); "
+            "transformers ignores a flat one (the global layers' scaling may also go in rope_scaling)"
+        )
+        raise r.unsupported("rope_parameters", why)
+    if params:
+        r.d["rope_parameters"] = {**params, **{t: params.get(t) or {"rope_type": "default"} for t in _TYPES}}
+
+
 def _local_theta(r: ConfigReader) -> float:
     """The sliding layers' base as transformers reads it: ``rope_parameters["sliding_attention"]``'s
     ``rope_theta``, else ``rope_local_base_freq``, else `BASE_THETA`; the two stated and different
     is refused."""
     params, freq = r.d.get("rope_parameters") or {}, r.get("rope_local_base_freq")
-    local = {"rope_type": "default", **params.get("sliding_attention", {})}
-    if local["rope_type"] != "default" or set(local) - {"rope_type", "rope_theta"}:
+    local = dict(params.get("sliding_attention") or {})
+    if "type" in local:
+        local.setdefault("rope_type", local.pop("type"))
+    if local.get("rope_type", "default") != "default" or set(local) - {"rope_type", "rope_theta"}:
         raise r.unsupported("rope_parameters", "the sliding layers' RoPE must be unscaled")
     own = local.get("rope_theta")
     if own is not None and freq is not None and float(own) != float(freq):
@@ -34,13 +53,7 @@ def _local_theta(r: ConfigReader) -> float:
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:
-    params = r.d.get("rope_parameters") or {}
-    if params and not {"full_attention", "sliding_attention"} & set(params):
-        why = (
-            "Gemma 3 reads one RoPE dict per layer type ({'full_attention': {...}, 'sliding_attention': {...}}); "
-            "transformers ignores a flat one (the global layers' scaling may also go in rope_scaling)"
-        )
-        raise r.unsupported("rope_parameters", why)
+    _per_type(r)
     kw = gemma_fields(r, every=6, rope_layer="full_attention", qk_norm=True)
     return {
         **kw,

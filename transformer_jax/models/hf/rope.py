@@ -31,11 +31,11 @@ _KEYS = {
         "truncate": "truncate",
     },
 }
-_BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}
+_BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}  # transformers reads a null (or 0) beta as these
 DEFAULT_THETA = {"mixtral": 1e6, "gemma3_text": 1e6}
 """The RoPE base transformers gives a config of these families that states none (their config
 classes' ``default_theta``; Gemma 3's global layers); every other family's is `BASE_THETA`."""
-BASE_THETA = 10000.0  # transformers reads a null (or 0) beta as these
+BASE_THETA = 10000.0
 
 
 def rope_key(r: ConfigReader) -> str:
