@@ -33,6 +33,7 @@ FULL_HOURS = {
     "language_model_history": 5.8,
     "mixture_of_experts": 7.5,
     "norm_placement": 0.2,
+    "norm_training": 12.6,
     "positional_encoding": 7.3,
 }
 """Hours a FULL sitting trains when it reuses nothing: the larger of the summed training wall-clock
@@ -44,9 +45,6 @@ PENDING_RERUN: dict[str, str] = {
     "alpha 0's se, beam's conservatism against the human references, k's variety a check) for six MT models of "
     "1,800 steps (seeds 0-5, one run summary each with its decodings) and the KV-cache timing at positions "
     "1,024-4,096; its FULL sitting is next (issue 39, item 3)",
-    "norm_training": "the trained half of norm_placement, its claims registered anew 2026-12-05 (warmup where deep "
-    "Post-LN trains; Post vs Pre per arm's best setting at 6 layers; Adam vs SGD where the identity path vanishes), "
-    "run on fresh seeds over 4-5 sittings",
 }
 """Notebooks whose registered claims await a FULL rerun spanning several sittings (issue 39, item 3),
 with why: their run summaries are being committed, and their ``results.json``, if any, is the previous
