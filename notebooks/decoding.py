@@ -401,6 +401,7 @@ print("results in", out)
 
 # %% [markdown]
 # ## Reading the FULL run
-# To be written from the FULL run of the claims above (the next sitting). The run of 2026-12-03
+# To be written from the FULL run of the claims above, once its six models are trained (four so far:
+# the sittings in notebooks/README.md; no verdict is read from them before). The run of 2026-12-03
 # (one model of 4,000 steps, beam with alpha 0.6, length-penalty rows the notes do not make) is in
 # git history.

@@ -44,7 +44,7 @@ PENDING_RERUN: dict[str, str] = {
     "decoding": "claims registered 2026-12-05 (revised 2026-12-06 before any run: n from the beam claim's power at "
     "alpha 0's se, beam's conservatism against the human references, k's variety a check) for six MT models of "
     "1,800 steps (seeds 0-5, one run summary each with its decodings) and the KV-cache timing at positions "
-    "1,024-4,096; its FULL sitting is next (issue 39, item 3)",
+    "1,024-4,096; models 0-3 trained and decoded in sittings 1-4, models 4-5 next (issue 39, item 3)",
 }
 """Notebooks whose registered claims await a FULL rerun spanning several sittings (issue 39, item 3),
 with why: their run summaries are being committed, and their ``results.json``, if any, is the previous
