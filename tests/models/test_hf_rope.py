@@ -44,8 +44,10 @@ def test_a_config_stating_no_base_gets_the_base_transformers_gives_it(case):
     """Mixtral's and Gemma 3's global layers' default is 1e6 in transformers, the others' 1e4."""
     d = {k: v for k, v in _hf(case).items() if k not in ("rope_theta", "rope_local_base_freq")}
     nested = "full_attention" in d["rope_parameters"]
-    drop = lambda p: {k: v for k, v in p.items() if k != "rope_theta"}  # noqa: E731
-    d["rope_parameters"] = {k: drop(v) for k, v in d["rope_parameters"].items()} if nested else drop(d["rope_parameters"])
+    drop = lambda p: {k: v for k, v in p.items() if k != "rope_theta"}
+    d["rope_parameters"] = (
+        {k: drop(v) for k, v in d["rope_parameters"].items()} if nested else drop(d["rope_parameters"])
+    )
     kw = copy.deepcopy({k: v for k, v in d.items() if k != "model_type"})  # transformers fills its dicts in
     theirs = transformers.AutoConfig.for_model(MODEL_TYPE.get(case, case), **kw).rope_parameters
     ours = config_from_hf(d).position
@@ -56,8 +58,14 @@ def test_a_config_stating_no_base_gets_the_base_transformers_gives_it(case):
 
 
 def test_gemma3s_sliding_base_is_read_where_transformers_reads_it():
-    local = {"full_attention": {"rope_type": "default", "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default"}}
-    assert config_from_hf(_hf("gemma3_text", rope_parameters=local, rope_local_base_freq=500.0)).position.local_theta == 500.0
+    local = {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default"},
+    }
+    assert (
+        config_from_hf(_hf("gemma3_text", rope_parameters=local, rope_local_base_freq=500.0)).position.local_theta
+        == 500.0
+    )
     full_only = config_from_hf(_hf("gemma3_text", rope_parameters={"sliding_attention": None}, rope_theta=None))
     assert (full_only.position.theta, full_only.position.local_theta) == (1e6, 1e4)  # transformers fills both in
     stated = {**local, "sliding_attention": {"rope_type": "default", "rope_theta": 400.0}}

@@ -85,7 +85,7 @@ def test_a_change_made_after_the_redos_runs_says_it_saw_them_and_is_dated_when_m
     runs.mkdir()
     (runs / "r.json").write_text(json.dumps({"date": f"{TODAY} 00:00:01 UTC"}))
     moved = dict(power=ablation.Power(sd=0.05, effect=0.1, pilot="p"), n=4)
-    change = lambda **kw: ablation.Revision(**{"date": TODAY, "change": "alpha 0.025", "reason": "r", **kw})  # noqa: E731
+    change = lambda **kw: ablation.Revision(**{"date": TODAY, "change": "alpha 0.025", "reason": "r", **kw})
 
     def refused(*history):
         with pytest.raises(ValueError) as err:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+from typing import Any
 
 from transformer_jax import ablation
 from transformer_jax.ablation.paths import repo_root
@@ -37,7 +38,7 @@ def cell(notebook: str, marker: str = "ablation.verdict_table(", root: pathlib.P
 def notebook_claims(notebook: str, root: pathlib.Path | None = None) -> tuple:
     """``CLAIMS``, the registered `ablation.Claim` specs of ``notebook``, from its one cell that
     calls ``ablation.register``, run as written."""
-    scope = {"ablation": ablation}
+    scope: dict[str, Any] = {"ablation": ablation}
     path = notebooks_dir(root) / f"{notebook}.py"
     exec(compile(cell(notebook, "ablation.register(", root), str(path), "exec"), scope)
     return scope["CLAIMS"]

@@ -17,7 +17,6 @@ from transformer_jax.models.hf.rope import BASE_THETA, rope_hf
 from transformer_jax.models.hf.spec import ConfigReader, Family, register
 from transformer_jax.nn.position_config import RopePositions
 
-
 _TYPES = ("full_attention", "sliding_attention")
 
 
