@@ -21,6 +21,7 @@ from transformer_jax.nn.moe_config import (
 )
 from transformer_jax.nn.norm_config import LayerNormConfig, RMSNormConfig
 from transformer_jax.nn.position_config import LearnedPositions, NoPositions, RopePositions, SinusoidalPositions
+from transformer_jax.ops.rope import ROPE_THETA
 
 PRESETS: Registry[ModelConfig] = Registry("model preset")
 
@@ -169,7 +170,7 @@ PRESETS.register(
         ),
         placement="pre",
         norm=RMSNormConfig(eps=1e-5),
-        position=RopePositions(theta=10000.0),
+        position=RopePositions(theta=ROPE_THETA),
         ffn="swiglu",
         use_bias=False,
         embeddings=EmbeddingsConfig(tie=False),

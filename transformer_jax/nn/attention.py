@@ -33,7 +33,7 @@ from transformer_jax.ops.masks import AttentionMask
 class RopeSpec:
     """Static RoPE settings passed to ``ops.rope.apply_rope`` (hashable, so jit caches stay warm)."""
 
-    theta: float = 10000.0
+    theta: float = rope_ops.ROPE_THETA
     pairing: str = "split"
     scaling: rope_ops.RopeScaling | None = None
 

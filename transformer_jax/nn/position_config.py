@@ -130,7 +130,7 @@ class RopePositions(PositionConfig):
     adjacent pairs), optional ``scaling``; ``local_theta``: the base of the local layers of
     ``model.attention=local_global`` (None: ``theta``)."""
 
-    theta: float = setting(10000.0, gt=0)
+    theta: float = setting(rope_ops.ROPE_THETA, gt=0)
     pairing: str = setting("split", choice=rope_ops.ROPE_PAIRINGS)
     scaling: RopeScalingConfig | None = None
     local_theta: float | None = setting(None, gt=0)

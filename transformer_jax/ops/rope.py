@@ -20,6 +20,8 @@ from transformer_jax.core.registry import Registry, unknown_name_message
 
 ScalingFn = Callable[[int, float, "RopeScaling"], tuple[np.ndarray, float]]
 ROPE_SCALINGS: Registry[ScalingFn] = Registry("rope scaling")
+ROPE_THETA = 10000.0
+"""The RoPE base of Su et al. 2021 (and of LLaMA 1-2, GPT-NeoX): ``inv_freq[i] = ROPE_THETA^(-2i/D)``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,13 +197,13 @@ def _llama3(head_dim: int, theta: float, scaling: RopeScaling) -> tuple[np.ndarr
 
 
 def rope_frequencies(
-    head_dim: int, *, theta: float = 10000.0, scaling: RopeScaling | None = None
+    head_dim: int, *, theta: float = ROPE_THETA, scaling: RopeScaling | None = None
 ) -> tuple[Float[Array, "D/2"], float]:  # noqa: F821 - jaxtyping axis expression
     """``(inv_freq [head_dim // 2] float32, attention_factor)`` for RoPE with optional scaling."""
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"head_dim={head_dim} must be a positive even number for RoPE")
     if theta <= 1.0:
-        raise ValueError(f"theta={theta} must be > 1 (10000 is the usual base)")
+        raise ValueError(f"theta={theta} must be > 1 ({ROPE_THETA:g} is the usual base)")
     scaling = scaling or RopeScaling()
     inv_freq, attention_factor = ROPE_SCALINGS.get(scaling.kind)(head_dim, theta, scaling)
     return jnp.asarray(inv_freq, jnp.float32), float(attention_factor)
@@ -237,7 +239,7 @@ def apply_rope(
     x_BTHD: Float[Array, "B T H D"],
     positions_BT: Int[ArrayLike, "B T"],
     *,
-    theta: float = 10000.0,
+    theta: float = ROPE_THETA,
     pairing: str = "split",
     scaling: RopeScaling | None = None,
 ) -> Float[Array, "B T H D"]:

@@ -13,9 +13,10 @@ from typing import Any
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.gemma2 import gemma_fields, gemma_hf, gemma_links
 from transformer_jax.models.hf.llama import rotary_buffer
-from transformer_jax.models.hf.rope import BASE_THETA, rope_hf
+from transformer_jax.models.hf.rope import one_theta, rope_hf, with_rope_type
 from transformer_jax.models.hf.spec import ConfigReader, Family, register
 from transformer_jax.nn.position_config import RopePositions
+from transformer_jax.ops.rope import ROPE_THETA
 
 _TYPES = ("full_attention", "sliding_attention")
 
@@ -36,19 +37,13 @@ def _per_type(r: ConfigReader) -> None:
 
 def _local_theta(r: ConfigReader) -> float:
     """The sliding layers' base as transformers reads it: ``rope_parameters["sliding_attention"]``'s
-    ``rope_theta``, else ``rope_local_base_freq``, else `BASE_THETA`; the two stated and different
+    ``rope_theta``, else ``rope_local_base_freq``, else `ROPE_THETA`; the two stated and different
     is refused."""
-    params, freq = r.d.get("rope_parameters") or {}, r.get("rope_local_base_freq")
-    local = dict(params.get("sliding_attention") or {})
-    if "type" in local:
-        local.setdefault("rope_type", local.pop("type"))
+    local = with_rope_type((r.d.get("rope_parameters") or {}).get("sliding_attention") or {})
     if local.get("rope_type", "default") != "default" or set(local) - {"rope_type", "rope_theta"}:
         raise r.unsupported("rope_parameters", "the sliding layers' RoPE must be unscaled")
-    own = local.get("rope_theta")
-    if own is not None and freq is not None and float(own) != float(freq):
-        why = f"differs from the sliding layers' rope_theta={own!r} in rope_parameters (transformers reads that one)"
-        raise r.unsupported("rope_local_base_freq", why)
-    return float(own or freq or BASE_THETA)
+    freq, own = r.get("rope_local_base_freq"), local.get("rope_theta")
+    return one_theta(r, "rope_local_base_freq", freq, own, "sliding layers' ") or ROPE_THETA
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:

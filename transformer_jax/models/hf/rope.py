@@ -10,6 +10,7 @@ from typing import Any
 from transformer_jax.models.config import ModelConfig
 from transformer_jax.models.hf.spec import ConfigReader
 from transformer_jax.nn.position_config import RopePositions, RopeScalingConfig
+from transformer_jax.ops.rope import ROPE_THETA
 
 _KEYS = {
     "default": {},
@@ -34,13 +35,31 @@ _KEYS = {
 _BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}  # transformers reads a null (or 0) beta as these
 DEFAULT_THETA = {"mixtral": 1e6, "gemma3_text": 1e6}
 """The RoPE base transformers gives a config of these families that states none (their config
-classes' ``default_theta``; Gemma 3's global layers); every other family's is `BASE_THETA`."""
-BASE_THETA = 10000.0
+classes' ``default_theta``; Gemma 3's global layers); every other family's is `ROPE_THETA`."""
 
 
 def rope_key(r: ConfigReader) -> str:
     """The key a config states its RoPE under, for error messages."""
     return "rope_scaling" if r.d.get("rope_scaling") else "rope_parameters"
+
+
+def with_rope_type(params: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a RoPE dict with the legacy key ``type`` read as ``rope_type`` (as transformers does)."""
+    params = dict(params)
+    if "type" in params:
+        params.setdefault("rope_type", params.pop("type"))
+    return params
+
+
+def one_theta(r: ConfigReader, key: str, other: Any, own: Any, where: str) -> float | None:
+    """The RoPE base stated in the dict (``own``) or at ``key`` (``other``); both stated and
+    different is refused by ``key``, since transformers reads the dict's. None: neither stated."""
+    if own is not None and other is not None and float(own) != float(other):
+        raise r.unsupported(
+            key, f"differs from the {where}rope_theta={own!r} in {rope_key(r)} (transformers reads that one)"
+        )
+    theta = own or other
+    return None if theta is None else float(theta)
 
 
 def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str, Any]:
@@ -58,16 +77,10 @@ def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str,
         if "truncate" in params or "truncate" in params[layer_type]:
             why = "with one RoPE dict per layer type transformers reads YaRN's 'truncate' beside them, not in them"
             raise r.unsupported(rope_key(r), why)
-        params = dict(params[layer_type])
-    if "type" in params:
-        params.setdefault("rope_type", params.pop("type"))
-    own, top = params.get("rope_theta"), r.get("rope_theta")
-    if own is not None and top is not None and float(own) != float(top):
-        raise r.unsupported(
-            "rope_theta", f"differs from the rope_theta={own!r} in {rope_key(r)} (transformers reads that one)"
-        )
-    theta = own or top or DEFAULT_THETA.get(r.family, BASE_THETA)
-    return {"rope_type": "default", **params, "rope_theta": float(theta)}
+        params = params[layer_type]
+    params = with_rope_type(params)
+    theta = one_theta(r, "rope_theta", r.get("rope_theta"), params.get("rope_theta"), "")
+    return {"rope_type": "default", **params, "rope_theta": theta or DEFAULT_THETA.get(r.family, ROPE_THETA)}
 
 
 def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
