@@ -31,6 +31,7 @@ from transformer_jax.models import (
 from transformer_jax.models.mla_config import MLAConfig
 from transformer_jax.models.mtp_config import MTPConfig
 from transformer_jax.nn.position_config import RopeScalingConfig
+from transformer_jax.ops import rope as rope_ops
 
 TINY = dict(dims=ModelDims(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_len=16))
 
@@ -71,6 +72,13 @@ def test_every_rope_scaling_setting_is_read(kind):
     scaling = RopeScalingConfig.VARIANTS.get(kind)()
     cfg = ModelConfig(**TINY, position=RopePositions(scaling=scaling))
     assert _unread(cfg, scaling) == []
+
+
+@pytest.mark.parametrize("kind", RopeScalingConfig.VARIANTS.names())
+def test_each_rope_scaling_config_has_the_fields_its_op_reads(kind):
+    """ops.rope keeps its own list of the fields each scaling reads (ops cannot import the configs)."""
+    fields = {f.name for f in dataclasses.fields(RopeScalingConfig.VARIANTS.get(kind))}
+    assert fields == set(rope_ops.SCALING_READS[kind])
 
 
 @pytest.mark.parametrize("kind", NormConfig.VARIANTS.names())
