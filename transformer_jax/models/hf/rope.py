@@ -84,13 +84,11 @@ def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str,
 
 
 def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
-    """YaRN as transformers reads it: a missing ``original_max_position_embeddings`` is
-    ``max_position_embeddings``, a null ``factor`` their ratio, a null (or 0) beta its default, a
-    null (or 0) mscale / mscale_all_dim unset, a null ``truncate`` false."""
+    """YaRN as transformers reads it: a null ``factor`` is max_position_embeddings /
+    original_max_position_embeddings, a null (or 0) beta its default, a null (or 0) mscale /
+    mscale_all_dim unset, a null ``truncate`` false."""
     if "factor" not in values:
         raise r.unsupported(rope_key(r), "YaRN needs 'factor' (null: max_position_embeddings / original)")
-    if values.get("original_max_len") is None:
-        values["original_max_len"] = r.need("max_position_embeddings")
     if values["factor"] is None:
         values["factor"] = r.need("max_position_embeddings") / values["original_max_len"]
     for name, default in _BETAS.items():
@@ -104,18 +102,17 @@ def _yarn_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
 
 def _llama3_values(r: ConfigReader, values: dict[str, Any]) -> dict[str, Any]:
     """Llama 3's scaling as transformers reads it: every key required but
-    ``original_max_position_embeddings`` (missing: ``max_position_embeddings``)."""
+    ``original_max_position_embeddings``."""
     missing = [theirs for theirs, ours in _KEYS["llama3"].items() if ours != "original_max_len" and ours not in values]
     if missing:
         raise r.unsupported(rope_key(r), f"'llama3' RoPE needs {missing} (transformers requires them)")
-    if values.get("original_max_len") is None:
-        values["original_max_len"] = r.need("max_position_embeddings")
     return values
 
 
 def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> RopePositions:
     """`RopePositions` of ``rope_parameters(r)`` (plus ``fields``, e.g. the pairing); a scaling type
-    or key we lack is an error."""
+    or key we lack is an error, a missing (or null) ``original_max_position_embeddings`` (YaRN,
+    Llama 3) is ``max_position_embeddings``, as in transformers."""
     kind, key = params.get("rope_type", "default"), rope_key(r)
     if kind not in _KEYS:
         raise r.unsupported(key, f"RoPE scaling {kind!r} has no mapping (known: {', '.join(_KEYS)})")
@@ -126,6 +123,8 @@ def rope_position(r: ConfigReader, params: dict[str, Any], **fields: Any) -> Rop
     scaling = None
     if kind != "default":
         values = {ours: params[theirs] for theirs, ours in keys.items() if theirs in params}
+        if "original_max_len" in keys.values() and values.get("original_max_len") is None:
+            values["original_max_len"] = r.need("max_position_embeddings")
         if kind == "yarn":
             values = _yarn_values(r, values)
         if kind == "llama3":
