@@ -29,7 +29,7 @@ PROJECT = "transformer-jax"
 FULL_HOURS = {
     "attention_scaling": 3.0,
     "causal_mask": 2.6,
-    "decoding": 1.9,
+    "decoding": 5.0,
     "language_model_history": 5.8,
     "mixture_of_experts": 7.5,
     "norm_placement": 0.2,
@@ -40,12 +40,7 @@ FULL_HOURS = {
 of the committed runs and the sitting's own (``wall_clock`` of the committed ``results.json``, on the
 2-core machine that made them; a test keeps the two equal)."""
 
-PENDING_RERUN: dict[str, str] = {
-    "decoding": "claims registered 2026-12-05 (revised 2026-12-06 before any run: n from the beam claim's power at "
-    "alpha 0's se, beam's conservatism against the human references, k's variety a check) for six MT models of "
-    "1,800 steps (seeds 0-5, one run summary each with its decodings) and the KV-cache timing at positions "
-    "1,024-4,096; models 0-3 trained and decoded in sittings 1-4, models 4-5 next (issue 39, item 3)",
-}
+PENDING_RERUN: dict[str, str] = {}
 """Notebooks whose registered claims await a FULL rerun spanning several sittings (issue 39, item 3),
 with why: their run summaries are being committed, and their ``results.json``, if any, is the previous
 run's. The gallery says so; a notebook leaves once its rerun's results are committed."""
