@@ -69,7 +69,10 @@ def test_gemma3s_sliding_base_is_read_where_transformers_reads_it():
     full_only = config_from_hf(_hf("gemma3_text", rope_parameters={"sliding_attention": None}, rope_theta=None))
     assert (full_only.position.theta, full_only.position.local_theta) == (1e6, 1e4)  # transformers fills both in
     stated = {**local, "sliding_attention": {"rope_type": "default", "rope_theta": 400.0}}
-    with pytest.raises(ValueError, match="'rope_local_base_freq'=500.0 is not supported: differs from the sliding"):
+    refused = (
+        r"'rope_local_base_freq'=500.0 is not supported: differs from the rope_theta=400.0 in rope_parameters\['slid"
+    )
+    with pytest.raises(ValueError, match=refused):
         config_from_hf(_hf("gemma3_text", rope_parameters=stated, rope_local_base_freq=500.0))
 
 

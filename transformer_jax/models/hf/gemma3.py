@@ -43,7 +43,7 @@ def _local_theta(r: ConfigReader) -> float:
     if local.get("rope_type", "default") != "default" or set(local) - {"rope_type", "rope_theta"}:
         raise r.unsupported("rope_parameters", "the sliding layers' RoPE must be unscaled")
     freq, own = r.get("rope_local_base_freq"), local.get("rope_theta")
-    return one_theta(r, "rope_local_base_freq", freq, own, "sliding layers' ") or ROPE_THETA
+    return one_theta(r, "rope_local_base_freq", freq, own, "rope_parameters['sliding_attention']") or ROPE_THETA
 
 
 def _config(r: ConfigReader) -> dict[str, Any]:

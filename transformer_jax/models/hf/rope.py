@@ -52,12 +52,10 @@ def with_rope_type(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def one_theta(r: ConfigReader, key: str, other: Any, own: Any, where: str) -> float | None:
-    """The RoPE base stated in the dict (``own``) or at ``key`` (``other``); both stated and
-    different is refused by ``key``, since transformers reads the dict's. None: neither stated."""
+    """The RoPE base stated in the dict at ``where`` (``own``) or at ``key`` (``other``); both stated
+    and different is refused by ``key``, since transformers reads the dict's. None: neither stated."""
     if own is not None and other is not None and float(own) != float(other):
-        raise r.unsupported(
-            key, f"differs from the {where}rope_theta={own!r} in {rope_key(r)} (transformers reads that one)"
-        )
+        raise r.unsupported(key, f"differs from the rope_theta={own!r} in {where} (transformers reads that one)")
     theta = own or other
     return None if theta is None else float(theta)
 
@@ -79,7 +77,7 @@ def rope_parameters(r: ConfigReader, layer_type: str | None = None) -> dict[str,
             raise r.unsupported(rope_key(r), why)
         params = params[layer_type]
     params = with_rope_type(params)
-    theta = one_theta(r, "rope_theta", r.get("rope_theta"), params.get("rope_theta"), "")
+    theta = one_theta(r, "rope_theta", r.get("rope_theta"), params.get("rope_theta"), rope_key(r))
     return {"rope_type": "default", **params, "rope_theta": theta or DEFAULT_THETA.get(r.family, ROPE_THETA)}
 
 
