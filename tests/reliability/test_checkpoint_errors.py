@@ -153,14 +153,34 @@ def test_disk_full_while_saving_keeps_previous_checkpoint(tmp_path, two_steps):
         np.testing.assert_array_equal(x, y)
 
 
-def test_disk_full_simulated_by_a_failing_save_names_the_intact_checkpoint(tmp_path, two_steps, monkeypatch):
-    """Simulated (no small disk needed): Orbax's save raises ENOSPC at once, so the previous
-    checkpoint is intact by construction; this checks the error handling around it only."""
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+def _wrapped_enospc() -> Exception:
+    try:
+        raise _enospc()
+    except OSError as e:
+        try:
+            raise RuntimeError("a write of the checkpoint failed") from e
+        except RuntimeError as wrapped:
+            return wrapped
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [_enospc, _wrapped_enospc, lambda: ExceptionGroup("async writes", [ValueError("other"), _enospc()])],
+    ids=["bare", "as a cause", "in a group"],
+)
+def test_disk_full_simulated_by_a_failing_save_names_the_intact_checkpoint(tmp_path, two_steps, monkeypatch, raised):
+    """Simulated (no small disk needed): Orbax's save raises ENOSPC at once (bare, or wrapped as an
+    async writer may wrap it), so the previous checkpoint is intact by construction; this checks the
+    error handling around it only."""
     workdir = tmp_path / "run"
     shutil.copytree(two_steps, workdir)
 
     def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise raised()
 
     monkeypatch.setattr(ocp.CheckpointManager, "save", full)
     cfg = load_experiment(TINY, FOUR)

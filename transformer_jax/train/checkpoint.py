@@ -43,6 +43,22 @@ for _logger in ("absl", "asyncio"):  # Orbax logs through absl; its unawaited ta
     logging.getLogger(_logger).addFilter(_orbax_errors_without_traceback)
 
 
+def _no_space(e: BaseException) -> bool:
+    """Whether ``e`` or an exception it wraps (its cause or context, a group's members) is a full
+    disk (ENOSPC): an asynchronous writer may raise it wrapped."""
+    todo, seen = [e], set()
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if getattr(x, "errno", None) == errno.ENOSPC or "No space left" in str(x):
+            return True
+        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
+        todo += list(getattr(x, "exceptions", ()))
+    return False
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be used (mismatched architecture, corrupt files, ...)."""
 
@@ -229,7 +245,7 @@ class Checkpoints:
                 if complete
                 else "no earlier checkpoint exists"
             )
-            no_space = "No space left" in str(e) or getattr(e, "errno", None) == errno.ENOSPC
+            no_space = _no_space(e)
             hint = "free disk space (or lower train.checkpoint.keep)" if no_space else "fix the cause"
             raise CheckpointError(
                 f"could not write a checkpoint to {directory} (around step {step}): "
