@@ -113,7 +113,20 @@ POWER = {  # n per claim from its pilot's paired sd, at the alpha of the verdict
         0.15,
         "committed 6-layer runs with SGD one grid step below its pick, seeds 0-2: sd of the same difference",
     ),
+    "rescue": ablation.Power(
+        0.054,
+        0.5,
+        "the 2026-12-04 runs at 18 layers, lr 1e-3, seeds 0-2 (seen before the criterion changed): sd of "
+        "loss(DeepNorm) - loss(Post-LN); 0.5 nats: the failure margin, the least move off the failure a rescue makes",
+    ),
+    "change": ablation.Power(
+        0.0175,
+        0.25,
+        "the 2026-12-04 Pre-LN runs at 18 layers, lr 1e-3, seeds 0-2 (seen before the criterion changed): sd of "
+        "the per-seed slope; 0.25: a quarter of the slope -1 that the notes' x_t = O(t) gives",
+    ),
 }
+FIRST = {"rescue": 10, "change": 10}  # past seeds 3-9, which other claims' runs use: only this rerun dates them
 resized = lambda key, before, why: ablation.Revision(  # the fresh seeds (3 on) as many as the new n
     "2026-12-06",
     f"n {before} -> {POWER[key].n()}: its Power at the one-sided alpha 0.025 of the verdict's two-sided 95% interval, "
@@ -244,6 +257,7 @@ CLAIMS = ablation.register(
         measure="18 layers, both with warmup: loss DeepNorm minus Post-LN; DeepNorm's loss against a failure line",
         criteria=(ablation.Criterion("less"), ablation.Criterion("less", "the unigram loss - 0.5")),
         why="lower than Post-LN, and more than 0.5 nats below the unigram loss (a model that uses no context)",
+        power=POWER["rescue"],
         history=(
             REGISTERED,
             ablation.Revision(
@@ -252,6 +266,20 @@ CLAIMS = ablation.register(
                 "every deep Post-LN run sat at the unigram loss, 1.1 nats below ln V, and had counted as training "
                 "(commit 9d02348)",
                 seen="2026-12-04",
+            ),
+            ablation.Revision(
+                "2026-12-06",
+                "a power calculation sizes n (Power: sd from seeds 0-2, the effect and why in it)",
+                "issue 39 asks for n sized from a pilot's variance; seeds 0-2 serve as the pilot of the fresh rerun, "
+                "registered before it ran",
+            ),
+            ablation.Revision(
+                "2026-12-06",
+                "judged on fresh seeds 10-12 (n 3; its Power, from seeds 0-2, asks 3), the criterion above unchanged",
+                "the criterion was changed after seeds 0-2 were seen, so their verdict decides nothing (issue 39): the "
+                "same arms rerun on seeds no run has used",
+                fresh=True,
+                seeds=(10, 11, 12),
             ),
         ),
     ),
@@ -263,6 +291,7 @@ CLAIMS = ablation.register(
         measure="log-log slope of ||x_(l+1) - x_l|| / ||x_l|| against l, 18 layers, trained, per seed",
         criteria=(ablation.Criterion("less"),),
         why="a direction (the notes' O(t) gives -1)",
+        power=POWER["change"],
         history=(
             REGISTERED,
             ablation.Revision(
@@ -271,10 +300,25 @@ CLAIMS = ablation.register(
                 "changed after the first rounds' runs were seen (commit 5e96f26; issue 39's audit)",
                 seen="2026-12-02",
             ),
+            ablation.Revision(
+                "2026-12-06",
+                "a power calculation sizes n (Power: sd from seeds 0-2, the effect and why in it)",
+                "issue 39 asks for n sized from a pilot's variance; seeds 0-2 serve as the pilot of the fresh rerun, "
+                "registered before it ran",
+            ),
+            ablation.Revision(
+                "2026-12-06",
+                "judged on fresh seeds 10-12 (n 3; its Power, from seeds 0-2, asks 2; 3 kept), the criterion above "
+                "unchanged",
+                "the criterion was changed after seeds 0-2 were seen, so their verdict decides nothing (issue 39): the "
+                "same arms rerun on seeds no run has used",
+                fresh=True,
+                seeds=(10, 11, 12),
+            ),
         ),
     ),
 )
-FRESH = {k: ablation.seeds(p.n(), first=3) for k, p in POWER.items()}  # each claim's n seeds; 0-2 were seen
+FRESH = {k: ablation.seeds(max(3, p.n()), first=FIRST.get(k, 3)) for k, p in POWER.items()}  # 0-2 were seen
 print({k: f"n = {p.n()}, power {p.achieved(p.n()):.2f} at one-sided alpha {p.alpha:g}" for k, p in POWER.items()})
 
 # %%
@@ -289,7 +333,8 @@ arms = nt.Arms(base, NOTEBOOK, WARMUP)
 # ## Warmup at fixed learning rates (Adam)
 # Post-LN and Pre-LN at the shallow and the deep depth, with and without warmup, at each fixed LR.
 # A run that diverges counts as the uniform predictor (ln V nats), so that it can be paired. The
-# deep runs at the first LR also record the relative residual change of their trained checkpoint.
+# deep runs at the first LR also record the relative residual change of their trained checkpoint;
+# Pre-LN's there trains again on the relative-change claim's fresh seeds, which judge it.
 
 # %%
 warm = nt.fixed_lr_arms(arms, ("post", "pre"), (SHALLOW, DEEP), WARMUP_LRS, SEEDS)
@@ -298,6 +343,10 @@ for key, runs in warm.items():
     diverged = sum(c.diverged for c in runs)
     print(key, ablation.mean_text(warm_loss[key], 4), f"{diverged} diverged" if diverged else "")
 rel_change = ns.relative_changes(warm, DEEP, WARMUP_LRS[0], SEEDS)  # by seed; a diverged run has no checkpoint
+pre_fresh = arms.train("pre", DEEP, FRESH["change"], lr=WARMUP_LRS[0], measure=nt.relative_change)
+rel_change_fresh = ns.relative_changes(
+    {("pre", DEEP, True, WARMUP_LRS[0]): pre_fresh}, DEEP, WARMUP_LRS[0], FRESH["change"], ("pre",)
+)
 
 # %% [markdown]
 # ## Where warmup lets deep Post-LN train, and the same LR without it
@@ -352,11 +401,12 @@ for (p, o), t in optimizers.items():
 # Post-LN at the deep depth with warmup, on the dev split at each LR of a fixed grid (one seed; no
 # grid extension, since the scan looks for a failure, not for the best LR); the comparison runs at
 # the smallest LR where it fails (diverges or ends within 0.5 nats of the dev split's unigram loss).
-# Where it fails nowhere there is nothing to rescue, and the seeded runs are not trained.
+# Where it fails nowhere there is nothing to rescue, and the seeded runs (the claim's fresh seeds)
+# are not trained.
 
 # %%
 rescue, rescue_runs = ns.deepnorm_rescue(
-    arms, DEEP, RESCUE_GRID, floor=floor["dev"], margin=FAIL_MARGIN, seeds=SEEDS, ceiling=ceiling
+    arms, DEEP, RESCUE_GRID, floor=floor["dev"], margin=FAIL_MARGIN, seeds=FRESH["rescue"], ceiling=ceiling
 )
 print({k: v for k, v in rescue.items() if k != "sweep"})
 fig_train = nt.training_figure(warm, rescue_runs.get("deepnorm", []), rel_change, floor["val"], DEEP, WARMUP_LRS[0])
@@ -365,9 +415,9 @@ plt.show()
 # %% [markdown]
 # ## Verdict
 # Each row judged by its registered criterion (`CLAIMS` above), differences paired by seed or by
-# initialisation. Two criteria were changed after runs had been seen, so their rows are exploratory
-# until rerun on new seeds: the failure line (the unigram loss, not ln V) and the relative change
-# (a slope, not the last layer's change over the first's).
+# initialisation. Two criteria were changed after seeds 0-2 had been seen (the failure line: the
+# unigram loss, not ln V; the relative change: a slope, not the last layer's change over the
+# first's), so those rows are judged on fresh seeds 10-12, registered before they ran.
 
 # %%
 ns = ablation.norm_sections  # one function per claim: its measured text and comparisons, judged by CLAIMS
@@ -380,10 +430,10 @@ claims = {
     "Adam is less hurt than SGD by deep Post-LN's vanishing identity path": ns.sgd_costs_post_more(
         optimizers, warm_depth, deep_warmup
     ),
-    "DeepNorm rescues deep Post-LN (same warmup)": ns.deepnorm_rescues(rescue, DEEP, floor["val"], FAIL_MARGIN),
-    "Pre-LN's relative residual change falls with depth (trained)": ns.change_falls(
-        list(rel_change["pre"].values()), DEEP
+    "DeepNorm rescues deep Post-LN (same warmup)": ns.deepnorm_rescues(
+        rescue, DEEP, floor["val"], FAIL_MARGIN, FRESH["rescue"]
     ),
+    "Pre-LN's relative residual change falls with depth (trained)": ns.change_falls(rel_change_fresh["pre"], DEEP),
 }
 table = ablation.verdict_table([ablation.row(claim, what, *parts) for claim, (what, parts) in claims.items()])
 print(table)
@@ -391,7 +441,18 @@ out = ablation.save_results(
     NOTEBOOK,
     {
         **ns.record(
-            warm_loss, rel_change, scans, lets, to_plateau, best, versus, optimizers, rescue, floor, SEEDS, FRESH
+            warm_loss,
+            {**rel_change, "pre fresh": rel_change_fresh["pre"]},
+            scans,
+            lets,
+            to_plateau,
+            best,
+            versus,
+            optimizers,
+            rescue,
+            floor,
+            SEEDS,
+            FRESH,
         ),
         "verdicts": table,
     },

@@ -63,8 +63,8 @@ def test_rows_go_either_way():
     assert all(p.verdict == FAILS for p in ns.warmup_lets_train(trains, point, 12, **line)[1])
     assert ns.warmup_lets_train(fails, None, 12, **line)[1][0].method.startswith("not measured")
     layers = np.arange(1, 19)
-    assert ns.change_falls([layers**-1.0, layers**-0.9], 18)[1][0].verdict == HOLDS
-    assert ns.change_falls([layers**1.0, layers**0.9], 18)[1][0].verdict == FAILS
+    assert ns.change_falls({10: layers**-1.0, 11: layers**-0.9}, 18)[1][0].verdict == HOLDS
+    assert ns.change_falls({10: layers**1.0, 11: layers**0.9}, 18)[1][0].verdict == FAILS
 
 
 def test_sections_use_the_arms_of_norm_trained():

@@ -23,7 +23,13 @@ WARM_LOSS = {  # (placement, depth, warmup): loss, at both fixed LRs
     ("pre", DEEP, False): 1.42,
 }
 UNIGRAM = {"dev": 3.3, "val": 3.3}  # the loss of character frequencies alone: the failure line is 2.8
-NORM_FRESH = {"warmup": (3, 4, 5, 6, 7, 8), "versus": (3, 4, 5, 6, 7, 8, 9), "optimizers": (3, 4, 5, 6, 7)}
+NORM_FRESH = {
+    "warmup": (3, 4, 5, 6, 7, 8),
+    "versus": (3, 4, 5, 6, 7, 8, 9),
+    "optimizers": (3, 4, 5, 6, 7),
+    "rescue": (10, 11, 12),
+    "change": (10, 11, 12),
+}
 LETS = {"warmup": 2.20, "no warmup": 3.32}  # deep Post-LN at the scan's pick, on the fresh seeds
 VERSUS = {"post": 1.48, "pre": 1.52}  # 6 layers, each at its best LR and warmup
 OPTIMIZERS = {("post", "adam"): 2.20, ("post", "sgd"): 2.90, ("pre", "adam"): 2.10, ("pre", "sgd"): 2.30}
@@ -78,10 +84,11 @@ def norm_training(
     }
     noise = (0.0, 0.01, -0.01)
     layers = np.arange(1, DEEP + 1)
-    rel_change = {
-        "pre": {s: 0.5 * layers ** (change_power + e) for s, e in enumerate(noise)},
+    rel_change = {  # by seed, as `ablation.norm_sections.relative_changes` gives them; seeds 0-2 are not judged
+        "pre": {s: 0.5 * layers ** (-change_power + e) for s, e in enumerate(noise)},
         "post": dict(enumerate([np.ones(DEEP)] * 3)),
-    }  # by seed, as `ablation.norm_sections.relative_changes` gives them
+    }
+    rel_change_fresh = {"pre": {s: 0.5 * layers ** (change_power + e) for s, e in zip(NORM_FRESH["change"], noise)}}
     v = notebook_verdicts(
         "norm_training",
         warm_loss=warm_loss,
@@ -96,6 +103,7 @@ def norm_training(
         rescue=rescue,
         floor=UNIGRAM,
         rel_change=rel_change,
+        rel_change_fresh=rel_change_fresh,
         WARMUP_LRS=lrs,
         SHALLOW=SHALLOW,
         DEEP=DEEP,
@@ -148,7 +156,7 @@ def test_norm_training_verdicts():
     # Better than Post-LN and 1.2 nats below ln V, but within 0.5 nats of the unigram loss: it failed too
     assert norm_training(rescue={"deepnorm": jitter(3.0, 1)})[4] == FAILS
     assert norm_training(rescue={"post_fails_in_sweep": False})[4] == UNSURE  # nothing to rescue
-    assert norm_training(change_power=0.2)[5] == FAILS
+    assert norm_training(change_power=0.2)[5] == FAILS  # judged on the fresh seeds, not on seeds 0-2 (which fall)
 
 
 def test_norm_placement_verdicts():
@@ -179,11 +187,12 @@ def test_norm_training_at_one_training_depth():
         rescue={"lr": 3e-3, "post_fails_in_sweep": False, "post": jitter(1.5), "deepnorm": jitter(1.5)},
         floor=UNIGRAM,
         rel_change={"pre": dict(enumerate([np.asarray([0.5, 0.3])] * 2)), "post": dict(enumerate([np.ones(2)] * 2))},
+        rel_change_fresh={"pre": {s: np.asarray([0.5, 0.3]) for s in (10, 11)}},
         WARMUP_LRS=(1e-3,),
         SHALLOW=2,
         DEEP=2,
         SEEDS=(0, 1),
-        FRESH={k: (3, 4) for k in ("warmup", "versus", "optimizers")},
+        FRESH={**{k: (3, 4) for k in ("warmup", "versus", "optimizers")}, "rescue": (10, 11), "change": (10, 11)},
         FAIL_MARGIN=0.5,
         ceiling=CEILING,
         base={},

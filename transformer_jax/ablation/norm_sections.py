@@ -25,14 +25,16 @@ def finals(runs: Sequence[Curves], ceiling: float) -> list[float]:
     return [c.final_or(ceiling) for c in runs]
 
 
-def relative_changes(warm: Warm, depth: int, lr: float, seeds: Sequence[int]) -> dict[str, dict[int, np.ndarray]]:
-    """Per placement and seed (of ``seeds``, the runs' order), ||x_{l+1} - x_l|| / ||x_l|| by layer,
-    shape (depth,), of each trained checkpoint at ``depth`` layers and ``lr`` with warmup; a diverged
-    run has none to probe, so its seed is left out."""
+def relative_changes(
+    warm: Warm, depth: int, lr: float, seeds: Sequence[int], placements: Sequence[str] = ("post", "pre")
+) -> dict[str, dict[int, np.ndarray]]:
+    """Per placement (of ``placements``) and seed (of ``seeds``, the runs' order), ||x_{l+1} - x_l|| /
+    ||x_l|| by layer, shape (depth,), of each trained checkpoint at ``depth`` layers and ``lr`` with
+    warmup; a diverged run has none to probe, so its seed is left out."""
     runs = lambda p: zip(seeds, warm[p, depth, True, lr], strict=True)
     return {
         p: {int(s): np.asarray(c.summary["measured"]["relative_change"]) for s, c in runs(p) if not c.diverged}
-        for p in ("post", "pre")
+        for p in placements
     }
 
 
@@ -156,7 +158,7 @@ def record(
             f"{p} {o}": {**t, **per_seed(t["final"], fresh["optimizers"])} for (p, o), t in optimizers.items()
         },
         "unigram_loss": dict(floor),
-        "rescue": {**rescue, **{k: per_seed(rescue[k]) for k in ("post", "deepnorm") if rescue[k]}},
+        "rescue": {**rescue, **{k: per_seed(rescue[k], fresh["rescue"]) for k in ("post", "deepnorm") if rescue[k]}},
     }
 
 
@@ -219,16 +221,16 @@ def sgd_costs_post_more(optimizers: Mapping[tuple[str, str], Mapping[str, Any]],
     return what, [paired(cost("post"), cost("pre"), expect="greater")]
 
 
-def deepnorm_rescues(rescue: Mapping[str, Any], depth: int, floor: float, margin: float) -> Row:
+def deepnorm_rescues(rescue: Mapping[str, Any], depth: int, floor: float, margin: float, seeds: Sequence[int]) -> Row:
     """DeepNorm's loss minus Post-LN's less than 0, and DeepNorm's loss below the failure line
-    ``floor - margin``;
-    not measured where Post-LN failed nowhere in the sweep."""
+    ``floor - margin``, over the runs of ``seeds``; not measured where Post-LN failed nowhere in the
+    sweep."""
     if not rescue["post_fails_in_sweep"]:
         why = f"Post-LN with warmup did not fail at any LR up to {rescue['lr']:g}: nothing to rescue"
         return f"{depth} layers: Post-LN fails nowhere", [Comparison.unmeasured("less", why)]
     what = (
-        f"{depth} layers, lr {rescue['lr']:.3g}, both with warmup: loss deepnorm - post; deepnorm's loss "
-        f"against the unigram loss - {margin} = {floor - margin:.3f}"
+        f"fresh seeds {seeds[0]}-{seeds[-1]}, {depth} layers, lr {rescue['lr']:.3g}, both with warmup: "
+        f"loss deepnorm - post; deepnorm's loss against the unigram loss - {margin} = {floor - margin:.3f}"
     )
     line = floor - margin
     return what, [
@@ -237,11 +239,11 @@ def deepnorm_rescues(rescue: Mapping[str, Any], depth: int, floor: float, margin
     ]
 
 
-def change_falls(rel_change: Sequence[Any], depth: int) -> Row:
-    """The log-log slope of each trained checkpoint's relative change (shape (depth,)) against the
-    layer, less than 0."""
+def change_falls(rel_change: Mapping[int, Any], depth: int) -> Row:
+    """The log-log slope of each trained checkpoint's relative change (by seed, shape (depth,))
+    against the layer, less than 0 (the seeds are the claim's fresh ones)."""
     x = np.log(np.arange(1, depth + 1))
-    slopes = [linear_fit(x, np.log(r))[0] for r in rel_change]
-    return f"log-log slope of ||x_(l+1) - x_l|| / ||x_l|| against l, {depth} layers, trained", [
-        paired(slopes, expect="less")
-    ]
+    slopes = [linear_fit(x, np.log(r))[0] for r in rel_change.values()]
+    seeds = sorted(rel_change)
+    what = f"fresh seeds {seeds[0]}-{seeds[-1]}: log-log slope of ||x_(l+1) - x_l|| / ||x_l|| against l, {depth} layers"
+    return what, [paired(slopes, expect="less")]

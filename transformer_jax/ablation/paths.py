@@ -40,7 +40,11 @@ FULL_HOURS = {
 of the committed runs and the sitting's own (``wall_clock`` of the committed ``results.json``, on the
 2-core machine that made them; a test keeps the two equal)."""
 
-PENDING_RERUN: dict[str, str] = {}
+PENDING_RERUN: dict[str, str] = {
+    "norm_training": "its two exploratory rows (DeepNorm's rescue, Pre-LN's relative change: criteria changed after "
+    "seeds 0-2 were seen) rerun on fresh seeds 10-12, registered 2026-12-06 before they ran: 9 runs of 18 layers "
+    "(issue 39, item 3)",
+}
 """Notebooks whose registered claims await a FULL rerun spanning several sittings (issue 39, item 3),
 with why: their run summaries are being committed, and their ``results.json``, if any, is the previous
 run's. The gallery says so; a notebook leaves once its rerun's results are committed."""
