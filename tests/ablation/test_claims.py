@@ -163,17 +163,27 @@ def test_gallery_moves_checks_out_of_the_verdicts_and_labels_exploratory_rows(tm
     folder = tmp_path / "experiments" / "results" / "demo"
     folder.mkdir(parents=True)
     record = {"notebook": "demo", "mode": "full", "date": "2026-12-03 10:00:00 UTC", "protocol": ablation.PROTOCOL}
-    record |= {"results": {"verdicts": ablation.verdict_table(rows)}, "claims": ablation.spec_record(specs)}
+    parts = {  # each verdict row's comparisons, as a notebook stores them
+        "Decided before (lr 0.1)": [ablation.paired([0.2, 0.3, 0.4], expect="greater").as_dict()],
+        "Decided after": [
+            ablation.paired([0.2, 0.3, 0.4], expect="equal", margin=0.1, reference=1.0).as_dict(),
+            ablation.paired([0.2, 0.3, 0.4], expect="not greater", margin=0.05).as_dict(),
+        ],
+    }
+    results = {"verdicts": ablation.verdict_table(rows), "comparisons": parts}
+    record |= {"results": results, "claims": ablation.spec_record(specs)}
     (folder / "results.json").write_text(json.dumps(record))
     md = ablation.gallery_markdown(tmp_path)
     verdicts, checks = md.split("Checks:")
+    assert "| claim | measured | refuted by | verdict |" in verdicts
+    assert "| Decided before (lr 0.1) | m1 | 95% interval wholly below 0 | holds |" in verdicts
     assert (
-        "| Decided before (lr 0.1) | m1 | holds |" in verdicts
-        and "| Decided after | m\\|2 | inconclusive (exploratory) |" in verdicts
+        "| Decided after | m\\|2 | either part: 90% interval wholly outside [0.9, 1.1]; 90% interval wholly above "
+        "0.05 | inconclusive (exploratory) |" in verdicts
     )
     assert "An identity" not in verdicts and "| An identity | negligible | m3 | agrees |" in checks
-    assert "| Not in the notes | m4 | does not hold (not a claim of the notes) |" in verdicts
-    assert "| Too few | m5 | inconclusive (underpowered) |" in verdicts and "*underpowered*:" in verdicts
+    assert "| Not in the notes | m4 | not recorded | does not hold (not a claim of the notes) |" in verdicts
+    assert "| Too few | m5 | not recorded | inconclusive (underpowered) |" in verdicts and "*underpowered*:" in verdicts
     said = "- *Decided before*: finer experts specialise better (notes `002.txt`, lines 12-14)"
     assert said in verdicts and "*Not in the notes*:" not in md and "*An identity*:" not in md
 

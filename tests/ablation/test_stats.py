@@ -102,6 +102,23 @@ def test_decide_at_the_edges_and_against_a_reference():
         ablation.decide(0.0, 1.0, "bigger")
 
 
+@pytest.mark.parametrize(
+    "expect, margin, said, refuted, crossing",
+    [  # an interval past the words' bound, and one crossing it
+        ("greater", None, "95% interval wholly below 0.5", (0.1, 0.49), (0.1, 0.51)),
+        ("less", None, "95% interval wholly above 0.5", (0.51, 0.9), (0.49, 0.9)),
+        ("equal", 0.25, "90% interval wholly outside [0.25, 0.75]", (0.76, 0.9), (0.74, 0.9)),
+        ("equal", 0.25, "90% interval wholly outside [0.25, 0.75]", (0.1, 0.24), (0.1, 0.26)),
+        ("not less", 0.25, "90% interval wholly below 0.25", (0.1, 0.24), (0.1, 0.26)),
+        ("not greater", 0.25, "90% interval wholly above 0.75", (0.76, 0.9), (0.74, 0.9)),
+    ],
+)
+def test_the_refuting_interval_in_words_is_the_one_decide_refutes(expect, margin, said, refuted, crossing):
+    assert ablation.refuting(expect, reference=0.5, margin=margin) == said
+    assert ablation.decide(*refuted, expect, reference=0.5, margin=margin) == FAILS
+    assert ablation.decide(*crossing, expect, reference=0.5, margin=margin) == UNSURE
+
+
 def test_paired_refuses_unpaired_or_non_finite_values():
     with pytest.raises(ValueError, match="one value per seed"):
         ablation.paired([1.0, 2.0, 3.0], [1.0, 2.0], expect="less")

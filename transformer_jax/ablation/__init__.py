@@ -108,6 +108,7 @@ from transformer_jax.ablation.stats import (
     loglog_slope,
     paired,
     paired_bootstrap,
+    refuting,
     t_interval,
     t_quantile,
 )
@@ -192,6 +193,7 @@ __all__ = [
     "positions",
     "probes",
     "read_curves",
+    "refuting",
     "register",
     "registration",
     "reorder_config",

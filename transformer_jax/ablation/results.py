@@ -23,7 +23,7 @@ from transformer_jax.ablation.claims import (
 )
 from transformer_jax.ablation.paths import PENDING_RERUN, START_COMMIT, START_TIME, repo_root, results_dir, smoke
 from transformer_jax.ablation.protocol import PROTOCOL
-from transformer_jax.ablation.stats import FAILS, HOLDS, UNSURE, Comparison
+from transformer_jax.ablation.stats import FAILS, HOLDS, UNSURE, Comparison, refuting
 from transformer_jax.core import configlib
 
 VERDICTS = (HOLDS, FAILS, UNSURE)
@@ -228,15 +228,25 @@ def _notes_said(record: dict[str, Any]) -> str:
     return "\n\nWhat the notes say (in our words):\n\n" + "\n".join(said) if said else ""
 
 
+def _refuted_by(parts: Sequence[Mapping[str, Any]]) -> str:
+    """What result of a row's stored comparisons would have made it "does not hold" (any one part
+    does, `stats.combine`), in words (`stats.refuting`)."""
+    said = [refuting(c["expect"], reference=c["reference"], margin=c["margin"], level=c["level"]) for c in parts]
+    if len(said) < 2:
+        return said[0] if said else "not recorded"
+    return f"{'either' if len(said) == 2 else 'any'} part: " + "; ".join(said)
+
+
 def _registered(table: str, record: dict[str, Any]) -> str:
     """The verdict ``table`` of a record with registered claims: rows of a check moved to a checks
     table, rows of an exploratory or underpowered claim labelled so (`claims.exploratory`,
-    `claims.Claim.underpowered`)."""
+    `claims.Claim.underpowered`), and each verdict row's refuting result (`_refuted_by`)."""
     specs = record.get("claims")
     if not specs or not table:
         return table
-    lines = table.splitlines()
-    verdicts, checks, flagged, beyond, short = lines[:2], [], False, False, False
+    lines, parts = table.splitlines(), record["results"].get("comparisons") or {}
+    verdicts = ["| claim | measured | refuted by | verdict |", "| --- | --- | --- | --- |"]
+    checks, flagged, beyond, short = [], False, False, False
     for line in lines[2:]:
         claim, measured, v = (c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1])
         name = claim.replace("\\|", "|")
@@ -251,7 +261,8 @@ def _registered(table: str, record: dict[str, Any]) -> str:
             marks = (("not a claim of the notes", outside), ("exploratory", late), ("underpowered", few))
             labels = [word for word, on in marks if on]
             beyond, flagged, short = beyond or outside, flagged or late, short or few
-            verdicts.append(f"| {claim} | {measured} | {v} ({', '.join(labels)}) |" if labels else line)
+            label = f" ({', '.join(labels)})" if labels else ""
+            verdicts.append(f"| {claim} | {measured} | {_refuted_by(parts.get(name) or [])} | {v}{label} |")
     notes = ((EXPLORATORY, flagged), (UNDERPOWERED, short), (BEYOND_NOTES, beyond))
     out = "\n".join(verdicts) + "".join(f"\n\n{text}" for text, on in notes if on)
     out += _notes_said(record)

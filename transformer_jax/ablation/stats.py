@@ -114,6 +114,19 @@ def decide(low: float, high: float, expect: str, *, reference: float = 0.0, marg
     return HOLDS if high < hi_edge else FAILS if low > hi_edge else UNSURE
 
 
+def refuting(expect: str, *, reference: float = 0.0, margin: float | None = None, level: float | None = None) -> str:
+    """The interval that makes a part "does not hold" (`decide`), in words: ``"95% interval wholly
+    below 0"`` for ``"greater"``; an equivalence names its edges."""
+    _check_expect(expect, margin)
+    where = f"{default_level(expect) if level is None else level:.0%} interval wholly"
+    if expect in DIRECTIONS:
+        return f"{where} {'below' if expect == 'greater' else 'above'} {reference:.4g}"
+    lo_edge, hi_edge = reference - float(margin), reference + float(margin)  # pyright: ignore[reportArgumentType]
+    if expect == "equal":
+        return f"{where} outside [{lo_edge:.4g}, {hi_edge:.4g}]"
+    return f"{where} below {lo_edge:.4g}" if expect == "not less" else f"{where} above {hi_edge:.4g}"
+
+
 def _check_expect(expect: str, margin: float | None) -> None:
     if expect not in EXPECTS:
         raise ValueError(f"expect={expect!r}: use one of {', '.join(EXPECTS)}")
