@@ -306,11 +306,27 @@ EQUIVARIANCE = {"none": [1e-7, 2e-7, 1.5e-7], "learned": [0.3, 0.25, 0.35], "rop
 RATIO = {"reverse, none": 1.3, "sort, none": 0.01, "reverse, sinusoidal": 0.003, "reverse, rope": 0.001}
 
 
+RELATIVE, ABSOLUTE = ("relative_bias", "rope", "alibi"), ("sinusoidal", "sinusoidal_scaled", "learned")
+FRESH_LEN = (10, 11, 12, 13)  # the relative-vs-absolute row's fresh seeds
+
+
 def positional_encoding(
-    growth=GROWTH, equivariance=EQUIVARIANCE, rope_spread=(1e-7, 2e-7, 1e-7), ratio=RATIO, fresh=None, bag=1.53
+    growth=GROWTH,
+    equivariance=EQUIVARIANCE,
+    rope_spread=(1e-7, 2e-7, 1e-7),
+    ratio=RATIO,
+    fresh=None,
+    bag=1.53,
+    fresh_growth=None,
 ):
-    """The verdicts; claim 1 reads the fresh seeds' ratios: ``ratio``'s, or those of ``fresh``."""
+    """The verdicts; claim 1 reads the fresh seeds' ratios: ``ratio``'s, or those of ``fresh``; the
+    relative-vs-absolute row the fresh length runs' growth: ``growth``'s, or ``fresh_growth``."""
     eval_loss = {p: {64: jitter(1.5, i), 256: jitter(1.5 + growth[p], i + 1)} for i, p in enumerate(ENCODINGS)}
+    four = lambda mean, k: [mean + 0.002 * j for j in np.roll([0.0, 1.0, -1.0, 0.5], k)]
+    fresh_growth = growth if fresh_growth is None else fresh_growth
+    fresh_len = {
+        p: {64: four(1.5, i), 256: four(1.5 + fresh_growth[p], i + 1)} for i, p in enumerate(RELATIVE + ABSOLUTE)
+    }
     spread = lambda ratios: {a: jitter(r, i, 0.01 * max(r, 0.1)) for i, (a, r) in enumerate(ratios.items())}
     v = notebook_verdicts(
         "positional_encoding",
@@ -324,6 +340,10 @@ def positional_encoding(
         chance=[1.15, 1.14, 1.16],
         fig_order=None,
         eval_loss=eval_loss,
+        fresh_len=fresh_len,
+        FRESH_LEN=FRESH_LEN,
+        relative=RELATIVE,
+        absolute=ABSOLUTE,
         ENCODINGS=ENCODINGS,
         EVAL_LENS=(64, 256),
         TRAIN_LEN=64,
@@ -366,4 +386,7 @@ def test_positional_encoding_verdicts():
     assert positional_encoding({**GROWTH, "rope": 0.4})[4] == UNSURE  # a tie with the best absolute
     # every absolute arm counts: the embedding-scaled sinusoid degrading least turns the verdict
     assert positional_encoding({**GROWTH, "sinusoidal_scaled": 0.05})[4] == FAILS
+    # judged on the fresh seeds alone: seeds 0-2 failing do not move it, fresh ones do
+    assert positional_encoding({**GROWTH, "rope": 0.45}, fresh_growth=GROWTH)[4] == HOLDS
+    assert positional_encoding(fresh_growth={**GROWTH, "rope": 0.45})[4] == FAILS
     assert positional_encoding({**GROWTH, "learned": 0.4})[5] == FAILS

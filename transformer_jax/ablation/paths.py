@@ -44,6 +44,9 @@ PENDING_RERUN: dict[str, str] = {
     "norm_training": "its two exploratory rows (DeepNorm's rescue, Pre-LN's relative change: criteria changed after "
     "seeds 0-2 were seen) rerun on fresh seeds 10-12, registered 2026-12-06 before they ran: 9 runs of 18 layers "
     "(issue 39, item 3)",
+    "positional_encoding": "its relative-vs-absolute length row (the absolute set grew after seeds 0-2 were scored) "
+    "rerun on fresh seeds 10-13, registered 2026-12-06 before they ran: 24 runs of the six relative and absolute "
+    "arms at their committed dev-split LRs (issue 39, item 3)",
 }
 """Notebooks whose registered claims await a FULL rerun spanning several sittings (issue 39, item 3),
 with why: their run summaries are being committed, and their ``results.json``, if any, is the previous
