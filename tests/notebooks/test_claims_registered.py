@@ -18,13 +18,9 @@ RESULTS = NOTEBOOKS.parent / "experiments" / "results"
 NOTES = NOTEBOOKS.parent.parent / "shared" / "notes"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py") if p.stem != "conftest")
 
-# issue 39's audit: criteria changed after the numbers were seen (five found; a row leaves once rerun on fresh seeds
+# criteria changed after the numbers were seen (issue 39's audit found five, a review of 2026-12-06 a sixth; a row leaves once rerun on fresh seeds
 # or redone), and rows whose verdict is an identity
 CHANGED_AFTER = {
-    "norm_training": {
-        "DeepNorm rescues deep Post-LN (same warmup)",
-        "Pre-LN's relative residual change falls with depth (trained)",
-    },
     "positional_encoding": {"Without positions, self-attention is permutation-equivariant"},
 }
 # issue 39's audit: rows testing what the notes do not say, until their notebook is redone (gallery-labelled)

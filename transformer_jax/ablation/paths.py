@@ -33,7 +33,7 @@ FULL_HOURS = {
     "language_model_history": 5.8,
     "mixture_of_experts": 7.5,
     "norm_placement": 0.2,
-    "norm_training": 12.6,
+    "norm_training": 12.9,
     "positional_encoding": 7.3,
 }
 """Hours a FULL sitting trains when it reuses nothing: the larger of the summed training wall-clock
@@ -41,9 +41,6 @@ of the committed runs and the sitting's own (``wall_clock`` of the committed ``r
 2-core machine that made them; a test keeps the two equal)."""
 
 PENDING_RERUN: dict[str, str] = {
-    "norm_training": "its two exploratory rows (DeepNorm's rescue, Pre-LN's relative change: criteria changed after "
-    "seeds 0-2 were seen) rerun on fresh seeds 10-12, registered 2026-12-06 before they ran: 9 runs of 18 layers "
-    "(issue 39, item 3)",
     "positional_encoding": "its relative-vs-absolute length row (the absolute set grew after seeds 0-2 were scored) "
     "rerun on fresh seeds 10-13, registered 2026-12-06 before they ran: 24 runs of the six relative and absolute "
     "arms at their committed dev-split LRs (issue 39, item 3)",
