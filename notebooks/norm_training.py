@@ -135,6 +135,12 @@ resized = lambda key, before, why: ablation.Revision(  # the fresh seeds (3 on) 
     f"the calculation had used alpha 0.05, which the verdict's interval does not apply; changed before the FULL runs "
     f"that judge the claim: {why}",
 )
+SIZED = ablation.Revision(  # the n of the two reruns on fresh seeds 10-12
+    "2026-12-06",
+    "a power calculation sizes n (Power: sd from seeds 0-2, the effect and why in it)",
+    "issue 39 asks for n sized from a pilot's variance; seeds 0-2 serve as the pilot of the fresh rerun, "
+    "registered before it ran",
+)
 claim = lambda name, **kw: ablation.Claim(
     name, **{"notes": "000_20579b809c9e1b51.txt", "n": 3, "history": (REGISTERED,), **kw}
 )
@@ -268,12 +274,7 @@ CLAIMS = ablation.register(
                 "(commit 9d02348)",
                 seen="2026-12-04",
             ),
-            ablation.Revision(
-                "2026-12-06",
-                "a power calculation sizes n (Power: sd from seeds 0-2, the effect and why in it)",
-                "issue 39 asks for n sized from a pilot's variance; seeds 0-2 serve as the pilot of the fresh rerun, "
-                "registered before it ran",
-            ),
+            SIZED,
             ablation.Revision(
                 "2026-12-06",
                 "judged on fresh seeds 10-12 (n 3; its Power, from seeds 0-2, asks 3), the criterion above unchanged",
@@ -301,12 +302,7 @@ CLAIMS = ablation.register(
                 "changed after the first rounds' runs were seen (commit 5e96f26; issue 39's audit)",
                 seen="2026-12-02",
             ),
-            ablation.Revision(
-                "2026-12-06",
-                "a power calculation sizes n (Power: sd from seeds 0-2, the effect and why in it)",
-                "issue 39 asks for n sized from a pilot's variance; seeds 0-2 serve as the pilot of the fresh rerun, "
-                "registered before it ran",
-            ),
+            SIZED,
             ablation.Revision(
                 "2026-12-06",
                 "judged on fresh seeds 10-12 (n 3; its Power, from seeds 0-2, asks 2; 3 kept), the criterion above "
