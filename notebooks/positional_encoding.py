@@ -409,40 +409,32 @@ out = ablation.save_results(
 print("results in", out)
 
 # %% [markdown]
-# ## Reading the FULL run (3 seeds; reordering 2026-12-05, its first row on fresh seeds; lengths 2026-12-03)
+# ## Reading the FULL run
+# Reordering 2026-12-05 (its first row on fresh seeds 3-5); lengths 2026-12-03 (the relative-vs-absolute
+# row on fresh seeds 10-13, 2026-12-06).
 # **The notes' point (004, lines 45-46) holds here.** Reversing 4 to 12 random symbols, the model
-# without positions ends at 1.225 [1.205, 1.245] times the order-blind loss on seeds 0-2: above it,
-# as a model that sees the source as a multiset must be, and not even at it after 800 steps (it must
-# also learn which symbols are left to emit). The same model sorts the same sequences down to 0.021
-# of that loss, so it trains: what it lacks is order. With sinusoidal positions the reversal falls
-# to 0.004 of it, with RoPE to 0.005 (one seed 0.0001, one 0.010).
+# without positions ends at 1.227 [1.192, 1.262] (90%, fresh seeds 3-5) times the order-blind loss:
+# above it, as a model that sees the source as a multiset must be, and 0.301 [0.249, 0.353] below the
+# source bag (1.528), so it learned the content and only the order escaped it. It sorts the same
+# sequences down to 0.019 of that loss, so it trains. With sinusoidal positions the reversal falls to
+# 0.004 of it, with RoPE to 0.005. (That row's lower part alone was close to an identity, so after
+# seeds 0-2 were seen it was made two-sided and judged on fresh seeds: its history above.) RoPE
+# rotates only self-attention here: the model carried each symbol's distance to EOS in its content.
 #
-# The first row's lower part (no more than 5% below the order-blind loss) alone was close to an
-# identity (its history above), so after seeds 0-2 were seen the row was made two-sided, below the
-# source-bag loss too (computed from the same sequences: 1.528 +- 0.004), and judged on fresh seeds
-# 3-5. There the reversal without positions ends at 1.227 [1.192, 1.262] (90%) of the order-blind
-# loss, 0.301 [0.249, 0.353] below the source bag, and sorting at 0.019 [0.017, 0.022]: the model
-# learned the content and only the order escaped it, as the notes say. RoPE rotates only
-# self-attention here (cross-attention carries no position): the model had to carry each symbol's
-# distance to EOS into its content, and did. The notes' third kind, relative (b_ij = f(i - j)), was
-# not run on this task.
-#
-# **Length (004, line 50; runs of 2026-12-03, reused).** Both rows side with the notes, one of them
-# narrowly: relative encodings grow less than the best absolute one (worst relative minus best
-# absolute -0.33 [-0.60, -0.06] nats), and the learned table, whose rows past 64 were never trained,
-# grows by 1.31 nats from 64 to 256. What else the table shows:
-# - ALiBi (not in the notes) is the only encoding whose loss does not grow with length (1.744 at 64,
-#   1.724 at 256), but it is not the best at the training length: relative bias and RoPE reach 1.68
-#   there.
-# - RoPE and the relative bias degrade, by 0.47 and 0.90 nats at 4x: against the notes' picture of
-#   RoPE as the cure for long sequences (002, line 104), relative encodings are not free of a length
-#   limit (their attention sees offsets never trained, and RoPE's rotations meet unseen phases;
-#   Press et al. report the same for RoPE).
-# - Without any position encoding the loss grows by only 0.40 nats, less than every absolute
-#   encoding, while starting highest (2.03 at 64): with a causal mask the model can still infer
-#   position (Haviv et al. 2022), and it has no table to run off the end of.
-# - The sinusoid's growth depends on how it is mixed with the tokens: beside this preset's std-0.02
-#   embeddings it grows 2.28 nats with one seed far off (+-1.41); beside unit-variance ones
-#   (`sinusoidal_scaled`) 1.23, like the learned table (1.31). The claim holds with either.
+# **Length (002, lines 103-105; 004, line 50).** Both rows side with the notes. On fresh seeds 10-13
+# (the absolute set grew after seeds 0-2 were scored) the worst relative encoding grows less than the
+# best absolute one from 64 to 256: -0.291 [-0.366, -0.216] nats (seeds 0-2 gave -0.33 [-0.60,
+# -0.06]); the learned table, whose rows past 64 were never trained, grows by 1.31 nats. Also seen:
+# - ALiBi (not in the notes) is the only encoding whose loss does not grow with length (1.76 at 64,
+#   1.74 at 256 on seeds 10-13), but relative bias and RoPE are better at the training length (1.68, 1.69).
+# - RoPE and the relative bias still degrade (0.46 and 0.87 nats at 4x): against the notes' picture of
+#   RoPE as the cure for long sequences, relative encodings are not free of a length limit (offsets
+#   never trained; Press et al. report the same for RoPE).
+# - Without any encoding the loss grows by only 0.40 nats (seeds 0-2), less than every absolute one,
+#   from the highest start (2.03): with a causal mask the model can infer position (Haviv et al.
+#   2022), and has no table to run off the end of.
+# - The sinusoid's growth depends on its mix with the tokens: beside this preset's std-0.02 embeddings
+#   it grows 1.72 +- 0.44 nats, beside unit-variance ones (`sinusoidal_scaled`) 1.16, like the learned
+#   table; the row holds with either as the best absolute encoding.
 # - Scale: reordering, 0.17M parameters, 800 steps of 32 sequences; lengths, 0.8M parameters, 2,000
 #   steps of 12 x 64 characters, evaluated at 1x, 2x, 4x only.

@@ -34,17 +34,13 @@ FULL_HOURS = {
     "mixture_of_experts": 7.5,
     "norm_placement": 0.2,
     "norm_training": 12.9,
-    "positional_encoding": 7.3,
+    "positional_encoding": 8.4,
 }
 """Hours a FULL sitting trains when it reuses nothing: the larger of the summed training wall-clock
 of the committed runs and the sitting's own (``wall_clock`` of the committed ``results.json``, on the
 2-core machine that made them; a test keeps the two equal)."""
 
-PENDING_RERUN: dict[str, str] = {
-    "positional_encoding": "its relative-vs-absolute length row (the absolute set grew after seeds 0-2 were scored) "
-    "rerun on fresh seeds 10-13, registered 2026-12-06 before they ran: 24 runs of the six relative and absolute "
-    "arms at their committed dev-split LRs (issue 39, item 3)",
-}
+PENDING_RERUN: dict[str, str] = {}
 """Notebooks whose registered claims await a FULL rerun spanning several sittings (issue 39, item 3),
 with why: their run summaries are being committed, and their ``results.json``, if any, is the previous
 run's. The gallery says so; a notebook leaves once its rerun's results are committed."""
