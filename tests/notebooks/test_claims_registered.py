@@ -18,8 +18,8 @@ RESULTS = NOTEBOOKS.parent / "experiments" / "results"
 NOTES = NOTEBOOKS.parent.parent / "shared" / "notes"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py") if p.stem != "conftest")
 
-# criteria changed after the numbers were seen (issue 39's audit found five, a review of 2026-12-06 a sixth; a row leaves once rerun on fresh seeds
-# or redone), and rows whose verdict is an identity
+# criteria changed after the numbers were seen (issue 39's audit found five, a review of 2026-12-06 a sixth; a row
+# leaves once rerun on fresh seeds or redone), and rows whose verdict is an identity
 CHANGED_AFTER = {
     "positional_encoding": {"Without positions, self-attention is permutation-equivariant"},
 }
